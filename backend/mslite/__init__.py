@@ -1,0 +1,1 @@
+# Packaging marker only: Triton imports model.py from this directory as the top-level module `model`.

@@ -1,0 +1,234 @@
+"""The backend's typed configuration, parsed once from Triton's model config.
+
+Parameters come from `parameters { key: "..." value { string_value: "..." } }` in config.pbtxt.
+Two vocabularies are accepted: ONNX Runtime backend names (`intra_op_thread_count`, ...) and
+MindSpore Lite names (`thread_num`, ...). Rule when both name the same setting: equal values are
+fine, different values fail the load naming both keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+# setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
+_ALIASES = {
+    "intra_op_threads": ("intra_op_thread_count", "thread_num"),
+    "inter_op_threads": ("inter_op_thread_count", "inter_op_parallel_num"),
+}
+_SINGLE_KEYS = (
+    "execution_mode",
+    "enable_mem_arena",
+    "graph_optimization_level",
+    "thread_affinity_mode",
+    "thread_affinity_core_list",
+    "precision_mode",
+    "warmup",
+)
+KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
+
+_OPT_LEVELS = {"disable_all": 0, "basic": 1, "extended": 2, "all": 99}
+PRECISION_MODES = ("enforce_fp32", "preferred_fp16")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output as the model config declares it (dims exclude the batch dimension)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """What Triton tells one instance about itself in `initialize(args)`."""
+
+    name: str
+    kind: str  # "CPU", "GPU" or "MODEL"
+    device_id: int
+
+    @classmethod
+    def from_args(cls, args: dict[str, str]) -> InstanceInfo:
+        """Build from the `args` dict Triton passes to `initialize` (all values are strings)."""
+        return cls(
+            name=args.get("model_instance_name", ""),
+            kind=args.get("model_instance_kind", "CPU").upper(),
+            device_id=int(args.get("model_instance_device_id", "0") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """Everything the runtime needs, validated once at load."""
+
+    model_name: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    model_filename: str = "model.onnx"
+    workers: int = 1
+    intra_op_threads: int = 1
+    inter_op_threads: int = 1
+    execution_mode: str = "sequential"
+    enable_mem_arena: bool = True
+    graph_optimization_level: int = 99
+    allow_spinning: bool = True
+    thread_affinity_mode: int = 0
+    thread_affinity_core_list: tuple[int, ...] = ()
+    precision_mode: str = "enforce_fp32"
+    warmup: bool = True
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 0:
+            raise ConfigError(self._msg("max_batch_size", ">= 0", self.max_batch_size))
+        if self.intra_op_threads < 1:
+            raise ConfigError(self._msg("intra_op_thread_count", ">= 1", self.intra_op_threads))
+        if self.inter_op_threads < 1:
+            raise ConfigError(self._msg("inter_op_thread_count", ">= 1", self.inter_op_threads))
+        if self.thread_affinity_mode not in (0, 1, 2):
+            raise ConfigError(self._msg("thread_affinity_mode", "0, 1 or 2", self.thread_affinity_mode))
+
+    def _msg(self, key: str, expected: str, actual: object) -> str:
+        return f"model '{self.model_name}': parameter '{key}' must be {expected}, got {actual!r}"
+
+    @property
+    def batched(self) -> bool:
+        """True when the first dimension of every tensor is Triton's batch dimension."""
+        return self.max_batch_size > 0
+
+    @classmethod
+    def from_model_config(cls, model_config: dict[str, Any], *, cores: int | None = None) -> BackendConfig:
+        """Parse Triton's model config (the JSON dict) into a validated config.
+
+        Args:
+            model_config: `json.loads(args["model_config"])`.
+            cores: CPU cores this process may use; defaults to the scheduler affinity.
+
+        Raises:
+            ConfigError: a parameter has a bad value, or two aliases disagree.
+        """
+        name = str(model_config.get("name", "?"))
+        params = {k: _param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
+        warnings = tuple(
+            f"model '{name}': unknown parameter '{k}' ignored (known: {', '.join(sorted(KNOWN_KEYS))})"
+            for k in sorted(params)
+            if k not in KNOWN_KEYS
+        )
+        cores = cores or len(os.sched_getaffinity(0))
+        workers = max(1, sum(int(g.get("count", 1) or 1) for g in model_config.get("instance_group") or [{}]))
+        get = _Getter(name, params)
+
+        intra = get.aliased("intra_op_threads", int) or 0
+        if intra == 0:
+            intra = max(1, cores // workers)
+        inter = get.aliased("inter_op_threads", int) or 1
+        mode = get.one("execution_mode", _execution_mode, "sequential")
+        precision = get.one("precision_mode", str, "enforce_fp32").lower()
+        if precision not in PRECISION_MODES:
+            raise ConfigError(
+                f"model '{name}': parameter 'precision_mode' must be one of {list(PRECISION_MODES)}, got '{precision}'"
+            )
+        return cls(
+            model_name=name,
+            max_batch_size=int(model_config.get("max_batch_size", 0) or 0),
+            inputs=tuple(_tensor_spec(t) for t in model_config.get("input") or []),
+            outputs=tuple(_tensor_spec(t) for t in model_config.get("output") or []),
+            model_filename=str(model_config.get("default_model_filename") or "model.onnx"),
+            workers=workers,
+            intra_op_threads=intra,
+            inter_op_threads=inter,
+            execution_mode=mode,
+            enable_mem_arena=get.one("enable_mem_arena", _boolean, True),
+            graph_optimization_level=get.one("graph_optimization_level", _opt_level, 99),
+            allow_spinning=workers * intra <= cores,
+            thread_affinity_mode=get.one("thread_affinity_mode", int, 0),
+            thread_affinity_core_list=get.one("thread_affinity_core_list", _int_list, ()),
+            precision_mode=precision,
+            warmup=get.one("warmup", _boolean, True),
+            warnings=warnings,
+        )
+
+
+class _Getter:
+    """Reads typed parameter values, naming the model and key in every error."""
+
+    def __init__(self, model: str, params: dict[str, str]) -> None:
+        self.model = model
+        self.params = params
+
+    def one(self, key: str, parse: Callable[[str], Any], default: Any) -> Any:
+        if key not in self.params:
+            return default
+        return self._parse(key, parse)
+
+    def aliased(self, setting: str, parse: Callable[[str], Any]) -> Any:
+        values = {k: self._parse(k, parse) for k in _ALIASES[setting] if k in self.params}
+        if len(set(values.values())) > 1:
+            shown = " and ".join(f"'{k}'={v!r}" for k, v in values.items())
+            raise ConfigError(f"model '{self.model}': {shown} name the same setting with different values")
+        return next(iter(values.values()), None)
+
+    def _parse(self, key: str, parse: Callable[[str], Any]) -> Any:
+        raw = self.params[key]
+        try:
+            value = parse(raw)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"model '{self.model}': parameter '{key}' has bad value {raw!r}: {e}") from e
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise ConfigError(f"model '{self.model}': parameter '{key}' must be >= 0, got {value}")
+        return value
+
+
+def _param_value(v: Any) -> str:
+    return str(v.get("string_value", "")) if isinstance(v, dict) else str(v)
+
+
+def _boolean(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected one of 1/0/true/false/yes/no/on/off")
+
+
+def _execution_mode(raw: str) -> str:
+    low = raw.strip().lower()
+    if low in ("0", "sequential"):
+        return "sequential"
+    if low in ("1", "parallel"):
+        return "parallel"
+    raise ValueError("expected 0 (sequential) or 1 (parallel)")
+
+
+def _opt_level(raw: str) -> int:
+    low = raw.strip().lower().removeprefix("ort_").removeprefix("enable_")
+    if low in _OPT_LEVELS:
+        return _OPT_LEVELS[low]
+    if low.lstrip("-").isdigit() and int(low) in _OPT_LEVELS.values():
+        return int(low)
+    raise ValueError(f"expected one of {sorted(_OPT_LEVELS)} or {sorted(_OPT_LEVELS.values())}")
+
+
+def _int_list(raw: str) -> tuple[int, ...]:
+    text = raw.strip().strip("[]")
+    return tuple(int(x) for x in text.replace(" ", ",").split(",") if x.strip())
+
+
+def _tensor_spec(t: dict[str, Any]) -> TensorSpec:
+    dims = t.get("dims") or []
+    if isinstance(t.get("reshape"), dict):
+        raise ConfigError(f"tensor '{t.get('name')}': 'reshape' is not supported by the mslite backend")
+    return TensorSpec(
+        name=str(t["name"]),
+        data_type=str(t.get("data_type", "TYPE_INVALID")),
+        dims=tuple(int(d) for d in dims),
+        optional=bool(t.get("optional", False)),
+    )

@@ -1,0 +1,36 @@
+"""Element types: ONNX <-> Triton config strings <-> numpy, in one table."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# (ONNX TensorProto data type, Triton config type, ORT type string, numpy dtype)
+_TABLE = [
+    (1, "TYPE_FP32", "tensor(float)", np.float32),
+    (2, "TYPE_UINT8", "tensor(uint8)", np.uint8),
+    (3, "TYPE_INT8", "tensor(int8)", np.int8),
+    (4, "TYPE_UINT16", "tensor(uint16)", np.uint16),
+    (5, "TYPE_INT16", "tensor(int16)", np.int16),
+    (6, "TYPE_INT32", "tensor(int32)", np.int32),
+    (7, "TYPE_INT64", "tensor(int64)", np.int64),
+    (8, "TYPE_STRING", "tensor(string)", np.object_),
+    (9, "TYPE_BOOL", "tensor(bool)", np.bool_),
+    (10, "TYPE_FP16", "tensor(float16)", np.float16),
+    (11, "TYPE_FP64", "tensor(double)", np.float64),
+    (12, "TYPE_UINT32", "tensor(uint32)", np.uint32),
+    (13, "TYPE_UINT64", "tensor(uint64)", np.uint64),
+]
+
+ONNX_TO_TRITON = {onnx_t: triton_t for onnx_t, triton_t, _, _ in _TABLE}
+ORT_TO_TRITON = {ort_t: triton_t for _, triton_t, ort_t, _ in _TABLE}
+TRITON_TO_NUMPY = {triton_t: np.dtype(np_t) for _, triton_t, _, np_t in _TABLE}
+
+
+def triton_type_of_onnx(elem_type: int) -> str:
+    """Triton config type for an ONNX element type; `TYPE_INVALID` when Triton has none we serve."""
+    return ONNX_TO_TRITON.get(elem_type, "TYPE_INVALID")
+
+
+def short_name(triton_type: str) -> str:
+    """`TYPE_FP32` -> `FP32`, the form Triton uses on the wire and in messages."""
+    return triton_type[5:] if triton_type.startswith("TYPE_") else triton_type

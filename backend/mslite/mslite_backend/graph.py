@@ -1,0 +1,153 @@
+"""What the ONNX file declares: its inputs and outputs, the auto-completed config, and load-time checks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .config import BackendConfig, TensorSpec
+from .dtypes import short_name, triton_type_of_onnx
+from .errors import ModelLoadError
+
+DEFAULT_MAX_BATCH_SIZE = 64
+
+
+@dataclass(frozen=True)
+class GraphTensor:
+    """A graph input or output: `dims` holds -1 for every dynamic (symbolic or unknown) dimension."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+
+    @property
+    def batchable(self) -> bool:
+        """True when the first dimension exists and is dynamic."""
+        return bool(self.dims) and self.dims[0] == -1
+
+
+@dataclass(frozen=True)
+class GraphIO:
+    """The inputs and outputs of one ONNX graph."""
+
+    inputs: tuple[GraphTensor, ...]
+    outputs: tuple[GraphTensor, ...]
+
+
+def read_graph_io(path: str) -> GraphIO:
+    """Read the I/O declarations of an ONNX file without loading external weights.
+
+    Raises:
+        ModelLoadError: the file is missing or is not a valid ONNX model.
+    """
+    import onnx  # lazily: only the auto-complete stub and tests need it
+
+    name = os.path.basename(path)
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"model file '{name}' not found in the model version directory")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:  # onnx raises DecodeError, ValueError, ... depending on the damage
+        raise ModelLoadError(f"model file '{name}' is not a valid ONNX model ({type(e).__name__})") from e
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    return GraphIO(
+        inputs=tuple(_tensor(v) for v in graph.input if v.name not in initializers),
+        outputs=tuple(_tensor(v) for v in graph.output),
+    )
+
+
+def _tensor(value_info: Any) -> GraphTensor:
+    tt = value_info.type.tensor_type
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+    return GraphTensor(value_info.name, triton_type_of_onnx(tt.elem_type), dims)
+
+
+@dataclass(frozen=True)
+class AutoCompletePlan:
+    """What `auto_complete_config` should add to a model config."""
+
+    max_batch_size: int | None
+    dynamic_batching: bool
+    inputs: tuple[dict[str, Any], ...]
+    outputs: tuple[dict[str, Any], ...]
+
+
+def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoCompletePlan:
+    """Decide the fields a minimal config (`backend: "mslite"` only) is missing.
+
+    Batching is turned on (max_batch_size DEFAULT_MAX_BATCH_SIZE, dynamic batching) when the config
+    declares no tensors and no max_batch_size, and every graph tensor has a dynamic first dimension.
+    """
+    declared = bool(model_config.get("input") or model_config.get("output"))
+    mbs = int(model_config.get("max_batch_size", 0) or 0)
+    everything = io.inputs + io.outputs
+    can_batch = bool(everything) and all(t.batchable for t in everything)
+    if mbs == 0 and not declared and can_batch:
+        mbs_new: int | None = DEFAULT_MAX_BATCH_SIZE
+    else:
+        mbs_new = None
+    batched = (mbs_new or mbs) > 0
+    have_in = {t["name"] for t in model_config.get("input") or []}
+    have_out = {t["name"] for t in model_config.get("output") or []}
+
+    def entry(t: GraphTensor) -> dict[str, Any]:
+        dims = list(t.dims[1:] if batched else t.dims)
+        return {"name": t.name, "data_type": t.data_type, "dims": dims}
+
+    return AutoCompletePlan(
+        max_batch_size=mbs_new,
+        dynamic_batching=batched and "sequence_batching" not in model_config,
+        inputs=tuple(entry(t) for t in io.inputs if t.name not in have_in),
+        outputs=tuple(entry(t) for t in io.outputs if t.name not in have_out),
+    )
+
+
+def check_config_against_graph(cfg: BackendConfig, io: GraphIO) -> None:
+    """Fail the load when the config's tensors disagree with the ONNX graph.
+
+    Raises:
+        ModelLoadError: naming the model, the tensor, the field, what the graph has and what the config says.
+    """
+    where = f"model '{cfg.model_name}'"
+    graph_in = {t.name: t for t in io.inputs}
+    graph_out = {t.name: t for t in io.outputs}
+    for kind, specs, graph in (("input", cfg.inputs, graph_in), ("output", cfg.outputs, graph_out)):
+        for spec in specs:
+            if spec.name not in graph:
+                raise ModelLoadError(
+                    f"{where}: config {kind} '{spec.name}' is not in the ONNX graph; "
+                    f"the graph's {kind}s are {sorted(graph)}"
+                )
+            _check_tensor(where, kind, spec, graph[spec.name], cfg.batched)
+    missing = sorted(set(graph_in) - {s.name for s in cfg.inputs})
+    if missing:
+        raise ModelLoadError(f"{where}: ONNX graph inputs {missing} are missing from the config's inputs")
+
+
+def _check_tensor(where: str, kind: str, spec: TensorSpec, t: GraphTensor, batched: bool) -> None:
+    if spec.data_type != t.data_type:
+        raise ModelLoadError(
+            f"{where}, {kind} '{spec.name}': data_type expected {t.data_type} (from the ONNX graph), "
+            f"config says {spec.data_type}"
+        )
+    graph_dims = t.dims
+    if batched:
+        if graph_dims and graph_dims[0] not in (-1,):
+            raise ModelLoadError(
+                f"{where}, {kind} '{spec.name}': max_batch_size > 0 needs a dynamic first dimension, "
+                f"the ONNX graph has {list(graph_dims)}"
+            )
+        graph_dims = graph_dims[1:]
+    if len(graph_dims) != len(spec.dims) or any(g != -1 and c != -1 and g != c for g, c in zip(graph_dims, spec.dims)):
+        raise ModelLoadError(
+            f"{where}, {kind} '{spec.name}': dims expected {list(graph_dims)} (from the ONNX graph"
+            f"{', batch dimension excluded' if batched else ''}), config says {list(spec.dims)}"
+        )
+
+
+def describe(spec: TensorSpec, batched: bool) -> str:
+    """`FP32[-1,3,224,224]`: how a tensor appears in request-error messages."""
+    dims = ([-1] if batched else []) + list(spec.dims)
+    return f"{short_name(spec.data_type)}{dims}"

@@ -1,0 +1,88 @@
+"""One ONNX Runtime session per worker: providers, threads and the checks ORT does not do itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .config import BackendConfig, InstanceInfo
+from .errors import ConfigError, InferenceFailure, ModelLoadError, RequestError, client_message
+
+_INSTALL_HINT = {
+    "CUDAExecutionProvider": "install onnxruntime-gpu matching the CUDA libraries in the worker's environment",
+}
+
+
+def providers_for(instance: InstanceInfo) -> list[Any]:
+    """ONNX Runtime providers for an instance kind: KIND_CPU -> CPU, KIND_GPU -> CUDA on its device."""
+    if instance.kind == "GPU":
+        return [("CUDAExecutionProvider", {"device_id": instance.device_id})]
+    if instance.kind in ("CPU", "MODEL"):
+        return ["CPUExecutionProvider"]
+    raise ConfigError(f"instance '{instance.name}': unsupported instance kind '{instance.kind}'")
+
+
+def session_options(cfg: BackendConfig) -> Any:
+    """Build `SessionOptions` from the typed config."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = cfg.intra_op_threads
+    so.inter_op_num_threads = cfg.inter_op_threads
+    so.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if cfg.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    so.enable_cpu_mem_arena = cfg.enable_mem_arena
+    so.graph_optimization_level = ort.GraphOptimizationLevel(cfg.graph_optimization_level)
+    if not cfg.allow_spinning:
+        # Workers x threads exceed the cores: spinning threads would steal time from other workers.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return so
+
+
+class OrtSession:
+    """An `InferenceSession` whose providers were verified, with errors mapped to backend errors."""
+
+    def __init__(self, path: str, cfg: BackendConfig, instance: InstanceInfo) -> None:
+        """Create the session.
+
+        Raises:
+            ModelLoadError: the file cannot be loaded, or the requested provider is not active
+                (ONNX Runtime silently falls back to CPU; we do not).
+        """
+        import onnxruntime as ort
+
+        providers = providers_for(instance)
+        wanted = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+        where = f"model '{cfg.model_name}', instance '{instance.name}'"
+        if wanted not in ort.get_available_providers():
+            raise ModelLoadError(
+                f"{where}: {wanted} is not available in this ONNX Runtime build "
+                f"(available: {ort.get_available_providers()}); {_INSTALL_HINT.get(wanted, '')}".rstrip("; ")
+            )
+        try:
+            self._session = ort.InferenceSession(path, session_options(cfg), providers=providers)
+        except Exception as e:
+            raise ModelLoadError(f"{where}: ONNX Runtime could not load the model: {client_message(str(e))}") from e
+        active = self._session.get_providers()
+        if not active or active[0] != wanted:
+            raise ModelLoadError(f"{where}: asked for {wanted} but ONNX Runtime runs {active}")
+        self.providers = tuple(active)
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run once.
+
+        Raises:
+            RequestError: ONNX Runtime rejected the inputs (shape or value problems).
+            InferenceFailure: any other runtime failure.
+        """
+        try:
+            return list(self._session.run(output_names, feeds))
+        except Exception as e:
+            kind = type(e).__name__
+            msg = client_message(str(e))
+            if kind in ("InvalidArgument", "InvalidProtobuf") or "INVALID_ARGUMENT" in str(e):
+                raise RequestError(msg) from e
+            raise InferenceFailure(f"inference failed: {msg}") from e

@@ -1,0 +1,66 @@
+"""Validation and config gathering shared by `Model.build_from_file` and `ModelParallelRunner.build_from_file`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ._checkparam import check_isinstance
+from ._model_config import merge_sections, parse_config_file
+from .tensor import Tensor
+
+
+def check_config_dict(config_dict: Any) -> dict[str, dict[str, str]]:
+    """MindSpore Lite's shape check of `config_dict` (dict[str, dict[str, str]]).
+
+    Raises:
+        TypeError: at any level, naming the level.
+    """
+    if config_dict is None:
+        return {}
+    check_isinstance("config_dict", config_dict, dict)
+    for key, value in config_dict.items():
+        check_isinstance("config_dict_key", key, str)
+        check_isinstance("config_dict_value", value, dict)
+        for k, v in value.items():
+            check_isinstance("config_dict_value_key", k, str)
+            check_isinstance("config_dict_value_value", v, str)
+    return config_dict
+
+
+def load_sections(config_path: str, overrides: dict[str, dict[str, str]] | None, who: str) -> dict[str, dict[str, str]]:
+    """Config file sections with `overrides` applied on top (MindSpore Lite's precedence).
+
+    Raises:
+        RuntimeError: the file is missing or unreadable.
+    """
+    from_file: dict[str, dict[str, str]] = {}
+    if config_path:
+        if not os.path.exists(config_path):
+            raise RuntimeError(f"{who}, config_path does not exist!")
+        try:
+            from_file = parse_config_file(config_path)
+        except (OSError, UnicodeDecodeError) as e:
+            raise RuntimeError(f"load configuration failed! Error is {e}") from e
+    return merge_sections(from_file, overrides)
+
+
+def input_arrays(inputs: list[Tensor]) -> list[np.ndarray]:
+    """The data of each input tensor, with the tensor's shape.
+
+    Raises:
+        RuntimeError: an input tensor has no data.
+    """
+    return [t._array() for t in inputs]
+
+
+def fill_outputs(outputs: list[Tensor], results: list[Tensor]) -> list[Tensor]:
+    """Copy results into caller-provided output tensors (MindSpore Lite's `outputs=` argument)."""
+    for target, result in zip(outputs, results):
+        target.name = result.name
+        target.dtype = result.dtype
+        target.shape = result.shape
+        target.set_data_from_numpy(result.get_data_to_numpy())
+    return outputs

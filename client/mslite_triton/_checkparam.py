@@ -1,0 +1,131 @@
+"""Argument checks that raise MindSpore Lite's exact exception types and messages.
+
+Users port code (and tests) written against ``mindspore_lite``; those tests assert on
+``TypeError`` vs ``ValueError`` and on message text, so every wording here follows
+``mindspore_lite/_checkparam.py`` character for character.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def check_isinstance(arg_name: str, arg_value: Any, classes: type, enable_none: bool = False) -> Any:
+    """Check that ``arg_value`` is an instance of ``classes``.
+
+    Args:
+        arg_name: Name used in the message.
+        arg_value: Value to check.
+        classes: Expected class.
+        enable_none: Accept ``None`` as well.
+
+    Returns:
+        ``arg_value`` unchanged.
+
+    Raises:
+        TypeError: ``arg_value`` is not an instance of ``classes`` (and not an allowed ``None``).
+    """
+    if enable_none and arg_value is None:
+        return arg_value
+    if not isinstance(arg_value, classes):
+        raise TypeError(f"{arg_name} must be {classes.__name__}, but got {type(arg_value)}.")
+    return arg_value
+
+
+def check_list_of_element(arg_name: str, arg_value: Any, ele_classes: type, enable_none: bool = False) -> Any:
+    """Check that ``arg_value`` is a list whose elements are all instances of ``ele_classes``.
+
+    Args:
+        arg_name: Name used in the message.
+        arg_value: Value to check.
+        ele_classes: Expected class of every element.
+        enable_none: Accept ``None`` as well.
+
+    Returns:
+        ``arg_value`` unchanged.
+
+    Raises:
+        TypeError: ``arg_value`` is not a list, or one of its elements has the wrong type.
+    """
+    if enable_none and arg_value is None:
+        return arg_value
+    if not isinstance(arg_value, list):
+        raise TypeError(f"{arg_name} must be list, but got {type(arg_value)}.")
+    for i, element in enumerate(arg_value):
+        if not isinstance(element, ele_classes):
+            raise TypeError(f"{arg_name} element must be {ele_classes.__name__}, but got {type(element)} at index {i}.")
+    return arg_value
+
+
+def check_non_negative_int(arg_name: str, arg_value: Any, message: str | None = None) -> int:
+    """Check that ``arg_value`` is an ``int`` >= 0.
+
+    Args:
+        arg_name: Name used in the ``TypeError`` message.
+        arg_value: Value to check.
+        message: ``ValueError`` text; defaults to ``"{arg_name} must be a non-negative int."``.
+
+    Returns:
+        ``arg_value`` unchanged.
+
+    Raises:
+        TypeError: ``arg_value`` is not an int.
+        ValueError: ``arg_value`` is negative.
+    """
+    check_isinstance(arg_name, arg_value, int)
+    if arg_value < 0:
+        raise ValueError(message if message is not None else f"{arg_name} must be a non-negative int.")
+    return int(arg_value)
+
+
+def check_shape(shape: Any, enable_none: bool = True) -> Any:
+    """Check a tensor shape: a list or tuple of ``int``.
+
+    Args:
+        shape: Value to check.
+        enable_none: Accept ``None`` as well.
+
+    Returns:
+        ``shape`` unchanged.
+
+    Raises:
+        TypeError: ``shape`` is not a list/tuple, or an element is not an int.
+    """
+    if enable_none and shape is None:
+        return shape
+    if not isinstance(shape, (list, tuple)):
+        raise TypeError(f"shape must be list or tuple, but got {type(shape)}.")
+    for i, element in enumerate(shape):
+        if not isinstance(element, int):
+            raise TypeError(f"shape element must be int, but got {type(element)} at index {i}.")
+    return shape
+
+
+def check_device(device: Any) -> tuple[str, int]:
+    """Check a tensor ``device`` argument and split it.
+
+    Args:
+        device: ``None``, ``"ascend"`` or ``"ascend:N"``.
+
+    Returns:
+        ``(device_type, device_id)``: ``("", -1)`` for ``None``, ``("ascend", -1)`` for ``"ascend"``.
+
+    Raises:
+        TypeError: ``device`` is not a str, has more than one ``:``, is not an ascend device,
+            or its id is not a non-negative integer.
+    """
+    if device is None:
+        return "", -1
+    if not isinstance(device, str):
+        raise TypeError(f"device must be str, but got {type(device)}.")
+    parts = device.split(":")
+    if len(parts) > 2:
+        raise TypeError("device must be 'ascend:index', eg: 'ascend:0'")
+    if parts[0] != "ascend":
+        raise TypeError("now only support ascend device.")
+    if len(parts) == 2:
+        # str.isdigit also accepts e.g. superscript digits that int() rejects.
+        if not (parts[1].isascii() and parts[1].isdigit()):
+            raise TypeError("device id should >= 0.")
+        return parts[0], int(parts[1])
+    return parts[0], -1

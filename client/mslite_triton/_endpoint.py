@@ -1,0 +1,84 @@
+"""Where the server is: `Context.server_url`, `MSLITE_TRITON_URL`, or an embedded server started on demand."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from ._transport import Transport
+from .errors import ServerUnavailableError
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_embedded: Any = None
+_transports: dict[tuple[str, str | None], Transport] = {}
+
+
+def server_url(explicit: str | None) -> str:
+    """The URL to use: the context's, else `MSLITE_TRITON_URL`, else an auto-started embedded server.
+
+    Raises:
+        ServerUnavailableError: no URL, and auto-start is off or impossible.
+    """
+    url = explicit or os.environ.get("MSLITE_TRITON_URL")
+    return url if url else _autostart()
+
+
+def admin_key() -> str | None:
+    """The admin key for model control, from `MSLITE_TRITON_KEY` (None when unset)."""
+    return os.environ.get("MSLITE_TRITON_KEY") or None
+
+
+def transport(explicit_url: str | None) -> Transport:
+    """A shared, live-checked transport to the server (one pool per URL and key)."""
+    url = server_url(explicit_url)
+    key = admin_key()
+    with _lock:
+        found = _transports.get((url, key))
+    if found is not None:
+        return found
+    created = Transport(url, key=key)
+    created.check_live()
+    with _lock:
+        return _transports.setdefault((url, key), created)
+
+
+def _autostart() -> str:
+    global _embedded
+    with _lock:
+        if _embedded is not None and _embedded.is_running():
+            return str(_embedded.grpc_url)
+        if os.environ.get("MSLITE_TRITON_AUTOSTART", "1") == "0":
+            raise ServerUnavailableError(
+                "(no URL)", "MSLITE_TRITON_URL is not set and MSLITE_TRITON_AUTOSTART=0 turns auto-start off"
+            )
+        try:
+            from .server import EmbeddedServer, ServerConfig
+        except ImportError as e:  # pragma: no cover - the server module itself has no extra imports
+            raise ServerUnavailableError("(no URL)", f"cannot start an embedded server: {e}") from e
+        repo = Path(tempfile.mkdtemp(prefix="mslite-triton-repo-"))
+        server = EmbeddedServer(ServerConfig(model_repository=repo, load_models=()))
+        try:
+            server.start()
+        except Exception as e:
+            shutil.rmtree(repo, ignore_errors=True)
+            raise ServerUnavailableError("(embedded)", f"the embedded server did not start: {e}") from e
+        log.info("started an embedded Triton server at %s", server.grpc_url)
+        _embedded = server
+        atexit.register(_stop_embedded, server, repo)
+        return str(server.grpc_url)
+
+
+def _stop_embedded(server: Any, repo: Path) -> None:
+    for t in list(_transports.values()):
+        t.close()
+    server.stop()
+    server.remove_workspace()
+    shutil.rmtree(repo, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""Context + config sections -> a Triton model config for the `mslite` backend (the one place this happens)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .context import Context
+
+MAX_QUEUE_SIZE = 1000  # MindSpore Lite's task queue bound (kNumMaxTaskQueueSize)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """How many workers, and how many threads each, a build asks for."""
+
+    workers: int
+    thread_num: int
+    inter_op_parallel_num: int
+
+
+def default_thread_num(cores: int) -> int:
+    """MindSpore Lite's default threads per worker: half the cores up to 16 cores (at least 1), else 8."""
+    return max(1, cores // 2) if cores <= 16 else 8
+
+
+def plan_workers(context: Context, *, cores: int, workers_num: int | None = None) -> WorkerPlan:
+    """Apply MindSpore Lite's rules for workers_num / thread_num defaults and limits.
+
+    Args:
+        context: the user's context.
+        cores: cores the server's workers may use.
+        workers_num: overrides `context.parallel.workers_num` (a plain Model has one worker).
+
+    Raises:
+        RuntimeError: too many workers, or threads that cannot be bound (MindSpore Lite's Init errors).
+    """
+    workers = context.parallel.workers_num if workers_num is None else workers_num
+    threads = context.cpu.thread_num
+    binding = context.cpu.thread_affinity_mode != 0 or bool(context.cpu.thread_affinity_core_list)
+    if workers > 5 * cores:
+        raise RuntimeError(f"user set worker num {workers} is invalid: more than 5 x {cores} cores")
+    if threads > cores and binding:
+        raise RuntimeError("thread num more than core num, can not bind cpu core")
+    threads = min(threads, 5 * cores)
+    if threads == 0:
+        threads = default_thread_num(cores)
+        if workers > 0 and workers * threads > cores:
+            threads = max(1, cores // workers)
+    if workers == 0:
+        workers = max(1, cores // threads)
+    inter = context.cpu.inter_op_parallel_num or 1
+    return WorkerPlan(workers=workers, thread_num=threads, inter_op_parallel_num=inter)
+
+
+def parse_config_file(path: str) -> dict[str, dict[str, str]]:
+    """Read MindSpore Lite's INI-like config file.
+
+    Lines are trimmed; lines of 2 characters or fewer and `#` comments are skipped; `[section]` opens a
+    section; `key=value` splits on the first `=`; the first occurrence of a key wins.
+    """
+    sections: dict[str, dict[str, str]] = {}
+    current: dict[str, str] | None = None
+    with open(path, encoding="utf-8") as f:
+        for raw in f.read().splitlines()[:100_000]:
+            line = raw.strip()
+            if len(line) <= 2 or line.startswith("#"):
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                current = sections.setdefault(line[1:-1].strip(), {})
+            elif "=" in line and current is not None:
+                key, value = (s.strip() for s in line.split("=", 1))
+                current.setdefault(key, value)
+    return sections
+
+
+def merge_sections(*layers: dict[str, dict[str, str]] | None) -> dict[str, dict[str, str]]:
+    """Later layers override earlier ones, key by key within a section."""
+    merged: dict[str, dict[str, str]] = {}
+    for layer in layers:
+        for section, entries in (layer or {}).items():
+            merged.setdefault(section, {}).update(entries)
+    return merged
+
+
+def build_model_config(
+    name: str,
+    context: Context,
+    plan: WorkerPlan,
+    *,
+    sections: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The Triton model config (JSON dict) for one build.
+
+    Inputs, outputs, dims and max_batch_size are left to the backend's auto-complete, which reads
+    them from the ONNX file. Each worker is its own instance group, so worker i is group i.
+
+    Raises:
+        RuntimeError: a target this server cannot run.
+    """
+    target = context.target[0]
+    if target == "ascend":
+        raise RuntimeError(
+            "build_from_file failed! Error is kLiteNotSupport: the 'ascend' target is not available on this "
+            "server yet; use target ['cpu'] or ['gpu']"
+        )
+    groups: list[dict[str, Any]] = []
+    device_ids = context.parallel.device_ids or [context.gpu.device_id]
+    for i in range(plan.workers):
+        if target == "gpu":
+            groups.append({"kind": "KIND_GPU", "count": 1, "gpus": [device_ids[i % len(device_ids)]]})
+        else:
+            groups.append({"kind": "KIND_CPU", "count": 1})
+    device = context.gpu if target == "gpu" else context.cpu
+    params = {
+        "thread_num": plan.thread_num,
+        "inter_op_parallel_num": plan.inter_op_parallel_num,
+        "thread_affinity_mode": context.cpu.thread_affinity_mode,
+        "precision_mode": device.precision_mode,
+    }
+    if context.cpu.thread_affinity_core_list:
+        params["thread_affinity_core_list"] = ",".join(str(c) for c in context.cpu.thread_affinity_core_list)
+    for section, entries in (sections or {}).items():
+        for key, value in entries.items():
+            params[f"{section}.{key}"] = value
+    return {
+        "name": name,
+        "backend": "mslite",
+        "instance_group": groups,
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": 0,
+            "default_queue_policy": {"max_queue_size": MAX_QUEUE_SIZE},
+        },
+        "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
+    }
+
+
+def local_cores() -> int:
+    """Cores this process may use (the server's, when it runs on this host)."""
+    return len(os.sched_getaffinity(0))

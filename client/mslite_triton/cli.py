@@ -1,0 +1,78 @@
+"""`mslite-triton`: serve a model repository with the embedded Triton server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = ServerConfig(
+        model_repository=Path(args.model_repository),
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        load_models=tuple(args.model) or ("*",),
+        exit_timeout_s=args.exit_timeout_s,
+        log_verbose=args.log_verbose,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server = EmbeddedServer(config)
+    try:
+        server.start()
+    except ServerStartError as e:
+        sys.stderr.write(f"mslite-triton: {e}\n")
+        return 2
+    out = sys.stdout
+    out.write(f"HTTP    {server.http_url}\nGRPC    {server.grpc_url}\nMETRICS {server.metrics_url}\n")
+    out.write(f"LOG     {server.log_path}\n")
+    for m in server.model_states():
+        reason = f"  ({m.reason.splitlines()[0]})" if m.reason and not m.ready else ""
+        out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")
+    out.write("serving; Ctrl-C or SIGTERM stops\n")
+    out.flush()
+    while not stop.wait(0.5):
+        if not server.is_running():
+            sys.stderr.write(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
+            server.stop()
+            return 1
+    code = server.stop()
+    server.remove_workspace()
+    return 0 if code in (0, None) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="mslite-triton", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="start the embedded Triton server on a model repository")
+    serve.add_argument("--model-repository", default="model_repository", help="model repository directory")
+    serve.add_argument("--host", default=LOOPBACK, help="address to bind (default: loopback only)")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
+    serve.add_argument("--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests")
+    serve.add_argument("--log-verbose", type=int, default=0)
+    serve.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Exceptions raised by mslite_triton.
+
+Each one also subclasses the builtin MindSpore Lite raises in the same situation
+(``RuntimeError`` for a failed build or predict, ``ValueError`` for a bad argument), so code
+written for ``mindspore_lite`` that catches those keeps working; new code can catch
+``MSLiteError`` or a specific class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MSLiteError(Exception):
+    """Base (mixin) of every error of this library.
+
+    Attributes:
+        status: Name of the MindSpore Lite ``StatusCode`` closest to the failure.
+        code: Its value as an int32 (MindSpore Lite codes read as ``-n``).
+    """
+
+    status: str = "kLiteError"
+    code: int = -1
+
+
+class ServerUnavailableError(MSLiteError, RuntimeError):
+    """Raised when the Triton server cannot be reached (refused, timed out, not ready).
+
+    Args:
+        url: The server URL that was tried.
+        reason: What the transport reported, if anything.
+    """
+
+    def __init__(self, url: str, reason: str = "") -> None:
+        self.url = url
+        self.reason = reason
+        detail = f" ({reason})" if reason else ""
+        super().__init__(
+            f"cannot reach the Triton server at {url}{detail}. Start one with `mslite-triton serve`, "
+            f"or set Context.server_url to the URL of a running server."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.url, self.reason)
+
+
+class ServiceDenyError(MSLiteError, RuntimeError):
+    """Raised when the server rejects a request because its queue is full (overload).
+
+    MindSpore Lite returns ``kLiteServiceDeny`` when more than 1000 tasks are waiting; the
+    request was not run and may be retried later.
+
+    Args:
+        detail: What the server reported.
+    """
+
+    status = "kLiteServiceDeny"
+    code = -11
+
+    def __init__(self, detail: str = "The number of waiting tasks in the queue exceeds the limit") -> None:
+        self.detail = detail
+        super().__init__(f"predict failed! Error is kLiteServiceDeny: {detail}. Retry later.")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.detail,)
+
+
+class InferenceError(MSLiteError, RuntimeError):
+    """Raised when the server failed to run one request (model error, internal error)."""
+
+    status = "kLiteError"
+    code = -1
+
+
+class InvalidInputError(MSLiteError, ValueError):
+    """Raised when the server rejected a request's inputs (Triton ``INVALID_ARG``).
+
+    The message names the problem (input name, expected and actual shape or type).
+    """
+
+    status = "kLiteInputParamInvalid"
+    code = -600
+
+
+class ModelLoadError(MSLiteError, RuntimeError):
+    """Raised when the server could not load or build a model."""
+
+
+class NotFoundError(MSLiteError, RuntimeError):
+    """Raised when the server does not know the requested model (or version)."""
+
+
+class PermissionDeniedError(MSLiteError, RuntimeError):
+    """Raised when the server refuses an operation, e.g. model control is disabled."""

@@ -1,0 +1,204 @@
+"""`Model`: one model built from a file, served by one worker on the Triton server."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from ._build import check_config_dict, fill_outputs, input_arrays, load_sections
+from ._checkparam import check_isinstance
+from ._endpoint import server_url
+from ._model_config import local_cores, plan_workers
+from ._remote import RemoteModel
+from .context import Context
+from .tensor import ModelType, Tensor, TensorMeta
+
+log = logging.getLogger(__name__)
+
+_INFO_KEYS = ("user_info", "input_shape", "dynamic_dims", "current_pid", "shareable_weight_mem_handle")
+
+
+class Model:
+    """MindSpore Lite's `Model`, running on the server (one worker).
+
+    Calls from several threads are allowed and run concurrently up to the server's capacity.
+    """
+
+    def __init__(self) -> None:
+        self.model_path_ = ""
+        self.provider = ""
+        self._remote: RemoteModel | None = None
+        self._inputs: list[Tensor] = []
+
+    def __str__(self) -> str:
+        return f"model_path: {self.model_path_}."
+
+    def build_from_file(
+        self,
+        model_path: str,
+        model_type: ModelType,
+        context: Context | None = None,
+        config_path: str = "",
+        config_dict: dict[str, dict[str, str]] | None = None,
+        dec_key: bytes | None = None,
+        dec_mode: str = "AES-GCM",
+        dec_num_parallel: int = 0,
+    ) -> None:
+        """Upload the ONNX file (or bind to `triton://<name>`) and build it with the context's settings.
+
+        Raises:
+            TypeError: an argument has the wrong type.
+            ValueError: `dec_mode` is empty.
+            RuntimeError: missing file or config file, not an ONNX file, server unreachable, load failure.
+        """
+        check_isinstance("model_path", model_path, str)
+        check_isinstance("model_type", model_type, ModelType)
+        context = Context() if context is None else check_isinstance("context", context, Context)
+        check_isinstance("config_path", config_path, str)
+        overrides = check_config_dict(config_dict)
+        if dec_key is not None:
+            check_isinstance("dec_key", dec_key, bytes)
+            check_isinstance("dec_mode", dec_mode, str)
+            if not dec_mode:
+                raise ValueError("dec_mode must not be empty string!")
+            check_isinstance("dec_num_parallel", dec_num_parallel, int)
+            raise RuntimeError("build_from_file failed! Error is kLiteNotSupport: encrypted models are not supported")
+        if not model_path.startswith("triton://") and not os.path.exists(model_path):
+            raise RuntimeError("build_from_file failed, model_path does not exist!")
+        sections = load_sections(config_path, overrides, "build_from_file failed")
+        if context.cpu.thread_affinity_mode == 2:
+            log.warning("thread_affinity_mode 2 (middle cores) is not supported by the server: workers are not pinned")
+        server_url(context.server_url)  # fail early, with the URL, when no server is reachable
+        plan = plan_workers(context, cores=local_cores(), workers_num=1)
+        self._remote = RemoteModel.build(model_path, context, plan, sections)
+        self.model_path_ = model_path
+        self.provider = context.ascend.provider
+        self._inputs = self._remote.input_tensors()
+
+    def _built(self) -> RemoteModel:
+        if self._remote is None:
+            raise RuntimeError(
+                "predict failed! Error is kLiteError: the model is not built; call build_from_file first"
+            )
+        return self._remote
+
+    def get_inputs(self) -> list[Tensor]:
+        """The model's input tensors (shared by every caller of this Model, as in MindSpore Lite)."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> tuple[TensorMeta, ...]:
+        """Metadata of the outputs: name, dtype, shape, format, element_num, data_size."""
+        return self._built().output_metas()
+
+    def predict(self, inputs: list[Tensor | np.ndarray], outputs: list[Tensor] | None = None) -> list[Tensor]:
+        """Run inference once.
+
+        Args:
+            inputs: one Tensor or numpy array per model input, in order.
+            outputs: optional tensors to receive the results.
+
+        Raises:
+            TypeError: `inputs` or `outputs` has the wrong type.
+            RuntimeError: wrong number of inputs, or the server failed (subclasses name the cause).
+            ValueError: the server rejected an input (InvalidInputError).
+        """
+        if not isinstance(inputs, (list, tuple)):
+            raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
+        remote = self._built()
+        if len(inputs) != len(self._inputs):
+            raise RuntimeError(f"model input len:{len(self._inputs)} not equal input len:{len(inputs)}!")
+        tensors = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, np.ndarray):
+                tensors.append(self._from_numpy(i, item))
+            elif isinstance(item, Tensor):
+                tensors.append(item)
+            else:
+                raise TypeError("inputs element must be Tensor, of numpy.")
+        if outputs is not None:
+            check_isinstance("outputs", outputs, list)
+            for o in outputs:
+                check_isinstance("outputs element", o, Tensor)
+        results = remote.predict(input_arrays(tensors))
+        if not results:
+            raise RuntimeError("predict failed!")
+        return fill_outputs(outputs, results) if outputs else results
+
+    def _from_numpy(self, index: int, array: np.ndarray) -> Tensor:
+        """A numpy input: same rank as the model input -> taken with its own shape; else copied into it."""
+        target = self._inputs[index]
+        if array.ndim == len(target.shape) and array.ndim > 0:
+            tensor = Tensor(array)
+            tensor.name = target.name
+            return tensor
+        target.set_data_from_numpy(array)
+        return target
+
+    def resize(self, inputs: list[Tensor], dims: list[list[int]]) -> None:
+        """Give the input tensors new shapes (needed for dynamic dimensions).
+
+        Raises:
+            TypeError: bad argument types (with the index of the offending element).
+            ValueError: `inputs` and `dims` differ in length.
+            RuntimeError: a shape the model cannot take (rank, or a fixed dimension).
+        """
+        if not isinstance(inputs, (list, tuple)):
+            raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"inputs element must be Tensor, but got {type(t)} at index {i}.")
+        if not isinstance(dims, (list, tuple)):
+            raise TypeError(f"dims must be list or tuple, but got {type(dims)}.")
+        for i, d in enumerate(dims):
+            if not isinstance(d, (list, tuple)):
+                raise TypeError(f"dims element must be list or tuple, but got {type(d)} at index {i}.")
+            for j, v in enumerate(d):
+                if not isinstance(v, int):
+                    raise TypeError(f"dims element's element must be int, but got {type(v)} at {i},{j}.")
+        if len(inputs) != len(dims):
+            raise ValueError(
+                f"inputs' size does not match dims' size, but got inputs: {len(inputs)} and dims: {len(dims)}."
+            )
+        remote = self._built()
+        declared = {t.name: t.shape for t in remote.info.inputs}
+        for t, d in zip(inputs, dims):
+            want = declared.get(t.name)
+            if want is not None and (len(want) != len(d) or any(w >= 0 and w != v for w, v in zip(want, d))):
+                raise RuntimeError(
+                    f"resize failed! Error is input '{t.name}' accepts shape {list(want)}, got {list(d)}"
+                )
+        for t, d in zip(inputs, dims):
+            t.shape = list(d)
+
+    def update_weights(self, weights: list[list[Tensor]]) -> None:
+        """Replace named weights in every worker (not available yet on this server).
+
+        Raises:
+            TypeError: `weights` is not a list of lists of Tensor.
+            RuntimeError: live weight updates are not supported by this build.
+        """
+        check_isinstance("weights", weights, list)
+        for i, group in enumerate(weights):
+            if not isinstance(group, list):
+                raise TypeError(f"weights element must be list, but got {type(group)} at index {i}.")
+            for j, t in enumerate(group):
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"weights element's element must be Tensor, but got {type(t)} at {i},{j}.")
+        raise RuntimeError("update weight failed! Error is kLiteNotSupport: live weight updates are not available yet")
+
+    def get_model_info(self, key: str) -> str:
+        """Model information by key (`current_pid`, `input_shape`, ...); unknown keys give "" and a warning.
+
+        Raises:
+            TypeError: `key` is not a str.
+        """
+        check_isinstance("key", key, str)
+        if key == "current_pid":
+            return str(os.getpid())
+        if key == "input_shape" and self._remote is not None:
+            return ";".join(f"{t.name}:{','.join(map(str, t.shape))}" for t in self._inputs)
+        if key not in _INFO_KEYS:
+            log.warning("get_model_info: unsupported key '%s'", key)
+        return ""

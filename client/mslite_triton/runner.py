@@ -1,0 +1,98 @@
+"""`ModelParallelRunner`: N workers of one model on the server, fed concurrently by many client threads."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ._build import fill_outputs, input_arrays, load_sections
+from ._checkparam import check_isinstance
+from ._endpoint import server_url
+from ._model_config import local_cores, plan_workers
+from ._remote import RemoteModel
+from .context import Context
+from .tensor import Tensor
+
+log = logging.getLogger(__name__)
+
+_BUILD_FAILED = "ModelParallelRunner's build from file failed"
+
+
+class ModelParallelRunner:
+    """MindSpore Lite's `ModelParallelRunner`: `workers_num` worker processes of one model on the server.
+
+    `predict` may be called from many threads at once; no lock is held while a request is in flight.
+    """
+
+    def __init__(self) -> None:
+        self.model_path_ = ""
+        self._remote: RemoteModel | None = None
+
+    def __str__(self) -> str:
+        return f"model_path: {self.model_path_}."
+
+    def build_from_file(self, model_path: str, context: Context | None = None) -> None:
+        """Upload the ONNX file (or bind to `triton://<name>`) and start the workers.
+
+        A second call logs a warning and keeps the first build, as MindSpore Lite does.
+
+        Raises:
+            TypeError: `model_path` is not a str or `context` not a Context.
+            RuntimeError: missing file, unsupported settings (affinity mode 2, too many workers), server
+                unreachable, or load failure.
+        """
+        check_isinstance("model_path", model_path, str)
+        if not model_path.startswith("triton://") and not os.path.exists(model_path):
+            raise RuntimeError(f"{_BUILD_FAILED}, model_path does not exist!")
+        context = Context() if context is None else check_isinstance("context", context, Context)
+        if self._remote is not None:
+            log.warning("ModelParallelRunner is already built from '%s'; not rebuilding", self.model_path_)
+            return
+        if context.cpu.thread_affinity_mode == 2:
+            raise RuntimeError(f"{_BUILD_FAILED}! Error is Currently only HIGH_CPU and NO_BIND are supported")
+        sections = load_sections(context.parallel.config_path, context.parallel._config_info, _BUILD_FAILED)
+        server_url(context.server_url)  # fail early, with the URL, when no server is reachable
+        try:
+            plan = plan_workers(context, cores=local_cores())
+        except RuntimeError as e:
+            raise RuntimeError(f"{_BUILD_FAILED}! Error is {e}") from e
+        self._remote = RemoteModel.build(model_path, context, plan, sections)
+        self.model_path_ = model_path
+
+    def get_inputs(self) -> list[Tensor]:
+        """Fresh input tensors (name, dtype, shape; no data) on every call: safe to fill per thread.
+
+        Raises:
+            RuntimeError: the runner is not built.
+        """
+        if self._remote is None:
+            raise RuntimeError("get_inputs failed! Error is kLiteError: call build_from_file first")
+        return self._remote.input_tensors()
+
+    def predict(self, inputs: list[Tensor], outputs: list[Tensor] | None = None) -> list[Tensor]:
+        """Run one request on whichever worker is free.
+
+        Raises:
+            TypeError: `inputs` is not a list/tuple of Tensor, or `outputs` not a list.
+            RuntimeError: the server failed; `ServiceDenyError` (kLiteServiceDeny) when its queue is full.
+            ValueError: the server rejected an input (InvalidInputError).
+        """
+        if not isinstance(inputs, (list, tuple)):
+            raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
+        for i, t in enumerate(inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"inputs element must be Tensor, but got {type(t)} at index {i}.")
+        if outputs is not None:
+            if not isinstance(outputs, list):
+                raise TypeError(f"outputs must be list, bug got {type(inputs)}.")
+            for i, t in enumerate(outputs):
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"outputs element must be Tensor, but got {type(t)} at index {i}.")
+        if self._remote is None:
+            raise RuntimeError("predict failed! Error is kLiteError: call build_from_file first")
+        if len(inputs) != len(self._remote.info.inputs):
+            raise RuntimeError(f"model input len:{len(self._remote.info.inputs)} not equal input len:{len(inputs)}!")
+        results = self._remote.predict(input_arrays(list(inputs)))
+        if not results:
+            raise RuntimeError("predict failed!")
+        return fill_outputs(outputs, results) if outputs else results

@@ -1,0 +1,317 @@
+"""The embedded Triton server: the real `tritonserver` 2.51 from the nvidia-pytriton wheel, started on loopback.
+
+Used by the `mslite-triton serve` command, the tests and the client's auto-start. It composes a backend
+directory (the python backend and the stub matching this interpreter, copied, plus `backend/mslite`),
+starts the server with model control `explicit`, waits for readiness with a deadline, reports each
+model's state, and on stop removes the `/dev/shm` regions of its unique prefix.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import ServerUnavailableError
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+class ServerStartError(RuntimeError):
+    """The server could not start: a port is taken, the binary is missing, or it died during start-up."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How to start one embedded server. Ports of 0 mean "pick a free one"."""
+
+    model_repository: Path
+    host: str = LOOPBACK
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+    load_models: tuple[str, ...] = ("*",)
+    startup_timeout_s: float = 180.0
+    exit_timeout_s: int = 30
+    log_verbose: int = 0
+    shm_default_byte_size: int = 4 * 1024 * 1024
+    shm_growth_byte_size: int = 4 * 1024 * 1024
+    extra_args: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """One row of the repository index."""
+
+    name: str
+    version: str
+    state: str
+    reason: str
+
+    @property
+    def ready(self) -> bool:
+        """True when Triton reports the model READY."""
+        return self.state == "READY"
+
+
+def _triton_dir() -> Path:
+    try:
+        import pytriton  # noqa: F401  (only to locate the wheel's files)
+    except ImportError as e:
+        raise ServerStartError(
+            "the embedded server needs the [server] extra: pip install 'mslite-triton[server]'"
+        ) from e
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def _check_port(host: str, port: int, what: str) -> int:
+    """Return `port`, or a free one when it is 0; raise naming the port when it is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ServerStartError(
+                f"{what} port {port} on {host} is already in use; choose another with --{what}-port"
+            ) from e
+        return int(s.getsockname()[1])
+
+
+class EmbeddedServer:
+    """A `tritonserver` child process; a context manager that stops it and cleans up."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.workspace = Path(tempfile.mkdtemp(prefix="mslite-triton-"))
+        self.log_path = self.workspace / "tritonserver.log"
+        self.shm_prefix = f"mslite{os.getpid()}_{secrets.token_hex(4)}_"
+        self.http_port = 0
+        self.grpc_port = 0
+        self.metrics_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._stop_lock = threading.Lock()
+
+    # -- addresses -------------------------------------------------------------------------------
+    @property
+    def http_url(self) -> str:
+        """`http://host:port` of the HTTP/REST endpoint."""
+        return f"http://{self.config.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """`grpc://host:port` of the gRPC endpoint."""
+        return f"grpc://{self.config.host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """URL of the Prometheus metrics page."""
+        return f"http://{self.config.host}:{self.metrics_port}/metrics"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> EmbeddedServer:
+        """Start the server and wait until it is live and has finished loading its models.
+
+        Raises:
+            ServerStartError: port in use, missing binary, or the process died or timed out (log tail included).
+        """
+        cfg = self.config
+        self.http_port = _check_port(cfg.host, cfg.http_port, "http")
+        self.grpc_port = _check_port(cfg.host, cfg.grpc_port, "grpc")
+        self.metrics_port = _check_port(cfg.host, cfg.metrics_port, "metrics")
+        binary = self._compose_workspace()
+        args = [str(binary), *self._flags()]
+        env = dict(os.environ)
+        bindir = str(Path(sys.executable).parent)
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        libs = str(_triton_dir().parent.parent / "nvidia_pytriton.libs")
+        env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        log.info("starting tritonserver: %s", " ".join(args))
+        with open(self.log_path, "ab") as logf:
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _compose_workspace(self) -> Path:
+        src = _triton_dir()
+        ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = src / "python_backend_stubs" / ver / "triton_python_backend_stub"
+        if not stub.exists():
+            raise ServerStartError(f"the server wheel has no python backend stub for Python {ver}")
+        backends = self.workspace / "backends"
+        python_dir = backends / "python"
+        python_dir.mkdir(parents=True)
+        # Copies, not symlinks: Triton rejects backend files that resolve outside the backend directory.
+        for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+            shutil.copy2(src / "backends" / "python" / name, python_dir / name)
+        shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+        backend_src = Path(str(resources.files("mslite_triton_backend")))
+        shutil.copytree(backend_src, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        caches = self.workspace / "caches" / "local"
+        caches.mkdir(parents=True)
+        shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
+        return src / "bin" / "tritonserver"
+
+    def _flags(self) -> list[str]:
+        cfg = self.config
+        flags = [
+            f"--model-repository={Path(cfg.model_repository).resolve()}",
+            f"--backend-directory={self.workspace / 'backends'}",
+            f"--cache-directory={self.workspace / 'caches'}",
+            "--model-control-mode=explicit",
+            # One bad model must not stop the server, nor keep /v2/health/ready at 400:
+            # per-model state is reported from the repository index instead.
+            "--exit-on-error=false",
+            "--strict-readiness=false",
+            f"--exit-timeout-secs={cfg.exit_timeout_s}",
+            f"--http-address={cfg.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={cfg.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={cfg.host}",
+            f"--metrics-port={self.metrics_port}",
+            f"--log-verbose={cfg.log_verbose}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
+            f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
+        ]
+        flags += [f"--load-model={m}" for m in cfg.load_models]
+        return flags + list(cfg.extra_args)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                code = None if self.process is None else self.process.returncode
+                raise ServerStartError(
+                    f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
+                )
+            if self._http_status("GET", "/v2/health/ready") == 200:
+                return
+            time.sleep(0.2)
+        raise ServerStartError(
+            f"tritonserver not ready after {self.config.startup_timeout_s:.0f} s; log tail:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Stop the server (SIGTERM, then SIGKILL after the timeout) and remove its shm regions.
+
+        Safe to call twice. Returns the server's exit code, or None if it never started.
+        """
+        with self._stop_lock:
+            proc, self.process = self.process, None
+            code = None
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                wait_s = timeout_s if timeout_s is not None else self.config.exit_timeout_s + 5
+                try:
+                    code = proc.wait(timeout=wait_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    code = proc.wait()
+                try:  # the stubs live in the server's session: make sure none outlives it
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.cleanup_shm()
+            return code
+
+    def cleanup_shm(self) -> list[str]:
+        """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
+        removed = []
+        for path in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
+            try:
+                os.unlink(path)
+                removed.append(os.path.basename(path))
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def remove_workspace(self) -> None:
+        """Delete the composed backend directory and the log."""
+        shutil.rmtree(self.workspace, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.remove_workspace()
+
+    # -- inspection ------------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        """True while the server process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the server log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def model_states(self) -> list[ModelState]:
+        """Per-model readiness from the repository index (`POST /v2/repository/index`)."""
+        body = self._http_json("POST", "/v2/repository/index", {})
+        return [
+            ModelState(str(m.get("name")), str(m.get("version", "")), str(m.get("state", "")), str(m.get("reason", "")))
+            for m in body or []
+        ]
+
+    def _http_status(self, method: str, path: str) -> int:
+        req = urllib.request.Request(self.http_url + path, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=2) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+        except OSError:
+            return 0
+
+    def _http_json(self, method: str, path: str, payload: Any) -> Any:
+        data = json.dumps(payload).encode()
+        req = urllib.request.Request(self.http_url + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read() or b"null")
+        except OSError as e:
+            raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask the kernel for SIGTERM when the parent dies (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

@@ -1,0 +1,250 @@
+"""Small ONNX models for tests of a general-purpose serving backend.
+
+Every builder returns an ``onnx.ModelProto`` (opset 17, IR version 8) built with
+``onnx.helper`` only; each docstring says which backend behaviour it exercises.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8
+BIG_DIM = 1024
+#: Size of one ``BIG_DIM x BIG_DIM`` fp32 layer of :func:`big_weights`, in MiB.
+BIG_LAYER_MB = BIG_DIM * BIG_DIM * 4 / 2**20
+
+
+def _model(
+    name: str,
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[TensorProto] | None = None,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers or [])
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="mslite-triton model_zoo",
+    )
+
+
+def _vi(name: str, elem_type: int, shape: list[int | str]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def multi_io() -> onnx.ModelProto:
+    """Two inputs and two outputs: ``sum = a + b`` and ``prod = a * b``.
+
+    Exercises mapping several named inputs/outputs and output ordering.
+    Inputs ``a``, ``b``: ``[N, 3]`` float32; outputs ``sum``, ``prod``: ``[N, 3]`` float32.
+    """
+    return _model(
+        "multi_io",
+        [
+            helper.make_node("Add", ["a", "b"], ["sum"]),
+            helper.make_node("Mul", ["a", "b"], ["prod"]),
+        ],
+        [_vi("a", TensorProto.FLOAT, ["N", 3]), _vi("b", TensorProto.FLOAT, ["N", 3])],
+        [_vi("sum", TensorProto.FLOAT, ["N", 3]), _vi("prod", TensorProto.FLOAT, ["N", 3])],
+    )
+
+
+def mixed_dtypes() -> onnx.ModelProto:
+    """Non-float32 tensors: int64, bool and float16 in and out.
+
+    Exercises dtype mapping (ONNX <-> Triton <-> NumPy), including BOOL and FP16.
+    Inputs ``ids`` ``[N, 5]`` int64, ``mask`` ``[N, 5]`` bool, ``h`` ``[N, 5]`` float16;
+    outputs ``ids_out = ids + 1`` (int64), ``mask_out = not mask`` (bool),
+    ``h_out = h * 2`` (float16).
+    """
+    return _model(
+        "mixed_dtypes",
+        [
+            helper.make_node("Add", ["ids", "one_i64"], ["ids_out"]),
+            helper.make_node("Not", ["mask"], ["mask_out"]),
+            helper.make_node("Mul", ["h", "two_f16"], ["h_out"]),
+        ],
+        [
+            _vi("ids", TensorProto.INT64, ["N", 5]),
+            _vi("mask", TensorProto.BOOL, ["N", 5]),
+            _vi("h", TensorProto.FLOAT16, ["N", 5]),
+        ],
+        [
+            _vi("ids_out", TensorProto.INT64, ["N", 5]),
+            _vi("mask_out", TensorProto.BOOL, ["N", 5]),
+            _vi("h_out", TensorProto.FLOAT16, ["N", 5]),
+        ],
+        [
+            numpy_helper.from_array(np.array(1, dtype=np.int64), name="one_i64"),
+            numpy_helper.from_array(np.array(2, dtype=np.float16), name="two_f16"),
+        ],
+    )
+
+
+def odd_names() -> onnx.ModelProto:
+    """Tensor names with ``:`` and ``/`` (as TensorFlow exports produce).
+
+    Exercises name handling in configs, URLs and file paths.
+    Input ``input:0/x`` ``[N, 2]`` float32; output ``out/y:0 = Relu(input)``.
+    """
+    return _model(
+        "odd_names",
+        [helper.make_node("Relu", ["input:0/x"], ["out/y:0"])],
+        [_vi("input:0/x", TensorProto.FLOAT, ["N", 2])],
+        [_vi("out/y:0", TensorProto.FLOAT, ["N", 2])],
+    )
+
+
+def no_batch() -> onnx.ModelProto:
+    """A fully static model without a batch dimension.
+
+    Exercises ``max_batch_size: 0`` handling (no dynamic batching possible).
+    Input ``x`` ``[3, 4]`` float32; output ``y = x.T`` ``[4, 3]`` float32.
+    """
+    return _model(
+        "no_batch",
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])],
+        [_vi("x", TensorProto.FLOAT, [3, 4])],
+        [_vi("y", TensorProto.FLOAT, [4, 3])],
+    )
+
+
+def variable_seq() -> onnx.ModelProto:
+    """Two dynamic dimensions (batch and sequence length).
+
+    Exercises ``-1`` dims beyond the batch dimension and requests of different shapes.
+    Input ``tokens`` ``[N, T]`` float32; outputs ``cumsum`` ``[N, T]`` (cumulative sum
+    along axis 1) and ``total`` ``[N, 1]`` (sum along axis 1, keepdims).
+    """
+    return _model(
+        "variable_seq",
+        [
+            helper.make_node("CumSum", ["tokens", "axis"], ["cumsum"]),
+            helper.make_node("ReduceSum", ["tokens", "axes"], ["total"], keepdims=1),
+        ],
+        [_vi("tokens", TensorProto.FLOAT, ["N", "T"])],
+        [_vi("cumsum", TensorProto.FLOAT, ["N", "T"]), _vi("total", TensorProto.FLOAT, ["N", 1])],
+        [
+            numpy_helper.from_array(np.array(1, dtype=np.int64), name="axis"),
+            numpy_helper.from_array(np.array([1], dtype=np.int64), name="axes"),
+        ],
+    )
+
+
+def big_weights(mb: int = 200, seed: int = 0) -> onnx.ModelProto:
+    """An MLP of square fp32 layers whose weights total about ``mb`` MiB.
+
+    Exercises loading large models and models stored with external data
+    (see :func:`save_with_external_data`). Layers are ``1024 x 1024`` (4 MiB each) and
+    alternate ``MatMul`` and ``Gemm(transB=1)`` (with a zero bias), each followed by
+    ``Relu``; the layer count is ``max(1, round(mb / 4))``. Weights are He-normal so the
+    activations keep their scale through the depth.
+
+    Args:
+        mb: Approximate total weight size in MiB.
+        seed: Seed for ``numpy.random.default_rng``.
+
+    Returns:
+        The model: input ``x`` ``[N, 1024]`` float32, output ``y`` ``[N, 1024]`` float32.
+    """
+    rng = np.random.default_rng(seed)
+    n_layers = max(1, round(mb / BIG_LAYER_MB))
+    std = np.float32(np.sqrt(2.0 / BIG_DIM))
+    nodes: list[onnx.NodeProto] = []
+    inits: list[TensorProto] = []
+    x = "x"
+    for i in range(n_layers):
+        w = rng.standard_normal((BIG_DIM, BIG_DIM), dtype=np.float32)
+        w *= std
+        inits.append(numpy_helper.from_array(w, name=f"w{i}"))
+        pre = f"h{i}"
+        if i % 2 == 0:
+            nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [pre], name=f"matmul{i}"))
+        else:
+            inits.append(numpy_helper.from_array(np.zeros(BIG_DIM, dtype=np.float32), name=f"b{i}"))
+            nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [pre], name=f"gemm{i}", transB=1))
+        x = "y" if i == n_layers - 1 else f"a{i}"
+        nodes.append(helper.make_node("Relu", [pre], [x], name=f"relu{i}"))
+    return _model(
+        "big_weights",
+        nodes,
+        [_vi("x", TensorProto.FLOAT, ["N", BIG_DIM])],
+        [_vi("y", TensorProto.FLOAT, ["N", BIG_DIM])],
+        inits,
+    )
+
+
+def save_with_external_data(model: onnx.ModelProto, path: str | os.PathLike[str]) -> None:
+    """Saves ``model`` as ``path`` plus ``path + ".data"`` holding its weights.
+
+    Tensors of at least 1024 bytes go to the one data file, referenced by its basename.
+    Both files are first written to a temporary directory next to ``path`` and then
+    moved in with ``os.replace``, data file first, so a reader never sees a new
+    ``.onnx`` with an old or partial data file. ``model`` itself is not modified.
+
+    Args:
+        model: Model to save.
+        path: Destination ``.onnx`` file; missing parent directories are created.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    location = path.name + ".data"
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # onnx.save_model moves the tensors' bytes out of the proto it is given
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        onnx.save_model(
+            copy,
+            str(tmp_dir / path.name),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=location,
+            size_threshold=1024,
+        )
+        if (tmp_dir / location).exists():
+            os.replace(tmp_dir / location, path.parent / location)
+        os.replace(tmp_dir / path.name, path)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def broken_bytes() -> bytes:
+    """Bytes that are not a valid ONNX model, for "corrupt model file" tests.
+
+    The first byte is a protobuf tag with the invalid wire type 6, so parsing fails
+    immediately rather than yielding an empty-but-parsable model.
+    """
+    return b"NOT AN ONNX MODEL \x00\xff\xfe garbage\n"
+
+
+def run_reference(model: onnx.ModelProto, feeds: dict[str, Any], intra_op_threads: int = 1) -> list[np.ndarray]:
+    """Runs ``model`` in-process with ONNX Runtime's CPU provider.
+
+    Args:
+        model: Model with inline weights.
+        feeds: Input name to array.
+        intra_op_threads: ``intra_op_num_threads``; inter-op threads are 1 and
+            execution is sequential.
+
+    Returns:
+        The outputs, in the graph's output order.
+    """
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = intra_op_threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
