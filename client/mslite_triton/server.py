@@ -12,6 +12,7 @@ import glob
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -33,6 +34,7 @@ from .errors import ServerUnavailableError
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+_ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 
 
 class ServerStartError(RuntimeError):
@@ -132,6 +134,8 @@ class EmbeddedServer:
             ServerStartError: port in use, missing binary, or the process died or timed out (log tail included).
         """
         cfg = self.config
+        if not Path(cfg.model_repository).is_dir():
+            raise ServerStartError(f"model repository '{cfg.model_repository}' is not a directory")
         self.http_port = _check_port(cfg.host, cfg.http_port, "http")
         self.grpc_port = _check_port(cfg.host, cfg.grpc_port, "grpc")
         self.metrics_port = _check_port(cfg.host, cfg.metrics_port, "metrics")
@@ -272,12 +276,15 @@ class EmbeddedServer:
         """True while the server process is alive."""
         return self.process is not None and self.process.poll() is None
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the server log."""
+    def log_tail(self, lines: int = 30) -> str:
+        """The server log's error lines (up to 10), then its last lines."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
+        errors = [line for line in text if _ERROR_LINE.search(line)][:10]
+        tail = [line for line in text[-lines:] if line not in errors]
+        return "\n".join(errors + (["..."] if errors and tail else []) + tail)
 
     def model_states(self) -> list[ModelState]:
         """Per-model readiness from the repository index (`POST /v2/repository/index`)."""

@@ -119,7 +119,8 @@ class BackendConfig:
         warnings = tuple(
             f"model '{name}': unknown parameter '{k}' ignored (known: {', '.join(sorted(KNOWN_KEYS))})"
             for k in sorted(params)
-            if k not in KNOWN_KEYS
+            # `section.key` entries are MindSpore Lite config-file sections forwarded by the client
+            if k not in KNOWN_KEYS and "." not in k
         )
         cores = cores or len(os.sched_getaffinity(0))
         workers = max(1, sum(int(g.get("count", 1) or 1) for g in model_config.get("instance_group") or [{}]))

@@ -1,0 +1,79 @@
+"""One real embedded tritonserver for the whole test session, on free loopback ports."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+import model_zoo  # noqa: E402
+
+
+def _generators():
+    spec = importlib.util.spec_from_file_location("generate_models", ROOT / "model_repository" / "generate_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generators()
+MINIMAL = 'backend: "mslite"\n'
+ZOO = {
+    "multi_io": model_zoo.multi_io,
+    "mixed_dtypes": model_zoo.mixed_dtypes,
+    "odd_names": model_zoo.odd_names,
+    "no_batch": model_zoo.no_batch,
+    "variable_seq": model_zoo.variable_seq,
+}
+
+
+def _add(repo: Path, name: str, model: onnx.ModelProto | bytes, config: str = MINIMAL) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    (repo / name / "1" / "model.onnx").write_bytes(data)
+    (repo / name / "config.pbtxt").write_text(config)
+
+
+def build_repository(repo: Path) -> None:
+    """The served repository: the shipped configs with generated models, the zoo, and two bad models."""
+    mobilenet = ROOT / "model_repository" / "mobilenetv2"
+    if not (mobilenet / "1" / "model.onnx").exists():
+        GEN.save_model(GEN.build_mobilenetv2(), mobilenet / "1" / "model.onnx")
+    shutil.copytree(mobilenet, repo / "mobilenetv2")
+    _add(repo, "tiny", GEN.build_tiny(), (ROOT / "model_repository" / "tiny" / "config.pbtxt").read_text())
+    for name, build in ZOO.items():
+        _add(repo, name, build())
+    # one instance, so concurrent requests queue up and the dynamic batcher merges them
+    _add(repo, "batched", GEN.build_tiny(), MINIMAL + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n")
+    _add(repo, "corrupt", model_zoo.broken_bytes())
+    _add(
+        repo,
+        "mismatch",
+        GEN.build_tiny(),
+        MINIMAL + 'max_batch_size: 8\ninput [ { name: "x", data_type: TYPE_FP32, dims: [ 5 ] } ]\n',
+    )
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("repo")
+    build_repository(repo)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def server(repository: Path):
+    srv = EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        srv.remove_workspace()

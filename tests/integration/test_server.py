@@ -1,0 +1,83 @@
+"""The embedded server: start-up, per-model readiness, bad models, ports, shutdown and /dev/shm cleanup."""
+
+from __future__ import annotations
+
+import glob
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError
+
+pytestmark = pytest.mark.integration
+
+
+def _states(server):
+    return {m.name: m for m in server.model_states()}
+
+
+def test_good_models_ready_and_bad_models_reported(server):
+    states = _states(server)
+    for name in ("mobilenetv2", "tiny", "multi_io", "mixed_dtypes", "odd_names", "no_batch", "variable_seq"):
+        assert states[name].ready, f"{name}: {states[name].state} {states[name].reason}"
+    assert not states["corrupt"].ready
+    assert "not a valid ONNX model" in states["corrupt"].reason
+    assert not states["mismatch"].ready
+    reason = states["mismatch"].reason
+    assert "'mismatch'" in reason and "'x'" in reason and "[4]" in reason and "[5]" in reason
+
+
+def test_server_bound_to_loopback_only(server):
+    out = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout if Path("/usr/bin/ss").exists() else ""
+    for port in (server.http_port, server.grpc_port, server.metrics_port):
+        lines = [line for line in out.splitlines() if f":{port} " in line]
+        assert all("127.0.0.1" in line for line in lines), lines
+    assert server.http_url.startswith("http://127.0.0.1:")
+
+
+def test_port_in_use_is_named(tmp_path: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        srv = EmbeddedServer(ServerConfig(model_repository=tmp_path, grpc_port=port))
+        with pytest.raises(ServerStartError, match=f"grpc port {port} on 127.0.0.1 is already in use"):
+            srv.start()
+        srv.remove_workspace()
+
+
+def test_stop_removes_shm_and_workers(repository: Path, tmp_path: Path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "tiny").symlink_to(repository / "tiny")
+    srv = EmbeddedServer(ServerConfig(model_repository=repo))
+    with srv:
+        assert glob.glob(f"/dev/shm/{srv.shm_prefix}*"), "the python backend should have created shm regions"
+        pid = srv.process.pid
+        stubs = subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True).stdout.split()
+        assert len(stubs) >= 2  # the server and at least one worker
+        started = time.monotonic()
+    assert time.monotonic() - started < 30
+    assert not glob.glob(f"/dev/shm/{srv.shm_prefix}*")
+    left = subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True).stdout.split()
+    assert left == []
+    assert not srv.workspace.exists()
+
+
+def test_missing_repository_is_named(tmp_path: Path):
+    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path / "missing"))
+    with pytest.raises(ServerStartError, match="missing' is not a directory"):
+        srv.start()
+    srv.remove_workspace()
+
+
+def test_dead_server_fails_fast_with_log_tail(tmp_path: Path):
+    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag=1",)))
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match="exited during start-up") as info:
+        srv.start()
+    assert time.monotonic() - started < 30
+    assert "no-such-flag" in str(info.value)  # the log tail says what was wrong
+    srv.remove_workspace()

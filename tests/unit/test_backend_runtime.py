@@ -1,0 +1,343 @@
+"""batching.py, runtime.py, session.py and errors.py with real ONNX Runtime CPU sessions (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import model_zoo as zoo
+import numpy as np
+import onnx
+import pytest
+from mslite_backend.batching import run_batched, signature
+from mslite_backend.config import BackendConfig, InstanceInfo
+from mslite_backend.errors import BackendError, InferenceFailure, ModelLoadError, RequestError, client_message
+from mslite_backend.graph import plan_auto_complete, read_graph_io
+from mslite_backend.runtime import ModelRuntime
+from onnx import TensorProto, helper, numpy_helper
+
+CPU = InstanceInfo(name="t_0", kind="CPU", device_id=0)
+RNG = np.random.default_rng(0)
+
+
+def _load(
+    tmp_path: Path,
+    model: onnx.ModelProto,
+    *,
+    max_batch_size: int | None = None,
+    instance: InstanceInfo = CPU,
+    **params: str,
+) -> ModelRuntime:
+    """Save `model` as `<tmp>/1/model.onnx` and load it with the config auto-complete would write."""
+    version_dir = tmp_path / "1"
+    version_dir.mkdir(exist_ok=True)
+    onnx.save(model, str(version_dir / "model.onnx"))
+    io = read_graph_io(str(version_dir / "model.onnx"))
+    plan = plan_auto_complete({"name": "m"}, io)
+    mbs = (plan.max_batch_size or 0) if max_batch_size is None else max_batch_size
+    config = {
+        "name": "m",
+        "max_batch_size": mbs,
+        "input": list(plan.inputs),
+        "output": list(plan.outputs),
+        "parameters": {k: {"string_value": v} for k, v in {"thread_num": "1", **params}.items()},
+    }
+    return ModelRuntime.load(str(version_dir), BackendConfig.from_model_config(config, cores=2), instance)
+
+
+def _count_runs(runtime: ModelRuntime) -> list[dict[str, np.ndarray]]:
+    """Record every session run of `runtime` (to see which requests were merged)."""
+    calls: list[dict[str, np.ndarray]] = []
+    real = runtime.session.run
+
+    def run(names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        calls.append(feeds)
+        return real(names, feeds)
+
+    runtime.session.run = run  # type: ignore[method-assign]
+    return calls
+
+
+def _feeds(model: str, n: int) -> dict[str, np.ndarray]:
+    if model == "multi_io":
+        return {"a": RNG.standard_normal((n, 3), dtype=np.float32), "b": RNG.standard_normal((n, 3), dtype=np.float32)}
+    if model == "mixed_dtypes":
+        return {
+            "ids": RNG.integers(-(2**40), 2**40, (n, 5), dtype=np.int64),
+            "mask": RNG.integers(0, 2, (n, 5)).astype(np.bool_),
+            "h": RNG.standard_normal((n, 5)).astype(np.float16),
+        }
+    if model == "odd_names":
+        return {"input:0/x": RNG.standard_normal((n, 2), dtype=np.float32)}
+    if model == "variable_seq":
+        return {"tokens": RNG.standard_normal((n, 4), dtype=np.float32)}
+    raise AssertionError(model)
+
+
+def _assert_same(outputs: dict[str, np.ndarray], expected: list[np.ndarray], names: list[str]) -> None:
+    assert list(outputs) == names
+    for name, want in zip(names, expected):
+        assert outputs[name].dtype == want.dtype, name
+        assert np.array_equal(outputs[name], want), name
+
+
+def _ok(result: Any) -> dict[str, np.ndarray]:
+    assert not isinstance(result, BackendError), result
+    return result
+
+
+# --- loading and running each zoo model -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["multi_io", "mixed_dtypes", "odd_names", "variable_seq"])
+def test_batched_zoo_model_matches_reference(tmp_path: Path, name: str) -> None:
+    model = getattr(zoo, name)()
+    runtime = _load(tmp_path, model)
+    assert runtime.cfg.max_batch_size == 64
+    names = [o.name for o in model.graph.output]
+    requests = [_feeds(name, n) for n in (1, 3, 2)]
+    results = runtime.execute(requests)
+    assert len(results) == 3
+    for feeds, result in zip(requests, results):
+        _assert_same(_ok(result), zoo.run_reference(model, feeds), names)
+
+
+def test_mixed_dtypes_values(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.mixed_dtypes())
+    feeds = {
+        "ids": np.array([[2**40, -1, 0, 1, 7]], dtype=np.int64),
+        "mask": np.array([[True, False, True, False, False]]),
+        "h": np.array([[0.5, -1.0, 1000.0, 0.0, 3.0]], dtype=np.float16),
+    }
+    (out,) = runtime.execute([feeds])
+    out = _ok(out)
+    assert out["ids_out"].dtype == np.int64 and out["ids_out"].tolist() == [[2**40 + 1, 0, 1, 2, 8]]
+    assert out["mask_out"].dtype == np.bool_ and out["mask_out"].tolist() == [[False, True, False, True, True]]
+    assert out["h_out"].dtype == np.float16 and out["h_out"].tolist() == [[1.0, -2.0, 2000.0, 0.0, 6.0]]
+
+
+def test_no_batch_model(tmp_path: Path) -> None:
+    model = zoo.no_batch()
+    runtime = _load(tmp_path, model)
+    assert runtime.cfg.max_batch_size == 0
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    calls = _count_runs(runtime)
+    results = runtime.execute([{"x": x}, {"x": x + 1}])
+    assert len(calls) == 2  # never merged: there is no batch dimension
+    assert np.array_equal(_ok(results[0])["y"], x.T)
+    assert np.array_equal(_ok(results[1])["y"], (x + 1).T)
+
+
+def test_no_batch_model_rejects_a_batch_dimension(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.no_batch())
+    (result,) = runtime.execute([{"x": np.zeros((1, 3, 4), dtype=np.float32)}])
+    assert isinstance(result, RequestError)
+    assert "'x'" in str(result) and "[3, 4]" in str(result) and "[1, 3, 4]" in str(result)
+
+
+# --- batching ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["multi_io", "mixed_dtypes", "variable_seq"])
+def test_merged_requests_equal_single_runs_exactly(tmp_path: Path, name: str) -> None:
+    model = getattr(zoo, name)()
+    runtime = _load(tmp_path, model)
+    requests = [_feeds(name, n) for n in (2, 1, 4, 1)]
+    calls = _count_runs(runtime)
+    merged = runtime.execute(requests)
+    assert len(calls) == 1 and next(iter(calls[0].values())).shape[0] == 8
+    singles = [runtime.execute([r])[0] for r in requests]
+    names = [o.name for o in model.graph.output]
+    for feeds, got, single in zip(requests, merged, singles):
+        got, single = _ok(got), _ok(single)
+        for out in names:
+            assert got[out].shape[0] == next(iter(feeds.values())).shape[0]
+            assert np.array_equal(got[out], single[out]), out
+        _assert_same(got, zoo.run_reference(model, feeds), names)
+
+
+def test_different_sequence_lengths_in_one_call(tmp_path: Path) -> None:
+    model = zoo.variable_seq()
+    runtime = _load(tmp_path, model)
+    lengths = [3, 5, 3, 1, 5]
+    requests = [{"tokens": RNG.standard_normal((2, t), dtype=np.float32)} for t in lengths]
+    calls = _count_runs(runtime)
+    results = runtime.execute(requests)
+    # One run per distinct length: requests of equal shape are merged, the others are not.
+    assert sorted(c["tokens"].shape for c in calls) == [(2, 1), (4, 3), (4, 5)]
+    for feeds, t, result in zip(requests, lengths, results):
+        out = _ok(result)
+        assert out["cumsum"].shape == (2, t) and out["total"].shape == (2, 1)
+        _assert_same(out, zoo.run_reference(model, feeds), ["cumsum", "total"])
+
+
+def _bad_requests() -> dict[str, tuple[dict[str, np.ndarray], list[str]]]:
+    a = np.ones((2, 3), dtype=np.float32)
+    return {
+        "wrong dtype": ({"a": a.astype(np.float64), "b": a}, ["'a'", "FP32", "FP64"]),
+        "wrong rank": ({"a": a, "b": np.ones((2, 3, 1), dtype=np.float32)}, ["'b'", "[-1, 3]", "[2, 3, 1]"]),
+        "wrong fixed dim": ({"a": np.ones((2, 4), dtype=np.float32), "b": a}, ["'a'", "[-1, 3]", "[2, 4]"]),
+        "missing input": ({"a": a}, ["['b']", "missing"]),
+        "unexpected input": ({"a": a, "b": a, "c": a}, ["['c']", "unexpected"]),
+        "batch 0": ({"a": np.ones((0, 3), dtype=np.float32), "b": a[:0]}, ["'a'", "batch size", "[0, 3]"]),
+        "batch over max": (
+            {"a": np.ones((5, 3), dtype=np.float32), "b": np.ones((5, 3), np.float32)},
+            ["'a'", "5", "4"],
+        ),
+        "scalar": ({"a": np.float32(1.0) * np.ones((), np.float32), "b": a}, ["'a'", "[-1, 3]", "[]"]),
+        "batch disagrees": ({"a": a, "b": np.ones((1, 3), dtype=np.float32)}, ["2", "1", "batch size"]),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_requests()))
+def test_a_bad_request_fails_alone(tmp_path: Path, case: str) -> None:
+    model = zoo.multi_io()
+    runtime = _load(tmp_path, model, max_batch_size=4)
+    bad, words = _bad_requests()[case]
+    good = [_feeds("multi_io", 1), _feeds("multi_io", 2)]
+    calls = _count_runs(runtime)
+    results = runtime.execute([good[0], bad, good[1]])
+    assert len(results) == 3
+    assert isinstance(results[1], RequestError)
+    message = str(results[1])
+    assert "model 'm'" in message
+    for word in words:
+        assert word in message, (word, message)
+    for feeds, result in zip(good, (results[0], results[2])):
+        _assert_same(_ok(result), zoo.run_reference(model, feeds), ["sum", "prod"])
+    assert len(calls) == 1  # the two good requests still share one run
+
+
+def _gather_model() -> onnx.ModelProto:
+    """`y = data[idx]` with data = [0, 10, 20, 30, 40]: an out-of-range index fails inside ONNX Runtime."""
+    data = numpy_helper.from_array(np.arange(5, dtype=np.float32) * 10, name="data")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
+        "gather",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, ["N", 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1])],
+        initializer=[data],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_request_failing_inside_ort_does_not_fail_its_merged_neighbours(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, _gather_model())
+    requests = [{"idx": np.array([[1], [4]])}, {"idx": np.array([[7]])}, {"idx": np.array([[0]])}]
+    calls = _count_runs(runtime)
+    results = runtime.execute(requests)
+    assert len(calls) == 4  # one merged try, then each request alone
+    assert _ok(results[0])["y"].tolist() == [[10.0], [40.0]]
+    assert _ok(results[2])["y"].tolist() == [[0.0]]
+    assert isinstance(results[1], RequestError)
+    message = str(results[1])
+    assert "out of data bounds" in message
+    assert "[ONNXRuntimeError]" not in message and "INVALID_ARGUMENT" not in message
+
+
+def test_run_batched_with_fake_runs() -> None:
+    def double(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if (feeds["x"] < 0).any():
+            raise InferenceFailure("negative")
+        return {"y": feeds["x"] * 2}
+
+    requests = [{"x": np.array([[1.0]])}, {"x": np.array([[-1.0]])}, {"x": np.array([[2.0], [3.0]])}]
+    results = run_batched(requests, double, batched=True)
+    assert results[0]["y"].tolist() == [[2.0]]
+    assert isinstance(results[1], InferenceFailure)
+    assert results[2]["y"].tolist() == [[4.0], [6.0]]
+
+
+def test_run_batched_does_not_split_outputs_without_a_batch_dimension() -> None:
+    runs: list[int] = []
+
+    def total(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        runs.append(len(feeds["x"]))
+        return {"s": np.array(feeds["x"].sum())}
+
+    results = run_batched([{"x": np.ones((2, 1))}, {"x": np.ones((3, 1))}], total, batched=True)
+    assert runs == [5, 2, 3]  # the merged output cannot be split, so each request runs alone
+    assert [float(r["s"]) for r in results] == [2.0, 3.0]
+
+
+def test_signature_ignores_the_batch_size() -> None:
+    a = {"x": np.ones((2, 3), np.float32)}
+    assert signature(a) == signature({"x": np.ones((5, 3), np.float32)})
+    assert signature(a) != signature({"x": np.ones((2, 4), np.float32)})
+    assert signature(a) != signature({"x": np.ones((2, 3), np.float64)})
+
+
+# --- load failures ----------------------------------------------------------------------------
+
+
+def test_gpu_instance_on_cpu_only_ort_fails_the_load(tmp_path: Path) -> None:
+    gpu = InstanceInfo(name="t_0", kind="GPU", device_id=0)
+    with pytest.raises(ModelLoadError) as exc:
+        _load(tmp_path, zoo.multi_io(), instance=gpu)
+    message = str(exc.value)
+    assert "CUDAExecutionProvider" in message and "model 'm'" in message and "'t_0'" in message
+    assert "onnxruntime-gpu" in message
+
+
+def test_corrupt_model_fails_the_load_without_paths(tmp_path: Path) -> None:
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "model.onnx").write_bytes(zoo.broken_bytes())
+    cfg = BackendConfig.from_model_config({"name": "m"}, cores=2)
+    with pytest.raises(ModelLoadError) as exc:
+        ModelRuntime.load(str(tmp_path / "1"), cfg, CPU)
+    assert str(tmp_path) not in str(exc.value)
+
+
+def test_config_mismatch_fails_the_load(tmp_path: Path) -> None:
+    (tmp_path / "1").mkdir()
+    onnx.save(zoo.no_batch(), str(tmp_path / "1" / "model.onnx"))
+    config = {"name": "m", "input": [{"name": "x", "data_type": "TYPE_FP16", "dims": [3, 4]}]}
+    with pytest.raises(ModelLoadError, match="input 'x'.*TYPE_FP32.*TYPE_FP16"):
+        ModelRuntime.load(str(tmp_path / "1"), BackendConfig.from_model_config(config, cores=2), CPU)
+
+
+# --- client_message ---------------------------------------------------------------------------
+
+
+def test_client_message_strips_the_ort_prefix() -> None:
+    text = (
+        "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: a for the following indices\n"
+        " index: 1 Got: 4 Expected: 3\n Please fix either the inputs/outputs or the model."
+    )
+    assert client_message(text) == (
+        "Got invalid dimensions for input: a for the following indices index: 1 Got: 4 Expected: 3 "
+        "Please fix either the inputs/outputs or the model."
+    )
+
+
+def test_client_message_strips_absolute_paths() -> None:
+    text = "Load model from /home/user/repo/m/1/model.onnx failed: bad file C:/models/x/y.onnx"
+    assert client_message(text) == "Load model from <path> failed: bad file <path>"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "bad input\n\nAt:\n  /opt/tritonserver/backends/mslite/model.py(40): initialize\n",
+        'bad input\nTraceback (most recent call last):\n  File "/opt/x/model.py", line 3, in run\nValueError: /a/b',
+    ],
+)
+def test_client_message_strips_tracebacks(text: str) -> None:
+    assert client_message(text) == "bad input"
+
+
+def test_client_message_truncates_long_text() -> None:
+    short = "x" * 400
+    assert client_message(short) == short
+    long = client_message("word " * 200)
+    assert len(long) == 400 and long.endswith("...")
+    assert len(client_message("y" * 100, limit=20)) == 20
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: errors._PATH treats TensorFlow-style tensor names (a/b/c:0) as file paths, hiding the input name",
+)
+def test_client_message_keeps_tensor_names_with_slashes() -> None:
+    text = "model 'm', input 'encoder/layer_0/dense:0': data type expected FP32, got INT32"
+    assert client_message(text) == text
