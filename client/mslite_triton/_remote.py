@@ -26,10 +26,10 @@ def detect_format(head: bytes) -> str:
     ONNX's ModelProto starts with field 1 `ir_version` as a varint (byte 0x08); MindIR's starts with a
     string (0x0A); a MindSpore Lite `.ms` file is a flatbuffer whose identifier `MSL?` sits at offset 4.
     """
-    if len(head) >= 8 and head[4:7] == b"MSL":
-        return "ms"
     if head[:1] == b"\x08":
         return "onnx"
+    if len(head) >= 8 and head[4:7] == b"MSL":
+        return "ms"
     if head[:1] == b"\x0a":
         return "mindir"
     return "unknown"

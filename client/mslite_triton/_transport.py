@@ -62,7 +62,7 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
 ]
 _TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)
-_PATH = re.compile(r"(?:/[\w.\-+@]+){2,}/?")
+_PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}/?")  # not inside names like "enc/layer_0/w:0"
 
 
 def clean_message(text: str) -> str:
@@ -72,8 +72,18 @@ def clean_message(text: str) -> str:
     return _PATH.sub("<path>", text)
 
 
-def classify(e: InferenceServerException, url: str, *, default: type[MSLiteError] = InferenceError) -> MSLiteError:
-    """Map a tritonclient exception to the library's exception (see `_RULES`)."""
+def classify(
+    e: InferenceServerException,
+    url: str,
+    *,
+    default: type[MSLiteError] = InferenceError,
+    invalid: type[MSLiteError] = InvalidInputError,
+) -> MSLiteError:
+    """Map a tritonclient exception to the library's exception (see `_RULES`).
+
+    `invalid` replaces InvalidInputError for calls where INVALID_ARGUMENT does not mean a bad input
+    (a failed model load answers 400 too).
+    """
     status = str(e.status() or "")
     message = clean_message(str(e.message() or e))
     for statuses, pattern, cls in _RULES:
@@ -81,7 +91,7 @@ def classify(e: InferenceServerException, url: str, *, default: type[MSLiteError
             continue
         if pattern is not None and not pattern.search(message):
             continue
-        return _make(cls, url, message)
+        return _make(invalid if cls is InvalidInputError else cls, url, message)
     if status in ("", "None") and re.search(r"connect|refused|unavailable|timed out", message, re.I):
         return ServerUnavailableError(url, message)
     return _make(default, url, message)
@@ -125,7 +135,13 @@ class Transport:
             url=self._address, ssl=self._ssl, connection_timeout=self._timeout_s, network_timeout=self._timeout_s
         )
 
-    def _call(self, fn: Callable[[Any], Any], *, default: type[MSLiteError] = InferenceError) -> Any:
+    def _call(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        default: type[MSLiteError] = InferenceError,
+        invalid: type[MSLiteError] = InvalidInputError,
+    ) -> Any:
         try:
             client = self._idle.get_nowait()
         except queue.Empty:
@@ -134,7 +150,7 @@ class Transport:
             result = fn(client)
         except InferenceServerException as e:
             self._idle.put(client)
-            raise classify(e, self.url, default=default) from None
+            raise classify(e, self.url, default=default, invalid=invalid) from None
         except (ConnectionError, OSError, TimeoutError) as e:  # HTTP transport errors surface raw
             _close(client)
             raise ServerUnavailableError(self.url, str(e)) from None
@@ -176,7 +192,9 @@ class Transport:
         """
         body = json.dumps(config)
         self._call(
-            lambda c: c.load_model(name, config=body, files=files, headers=self._headers), default=ModelLoadError
+            lambda c: c.load_model(name, config=body, files=files, headers=self._headers),
+            default=ModelLoadError,
+            invalid=ModelLoadError,
         )
 
     def unload_model(self, name: str) -> None:

@@ -96,7 +96,7 @@ def test_variable_sequence_lengths_in_one_batch(server):
     for x, got in zip(xs, results):
         cumsum, total = run_reference(model, {"tokens": x})
         np.testing.assert_array_equal(got["cumsum"], cumsum)
-        np.testing.assert_array_equal(got["total"], total)
+        np.testing.assert_allclose(got["total"], total, rtol=1e-6)  # float reductions depend on alignment
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

@@ -67,10 +67,6 @@ def test_instance_group_counts_are_summed_and_a_missing_count_is_one() -> None:
     assert _parse(groups=[]).workers == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: config.py sums instance_group 'count' but Triton creates 'count' instances on EACH GPU in 'gpus'",
-)
 def test_gpu_group_count_is_per_listed_gpu() -> None:
     cfg = _parse(groups=[{"kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}], cores=8)
     assert cfg.workers == 4

@@ -74,11 +74,21 @@ def _feeds(model: str, n: int) -> dict[str, np.ndarray]:
     raise AssertionError(model)
 
 
+# ONNX Runtime's float ReduceSum sums in an order that depends on the input buffer's alignment (an
+# element at another offset inside a merged batch, or just another allocation), so it can differ from a
+# separate run in the last bit. Every other zoo output is element-wise or sequential and must match exactly.
+REDUCED = {"total"}
+
+
 def _assert_same(outputs: dict[str, np.ndarray], expected: list[np.ndarray], names: list[str]) -> None:
     assert list(outputs) == names
     for name, want in zip(names, expected):
         assert outputs[name].dtype == want.dtype, name
-        assert np.array_equal(outputs[name], want), name
+        assert outputs[name].shape == want.shape, name
+        if name in REDUCED:
+            np.testing.assert_allclose(outputs[name], want, rtol=1e-6, atol=1e-6, err_msg=name)
+        else:
+            assert np.array_equal(outputs[name], want), name
 
 
 def _ok(result: Any) -> dict[str, np.ndarray]:
@@ -150,9 +160,8 @@ def test_merged_requests_equal_single_runs_exactly(tmp_path: Path, name: str) ->
     names = [o.name for o in model.graph.output]
     for feeds, got, single in zip(requests, merged, singles):
         got, single = _ok(got), _ok(single)
-        for out in names:
-            assert got[out].shape[0] == next(iter(feeds.values())).shape[0]
-            assert np.array_equal(got[out], single[out]), out
+        _assert_same(got, [single[out] for out in names], names)
+        assert got[names[0]].shape[0] == next(iter(feeds.values())).shape[0]
         _assert_same(got, zoo.run_reference(model, feeds), names)
 
 
@@ -334,10 +343,6 @@ def test_client_message_truncates_long_text() -> None:
     assert len(client_message("y" * 100, limit=20)) == 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: errors._PATH treats TensorFlow-style tensor names (a/b/c:0) as file paths, hiding the input name",
-)
 def test_client_message_keeps_tensor_names_with_slashes() -> None:
     text = "model 'm', input 'encoder/layer_0/dense:0': data type expected FP32, got INT32"
     assert client_message(text) == text

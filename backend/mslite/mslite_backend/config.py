@@ -123,7 +123,9 @@ class BackendConfig:
             if k not in KNOWN_KEYS and "." not in k
         )
         cores = cores or len(os.sched_getaffinity(0))
-        workers = max(1, sum(int(g.get("count", 1) or 1) for g in model_config.get("instance_group") or [{}]))
+        groups = model_config.get("instance_group") or [{}]
+        # Triton creates `count` instances on each GPU a group lists
+        workers = max(1, sum(int(g.get("count", 1) or 1) * max(1, len(g.get("gpus") or [])) for g in groups))
         get = _Getter(name, params)
 
         intra = get.aliased("intra_op_threads", int) or 0

@@ -25,7 +25,8 @@ class InferenceFailure(BackendError):
     """ONNX Runtime failed while running a valid-looking request (Triton INTERNAL)."""
 
 
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+@]+){2,}/?")
+# an absolute path: not preceded by a name character, so tensor names like "enc/layer_0/w:0" survive
+_PATH = re.compile(r"(?<![\w.\-:])(?:[A-Za-z]:)?(?:/[\w.\-+@]+){2,}/?")
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 
 

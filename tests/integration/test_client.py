@@ -1,0 +1,245 @@
+"""The client library against the real server: seed scripts, Model, ModelParallelRunner, errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import mslite_triton as mslite
+import numpy as np
+import pytest
+from conftest import GEN, ROOT, ZOO
+from model_zoo import broken_bytes, run_reference
+from mslite_triton.errors import InvalidInputError, ModelLoadError, MSLiteError, ServerUnavailableError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ONNX files on the client's disk, as a user would have them."""
+    d = tmp_path_factory.mktemp("client_files")
+    (d / "mobilenetv2.onnx").write_bytes(GEN.build_mobilenetv2().SerializeToString())
+    (d / "input.bin").write_bytes(GEN.make_input_bin().tobytes())
+    for name, build in ZOO.items():
+        (d / f"{name}.onnx").write_bytes(build().SerializeToString())
+    (d / "tiny.onnx").write_bytes(GEN.build_tiny().SerializeToString())
+    return d
+
+
+def _context(server, protocol: str = "grpc", workers: int = 2) -> mslite.Context:
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url if protocol == "grpc" else server.http_url
+    ctx.cpu.thread_num = 1
+    ctx.parallel.workers_num = workers
+    return ctx
+
+
+@pytest.mark.parametrize("script", ["quick_start_parallel_python.py", "quick_start_python.py"])
+def test_seed_scripts_run_unchanged(server, files, tmp_path, script):
+    (tmp_path / "model").mkdir()
+    shutil.copy(files / "mobilenetv2.onnx", tmp_path / "model" / "mobilenetv2.onnx")
+    shutil.copy(files / "input.bin", tmp_path / "model" / "input.bin")
+    env = {**os.environ, "MSLITE_TRITON_URL": server.grpc_url}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    x = np.fromfile(files / "input.bin", dtype=np.float32).reshape(1, 3, 224, 224)
+    (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x})
+    runs = 10 if "parallel" in script else 1  # threads interleave their prints: count, don't parse lines
+    assert proc.stdout.count("output data is:") == runs
+    for value in expected.flatten()[:5]:
+        assert proc.stdout.count(str(value)) >= runs, value
+    assert "tensor elements num is:1000" in proc.stdout
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_model_happy_path(server, files, protocol):
+    model = mslite.Model()
+    model.build_from_file(str(files / "mobilenetv2.onnx"), mslite.ModelType.MINDIR, _context(server, protocol))
+    inputs = model.get_inputs()
+    assert [t.name for t in inputs] == ["input"] and inputs[0].shape == [1, 3, 224, 224]
+    assert inputs[0].dtype == mslite.DataType.FLOAT32
+    (meta,) = model.get_outputs()
+    assert isinstance(meta, mslite.TensorMeta) and meta.name == "shape1" and meta.shape == [1, 1000]
+    assert meta.element_num == 1000 and meta.data_size == 4000
+    x = np.fromfile(files / "input.bin", dtype=np.float32)
+    inputs[0].set_data_from_numpy(x)
+    (out,) = model.predict(inputs)
+    (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x.reshape(1, 3, 224, 224)})
+    assert out.name == "shape1" and out.shape == [1, 1000] and out.data_size == 4000 and out.element_num == 1000
+    np.testing.assert_array_equal(out.get_data_to_numpy(), expected)
+    (again,) = model.predict([x.reshape(1, 3, 224, 224)])  # numpy inputs are accepted too
+    np.testing.assert_array_equal(again.get_data_to_numpy(), expected)
+    assert model.get_model_info("current_pid") == str(os.getpid())
+
+
+def test_same_file_and_config_reuse_the_loaded_model(server, files):
+    a, b = mslite.ModelParallelRunner(), mslite.ModelParallelRunner()
+    a.build_from_file(str(files / "tiny.onnx"), _context(server))
+    started = time.monotonic()
+    b.build_from_file(str(files / "tiny.onnx"), _context(server))
+    assert a._remote.info.name == b._remote.info.name
+    assert time.monotonic() - started < 1.0  # no second load
+    c = mslite.ModelParallelRunner()
+    c.build_from_file(str(files / "tiny.onnx"), _context(server, workers=1))
+    assert c._remote.info.name != a._remote.info.name
+
+
+def test_runner_concurrent_predict_is_exact(server, files):
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(files / "mobilenetv2.onnx"), _context(server))
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((1, 3, 224, 224), dtype=np.float32) for _ in range(4)]
+    expected = [run_reference(GEN.build_mobilenetv2(), {"input": x})[0] for x in xs]
+
+    def task(i: int) -> np.ndarray:
+        inputs = runner.get_inputs()  # fresh tensors per call
+        inputs[0].set_data_from_numpy(xs[i % 4])
+        return runner.predict(inputs)[0].get_data_to_numpy()
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(task, range(16)))
+    for i, y in enumerate(results):
+        np.testing.assert_array_equal(y, expected[i % 4])
+    a, b = runner.get_inputs(), runner.get_inputs()
+    assert a[0] is not b[0]
+
+
+def test_runner_outputs_argument_and_dynamic_shapes(server, files):
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(files / "variable_seq.onnx"), _context(server))
+    model = ZOO["variable_seq"]()
+    for t in (2, 9):
+        x = np.arange(3 * t, dtype=np.float32).reshape(3, t)
+        outs = [mslite.Tensor(), mslite.Tensor()]
+        got = runner.predict([mslite.Tensor(x)], outs)
+        assert got is outs
+        for tensor, ref in zip(outs, run_reference(model, {"tokens": x})):
+            np.testing.assert_allclose(tensor.get_data_to_numpy(), ref, rtol=1e-6)
+
+
+def test_model_resize_and_mixed_dtypes(server, files):
+    model = mslite.Model()
+    model.build_from_file(str(files / "variable_seq.onnx"), mslite.ModelType.MINDIR, _context(server))
+    inputs = model.get_inputs()
+    model.resize(inputs, [[2, 5]])
+    assert inputs[0].shape == [2, 5]
+    x = np.ones((2, 5), np.float32)
+    inputs[0].set_data_from_numpy(x)
+    cumsum, total = model.predict(inputs)
+    np.testing.assert_array_equal(total.get_data_to_numpy(), np.full((2, 1), 5.0, np.float32))
+    with pytest.raises(RuntimeError, match="resize failed"):
+        model.resize(inputs, [[2, 5, 1]])
+    mixed = mslite.Model()
+    mixed.build_from_file(str(files / "mixed_dtypes.onnx"), mslite.ModelType.MINDIR, _context(server, "http"))
+    ids = np.arange(10, dtype=np.int64).reshape(2, 5)
+    mask = ids % 2 == 0
+    h = np.linspace(-1, 1, 10, dtype=np.float16).reshape(2, 5)
+    outs = mixed.predict([ids, mask, h])
+    assert [o.dtype for o in outs] == [mslite.DataType.INT64, mslite.DataType.BOOL, mslite.DataType.FLOAT16]
+    for out, ref in zip(outs, run_reference(ZOO["mixed_dtypes"](), {"ids": ids, "mask": mask, "h": h})):
+        np.testing.assert_array_equal(out.get_data_to_numpy(), ref)
+
+
+def test_bind_by_name(server):
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file("triton://tiny", _context(server))
+    inputs = runner.get_inputs()
+    inputs[0].set_data_from_numpy(np.ones(4, np.float32))
+    np.testing.assert_array_equal(runner.predict(inputs)[0].get_data_to_numpy(), np.full((1, 4), 3.0))
+
+
+def test_documented_errors(server, files, tmp_path):
+    runner = mslite.ModelParallelRunner()
+    with pytest.raises(TypeError, match="model_path must be str"):
+        runner.build_from_file(1)
+    with pytest.raises(RuntimeError, match="model_path does not exist!"):
+        runner.build_from_file(str(tmp_path / "nope.onnx"))
+    with pytest.raises(TypeError, match="context must be Context"):
+        runner.build_from_file(str(files / "tiny.onnx"), "cpu")
+    ctx = _context(server)
+    ctx.cpu.thread_affinity_mode = 2
+    with pytest.raises(RuntimeError, match="Currently only HIGH_CPU and NO_BIND are supported"):
+        runner.build_from_file(str(files / "tiny.onnx"), ctx)
+    model = mslite.Model()
+    with pytest.raises(TypeError, match="model_type must be ModelType"):
+        model.build_from_file(str(files / "tiny.onnx"), 0)
+    with pytest.raises(RuntimeError, match="config_path does not exist!"):
+        model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, _context(server), "missing.ini")
+    mindir = tmp_path / "net.mindir"
+    mindir.write_bytes(b"\x0a\x051.0.0\x12\x04name" + bytes(64))
+    with pytest.raises(RuntimeError, match="this server runs ONNX models"):
+        model.build_from_file(str(mindir), mslite.ModelType.MINDIR, _context(server))
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x08" + broken_bytes())
+    with pytest.raises(ModelLoadError) as info:
+        model.build_from_file(str(corrupt), mslite.ModelType.MINDIR, _context(server))
+    assert "At:" not in str(info.value) and "/backends/" not in str(info.value)
+
+    model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, _context(server))
+    with pytest.raises(TypeError, match="inputs must be list or tuple"):
+        model.predict("x")
+    with pytest.raises(RuntimeError, match="model input len:1 not equal input len:2!"):
+        model.predict([np.ones((1, 4), np.float32)] * 2)
+    with pytest.raises(TypeError, match="inputs element must be Tensor, of numpy."):
+        model.predict([1])
+    with pytest.raises(InvalidInputError, match="INT32") as bad:
+        model.predict([np.ones((1, 4), np.int32)])
+    assert isinstance(bad.value, ValueError) and isinstance(bad.value, MSLiteError)
+    runner.build_from_file(str(files / "tiny.onnx"), _context(server))
+    with pytest.raises(TypeError, match="inputs element must be Tensor, but got <class 'numpy.ndarray'> at index 0."):
+        runner.predict([np.ones((1, 4), np.float32)])
+
+
+def test_unreachable_server_names_the_url(files):
+    ctx = mslite.Context()
+    ctx.server_url = "grpc://127.0.0.1:9"
+    with pytest.raises(ServerUnavailableError, match=r"grpc://127\.0\.0\.1:9.*mslite-triton serve") as info:
+        mslite.ModelParallelRunner().build_from_file(str(files / "tiny.onnx"), ctx)
+    assert isinstance(info.value, RuntimeError)
+
+
+AUTOSTART = """
+import os, sys, numpy as np
+import mslite_triton as mslite
+from mslite_triton import _endpoint
+r = mslite.ModelParallelRunner()
+r.build_from_file(sys.argv[1])
+i = r.get_inputs(); i[0].set_data_from_numpy(np.ones(4, np.float32))
+print("RESULT", r.predict(i)[0].get_data_to_numpy().tolist(), flush=True)
+print("PID", _endpoint._embedded.process.pid, "PREFIX", _endpoint._embedded.shm_prefix, flush=True)
+if sys.argv[2] == "hang":
+    import time; time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "hang"])
+def test_autostarted_server_stops_with_its_parent(files, ending):
+    env = {k: v for k, v in os.environ.items() if k != "MSLITE_TRITON_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", AUTOSTART, str(files / "tiny.onnx"), ending], env=env, stdout=subprocess.PIPE, text=True
+    )
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    assert lines[0].startswith("RESULT [[3.0, 3.0, 3.0, 3.0]]"), lines
+    pid, prefix = int(lines[1].split()[1]), lines[1].split()[3]
+    if ending == "hang":
+        proc.kill()  # no atexit: the kernel's parent-death signal must stop the server
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    if ending == "exit":
+        assert not list(Path("/dev/shm").glob(f"{prefix}*"))
