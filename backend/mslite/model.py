@@ -6,10 +6,13 @@ All ONNX Runtime work lives in the `mslite_backend` package beside this file.
 from __future__ import annotations
 
 import json
+import os
 import traceback
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
+
+from mslite_backend.affinity import worker_index
 from mslite_backend.config import BackendConfig, InstanceInfo
 from mslite_backend.errors import (
     BackendError,
@@ -65,19 +68,22 @@ class TritonPythonModel:
         from mslite_backend.runtime import ModelRuntime  # imports onnxruntime: keep it out of auto-complete
 
         try:
-            cfg = BackendConfig.from_model_config(json.loads(args["model_config"]))
-            self.instance = InstanceInfo.from_args(args)
+            model_config = json.loads(args["model_config"])
+            cfg = BackendConfig.from_model_config(model_config)
+            name = args.get("model_instance_name", "")
+            self.instance = InstanceInfo.from_args(args, worker_index(model_config, name))
             for warning in cfg.warnings:
                 _log().log_warn(warning)
             version_dir = f"{args['model_repository']}/{args['model_version']}"
             self.runtime = ModelRuntime.load(version_dir, cfg, self.instance)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(str(e)) from None
-        self.output_names = [t["name"] for t in json.loads(args["model_config"]).get("output", [])]
+        self.output_names = [t["name"] for t in model_config.get("output", [])]
         _log().log_info(
             f"mslite: instance '{self.instance.name}' ready: providers={list(self.runtime.session.providers)} "
             f"intra_op_threads={cfg.intra_op_threads} inter_op_threads={cfg.inter_op_threads} "
-            f"spinning={cfg.allow_spinning}"
+            f"spinning={cfg.allow_spinning} worker={self.instance.index}/{cfg.workers} "
+            f"cores={sorted(os.sched_getaffinity(0))}"
         )
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -9,6 +9,9 @@ from typing import Any
 from .context import Context
 
 MAX_QUEUE_SIZE = 1000  # MindSpore Lite's task queue bound (kNumMaxTaskQueueSize)
+DEFAULT_MAX_BATCH_SIZE = 64  # the backend's auto-complete value, for models with a dynamic first dimension
+BATCHING_SECTION = "dynamic_batching"  # our own config section: Triton's batcher settings
+BATCHING_KEYS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "max_queue_size")
 
 
 @dataclass(frozen=True)
@@ -121,19 +124,58 @@ def build_model_config(
     }
     if context.cpu.thread_affinity_core_list:
         params["thread_affinity_core_list"] = ",".join(str(c) for c in context.cpu.thread_affinity_core_list)
-    for section, entries in (sections or {}).items():
+    sections = dict(sections or {})
+    batching = sections.pop(BATCHING_SECTION, {})
+    for section, entries in sections.items():
         for key, value in entries.items():
             params[f"{section}.{key}"] = value
-    return {
+    config: dict[str, Any] = {
         "name": name,
         "backend": "mslite",
         "instance_group": groups,
-        "dynamic_batching": {
-            "max_queue_delay_microseconds": 0,
-            "default_queue_policy": {"max_queue_size": MAX_QUEUE_SIZE},
-        },
+        "dynamic_batching": _dynamic_batching(batching),
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
     }
+    if "max_batch_size" in batching:
+        config["max_batch_size"] = _int(batching, "max_batch_size")
+    elif "preferred_batch_size" in config["dynamic_batching"]:
+        # Triton checks preferred sizes against max_batch_size before auto-complete could set it
+        config["max_batch_size"] = max([DEFAULT_MAX_BATCH_SIZE, *config["dynamic_batching"]["preferred_batch_size"]])
+    return config
+
+
+def _int(section: dict[str, str], key: str) -> int:
+    try:
+        value = int(section[key])
+    except ValueError:
+        raise ValueError(f"[{BATCHING_SECTION}] {key} must be an int, got '{section[key]}'") from None
+    if value < 0:
+        raise ValueError(f"[{BATCHING_SECTION}] {key} must be >= 0, got {value}")
+    return value
+
+
+def _dynamic_batching(section: dict[str, str]) -> dict[str, Any]:
+    """Triton's dynamic batcher from the `[dynamic_batching]` section; the queue is always bounded."""
+    unknown = sorted(set(section) - set(BATCHING_KEYS))
+    if unknown:
+        raise ValueError(f"[{BATCHING_SECTION}] unknown keys {unknown}; known: {list(BATCHING_KEYS)}")
+    batching: dict[str, Any] = {
+        "max_queue_delay_microseconds": _int(section, "max_queue_delay_microseconds")
+        if "max_queue_delay_microseconds" in section
+        else 0,
+        "default_queue_policy": {
+            "max_queue_size": _int(section, "max_queue_size") if "max_queue_size" in section else MAX_QUEUE_SIZE
+        },
+    }
+    if section.get("preferred_batch_size"):
+        try:
+            batching["preferred_batch_size"] = [int(v) for v in section["preferred_batch_size"].split(",")]
+        except ValueError:
+            raise ValueError(
+                f"[{BATCHING_SECTION}] preferred_batch_size must be ints separated by commas, "
+                f"got '{section['preferred_batch_size']}'"
+            ) from None
+    return batching
 
 
 def local_cores() -> int:

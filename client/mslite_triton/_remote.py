@@ -86,7 +86,10 @@ class RemoteModel:
         if path.startswith(BIND_PREFIX):
             return cls(transport, transport.model_info(path[len(BIND_PREFIX) :]))
         files = read_model_files(path)
-        config = build_model_config("", context, plan, sections=sections)
+        try:
+            config = build_model_config("", context, plan, sections=sections)
+        except ValueError as e:  # a bad config section: MindSpore Lite reports build errors as RuntimeError
+            raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         name = model_name(path, files, config)
         if not transport.is_model_ready(name):
             transport.load_model(name, {**config, "name": name}, files)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+
 from mslite_triton.server import EmbeddedServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,11 +10,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import mslite_triton as mslite
 import numpy as np
 import pytest
 from conftest import GEN, ROOT, ZOO
 from model_zoo import broken_bytes, run_reference
+
+import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError, ModelLoadError, MSLiteError, ServerUnavailableError
 
 pytestmark = pytest.mark.integration

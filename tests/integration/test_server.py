@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError
 
 pytestmark = pytest.mark.integration

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from mslite_backend.config import KNOWN_KEYS, BackendConfig, InstanceInfo, TensorSpec
 from mslite_backend.errors import ConfigError
 

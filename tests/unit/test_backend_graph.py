@@ -9,6 +9,8 @@ import model_zoo as zoo
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
 from mslite_backend.config import BackendConfig
 from mslite_backend.errors import ModelLoadError
 from mslite_backend.graph import (
@@ -19,7 +21,6 @@ from mslite_backend.graph import (
     plan_auto_complete,
     read_graph_io,
 )
-from onnx import TensorProto, helper, numpy_helper
 
 
 def _save(tmp_path: Path, model: onnx.ModelProto, name: str = "model.onnx") -> str:

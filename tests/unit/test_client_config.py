@@ -9,6 +9,8 @@ from typing import Any
 import model_zoo as zoo
 import onnx
 import pytest
+from tritonclient.utils import InferenceServerException
+
 from mslite_triton._model_config import (
     MAX_QUEUE_SIZE,
     WorkerPlan,
@@ -31,7 +33,6 @@ from mslite_triton.errors import (
     ServerUnavailableError,
     ServiceDenyError,
 )
-from tritonclient.utils import InferenceServerException
 
 URL = "grpc://127.0.0.1:8001"
 

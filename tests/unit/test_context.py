@@ -4,6 +4,7 @@ import logging
 from pathlib import Path
 
 import pytest
+
 from mslite_triton.context import Context
 
 

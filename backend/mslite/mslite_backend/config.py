@@ -52,14 +52,16 @@ class InstanceInfo:
     name: str
     kind: str  # "CPU", "GPU" or "MODEL"
     device_id: int
+    index: int = 0  # position among the model's instances (worker i of N)
 
     @classmethod
-    def from_args(cls, args: dict[str, str]) -> InstanceInfo:
+    def from_args(cls, args: dict[str, str], index: int = 0) -> InstanceInfo:
         """Build from the `args` dict Triton passes to `initialize` (all values are strings)."""
         return cls(
             name=args.get("model_instance_name", ""),
             kind=args.get("model_instance_kind", "CPU").upper(),
             device_id=int(args.get("model_instance_device_id", "0") or 0),
+            index=index,
         )
 
 
@@ -138,6 +140,9 @@ class BackendConfig:
             raise ConfigError(
                 f"model '{name}': parameter 'precision_mode' must be one of {list(PRECISION_MODES)}, got '{precision}'"
             )
+        affinity = get.one("thread_affinity_mode", int, 0)
+        if affinity == 2:
+            warnings += (f"model '{name}': thread_affinity_mode 2 (middle cores first) is not supported; not pinned",)
         return cls(
             model_name=name,
             max_batch_size=int(model_config.get("max_batch_size", 0) or 0),
@@ -151,7 +156,7 @@ class BackendConfig:
             enable_mem_arena=get.one("enable_mem_arena", _boolean, True),
             graph_optimization_level=get.one("graph_optimization_level", _opt_level, 99),
             allow_spinning=workers * intra <= cores,
-            thread_affinity_mode=get.one("thread_affinity_mode", int, 0),
+            thread_affinity_mode=affinity,
             thread_affinity_core_list=get.one("thread_affinity_core_list", _int_list, ()),
             precision_mode=precision,
             warmup=get.one("warmup", _boolean, True),

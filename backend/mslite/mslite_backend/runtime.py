@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from .affinity import cores_for_worker, pin_process
 from .batching import Feeds, Result, run_batched
 from .config import BackendConfig, InstanceInfo, TensorSpec
 from .dtypes import TRITON_TO_NUMPY, short_name
@@ -35,6 +36,9 @@ class ModelRuntime:
         path = os.path.join(version_dir, cfg.model_filename)
         io = read_graph_io(path)
         check_config_against_graph(cfg, io)
+        cores = cores_for_worker(cfg, instance.index, sorted(os.sched_getaffinity(0)))
+        if cores is not None:  # before the session exists, so ORT's threads start inside the slice
+            pin_process(cores)
         runtime = cls(cfg, OrtSession(path, cfg, instance), io)
         if cfg.warmup:
             runtime.warm_up()

@@ -1,0 +1,120 @@
+"""Workers, threads, pinning, batching settings and the bounded queue, on the real server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from conftest import GEN
+
+import mslite_triton as mslite
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("conc") / "tiny.onnx"
+    path.write_bytes(GEN.build_tiny().SerializeToString())
+    return str(path)
+
+
+def _worker_pids(server, model_name: str) -> list[int]:
+    """This server's stub processes whose command line names an instance of `model_name`, in worker order."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if args and args[0].endswith(b"triton_python_backend_stub") and parent == server.process.pid:
+            instance = next((a.decode() for a in args if a.decode().startswith(model_name + "_")), None)
+            if instance:
+                found.append((instance, int(proc.name)))
+    return [pid for _, pid in sorted(found)]
+
+
+def _cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError("no Cpus_allowed_list")
+
+
+def _build(server, path: str, **cpu) -> mslite.ModelParallelRunner:
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.parallel.workers_num = 2
+    for key, value in cpu.items():
+        setattr(ctx.cpu, key, value)
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(path, ctx)
+    return runner
+
+
+def _predict(runner):
+    inputs = runner.get_inputs()
+    inputs[0].set_data_from_numpy(np.ones(4, np.float32))
+    return runner.predict(inputs)[0].get_data_to_numpy()
+
+
+def test_big_core_binding_gives_each_worker_its_own_core(server, tiny):
+    runner = _build(server, tiny, thread_num=1, thread_affinity_mode=1)
+    np.testing.assert_array_equal(_predict(runner), np.full((1, 4), 3.0))
+    pids = _worker_pids(server, runner._remote.info.name)
+    assert len(pids) == 2
+    assert [_cpus_allowed(p) for p in pids] == ["0", "1"]
+    threads = [t for t in Path(f"/proc/{pids[1]}/task").iterdir()]
+    for t in threads:  # every thread of the worker, ORT's included, stays inside the slice
+        assert "Cpus_allowed_list:\t1" in (t / "status").read_text()
+
+
+def test_core_list_slices_follow_worker_order(server, tiny):
+    runner = _build(server, tiny, thread_num=1, thread_affinity_core_list=[1, 0])
+    pids = _worker_pids(server, runner._remote.info.name)
+    assert [_cpus_allowed(p) for p in pids] == ["1", "0"]
+
+
+def test_bad_core_list_fails_at_build(server, tiny):
+    with pytest.raises(RuntimeError, match="thread_affinity_core_list has 3 cores, expected"):
+        _build(server, tiny, thread_num=1, thread_affinity_core_list=[0, 1, 0])
+
+
+def test_unbound_workers_may_use_every_core(server, tiny):
+    runner = _build(server, tiny, thread_num=1)
+    pids = _worker_pids(server, runner._remote.info.name)
+    assert len(pids) == 2 and all(_cpus_allowed(p) == _cpus_allowed(pids[0]) for p in pids)
+
+
+def test_batching_section_configures_the_batcher(server, tiny):
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.parallel.workers_num = 1
+    ctx.parallel.config_info = {
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": "250",
+            "preferred_batch_size": "1,4",
+            "max_queue_size": "7",
+        }
+    }
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(tiny, ctx)
+    client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
+    try:
+        config = client.get_model_config(runner._remote.info.name)
+    finally:
+        client.close()
+    batching = config["dynamic_batching"]
+    assert batching["max_queue_delay_microseconds"] == 250
+    assert batching["preferred_batch_size"] == [1, 4]
+    assert batching["default_queue_policy"]["max_queue_size"] == 7
+    bad = mslite.Context()
+    bad.server_url = server.grpc_url
+    bad.parallel.config_info = {"dynamic_batching": {"max_queue_size": "many"}}
+    with pytest.raises(RuntimeError, match="max_queue_size must be an int"):
+        mslite.ModelParallelRunner().build_from_file(tiny, bad)
