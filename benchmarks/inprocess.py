@@ -90,20 +90,6 @@ def drive(sessions: list[Any], batch: int, seconds: float) -> float:
     return sum(counts) * batch / (time.perf_counter() - t0)
 
 
-def ceiling_grid(path: str, cores: int, seconds: float, batches: tuple[int, ...] = (1, 8)) -> list[GridCell]:
-    """sessions x threads x batch, sessions and threads in {1, cores}, each session driven by its own thread."""
-    sizes = sorted({1, cores})
-    cells = []
-    for n_sessions in sizes:
-        for threads in sizes:
-            spinning = n_sessions * threads <= cores
-            sessions = [make_session(path, threads, spinning=spinning) for _ in range(n_sessions)]
-            for batch in batches:
-                cells.append(GridCell(n_sessions, threads, batch, drive(sessions, batch, seconds)))
-            del sessions
-    return cells
-
-
 def single_session(path: str, threads: int, seconds: float) -> SingleSession:
     """Sequential batch-1 runs of one session: p50/p99 latency and process CPU time per image."""
     session = make_session(path, threads, spinning=True)

@@ -66,7 +66,8 @@ def ensure_tools(root: Path, *, note: Callable[[str], None] = lambda _: None) ->
     out = subprocess.run([str(binary), "--version"], env=env, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise ToolsError(f"perf_analyzer does not run (exit {out.returncode}): {(out.stderr or out.stdout)[-800:]}")
-    return Tools(perf_analyzer=binary, python=python, env=env, version=out.stdout.strip().splitlines()[-1])
+    version = (out.stdout + out.stderr).strip().splitlines()
+    return Tools(perf_analyzer=binary, python=python, env=env, version=version[-1] if version else "unknown")
 
 
 def _ensure_libb64(note: Callable[[str], None]) -> None:

@@ -76,9 +76,17 @@ def _autostart() -> str:
         return str(server.grpc_url)
 
 
-def _stop_embedded(server: Any, repo: Path) -> None:
+def _close_transports() -> None:
+    """Release every pooled connection and its shared-memory region (registered at import: runs last)."""
     for t in list(_transports.values()):
         t.close()
+
+
+atexit.register(_close_transports)
+
+
+def _stop_embedded(server: Any, repo: Path) -> None:
+    _close_transports()
     server.stop()
     server.remove_workspace()
     shutil.rmtree(repo, ignore_errors=True)

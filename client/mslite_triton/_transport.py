@@ -6,9 +6,12 @@ library's own exceptions (which subclass the builtins MindSpore Lite users catch
 
 from __future__ import annotations
 
+import glob
+import itertools
 import json
+import logging
+import os
 import queue
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,20 +20,26 @@ from urllib.parse import urlparse
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from ._error_table import classify, clean_message
 from .errors import (
     InferenceError,
     InvalidInputError,
     ModelLoadError,
     MSLiteError,
     NotFoundError,
-    PermissionDeniedError,
     ServerUnavailableError,
-    ServiceDenyError,
 )
 
+__all__ = ["KEY_HEADER", "ModelInfo", "TensorInfo", "Transport", "classify", "clean_message"]
+
 KEY_HEADER = "mslite-key"
+SHM_MIN_BYTES = 64 * 1024  # smaller requests are cheaper inline than through a region
+_SHM_PREFIX = "mslite_client_"
+_region_ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,59 +61,6 @@ class ModelInfo:
     max_batch_size: int
 
 
-# (grpc status or http code, message pattern, exception class); first match wins.
-_RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
-    ({"StatusCode.UNAVAILABLE", "503"}, re.compile(r"maximum queue size|queue.*full", re.I), ServiceDenyError),
-    ({"StatusCode.PERMISSION_DENIED", "403"}, None, PermissionDeniedError),
-    ({"StatusCode.NOT_FOUND", "404"}, None, NotFoundError),
-    (set(), re.compile(r"unknown model|is not found|not ready", re.I), NotFoundError),
-    ({"StatusCode.UNAVAILABLE"}, None, ServerUnavailableError),
-    ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
-]
-_TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)
-_PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}/?")  # not inside names like "enc/layer_0/w:0"
-
-
-def clean_message(text: str) -> str:
-    """Strip what Triton appends to load errors (a traceback with server paths) from a message."""
-    text = _TRACEBACK.sub("", text or "").strip()
-    text = re.sub(r"^\[request id: [^\]]*\]\s*", "", text)
-    return _PATH.sub("<path>", text)
-
-
-def classify(
-    e: InferenceServerException,
-    url: str,
-    *,
-    default: type[MSLiteError] = InferenceError,
-    invalid: type[MSLiteError] = InvalidInputError,
-) -> MSLiteError:
-    """Map a tritonclient exception to the library's exception (see `_RULES`).
-
-    `invalid` replaces InvalidInputError for calls where INVALID_ARGUMENT does not mean a bad input
-    (a failed model load answers 400 too).
-    """
-    status = str(e.status() or "")
-    message = clean_message(str(e.message() or e))
-    for statuses, pattern, cls in _RULES:
-        if statuses and status not in statuses:
-            continue
-        if pattern is not None and not pattern.search(message):
-            continue
-        return _make(invalid if cls is InvalidInputError else cls, url, message)
-    if status in ("", "None") and re.search(r"connect|refused|unavailable|timed out", message, re.I):
-        return ServerUnavailableError(url, message)
-    return _make(default, url, message)
-
-
-def _make(cls: type[MSLiteError], url: str, message: str) -> MSLiteError:
-    if cls is ServerUnavailableError:
-        return ServerUnavailableError(url, message)
-    if cls is ServiceDenyError:
-        return ServiceDenyError(message)
-    return cls(message)
-
-
 class Transport:
     """A pool of tritonclient connections to one server; every method is safe to call from many threads."""
 
@@ -124,44 +80,48 @@ class Transport:
         self._ssl = parsed.scheme == "https"
         self._timeout_s = timeout_s
         self._headers = {KEY_HEADER: key} if key else None
-        self._idle: queue.LifoQueue[Any] = queue.LifoQueue()
+        self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
         self._module: Any = grpcclient if self.protocol == "grpc" else httpclient
+        # Inputs go through system shared memory only to a server on this host (MSLITE_TRITON_SHM=0: never).
+        self.use_shm = _is_loopback(self.host) and os.environ.get("MSLITE_TRITON_SHM", "1") != "0"
 
     # -- connection pool -------------------------------------------------------------------------
-    def _connect(self) -> Any:
+    def _connect(self) -> _Connection:
         if self.protocol == "grpc":
-            return grpcclient.InferenceServerClient(url=self._address)
-        return httpclient.InferenceServerClient(
-            url=self._address, ssl=self._ssl, connection_timeout=self._timeout_s, network_timeout=self._timeout_s
+            return _Connection(grpcclient.InferenceServerClient(url=self._address))
+        return _Connection(
+            httpclient.InferenceServerClient(
+                url=self._address, ssl=self._ssl, connection_timeout=self._timeout_s, network_timeout=self._timeout_s
+            )
         )
 
     def _call(
         self,
-        fn: Callable[[Any], Any],
+        fn: Callable[[_Connection], Any],
         *,
         default: type[MSLiteError] = InferenceError,
         invalid: type[MSLiteError] = InvalidInputError,
     ) -> Any:
         try:
-            client = self._idle.get_nowait()
+            conn = self._idle.get_nowait()
         except queue.Empty:
-            client = self._connect()
+            conn = self._connect()
         try:
-            result = fn(client)
+            result = fn(conn)
         except InferenceServerException as e:
-            self._idle.put(client)
+            self._idle.put(conn)
             raise classify(e, self.url, default=default, invalid=invalid) from None
         except (ConnectionError, OSError, TimeoutError) as e:  # HTTP transport errors surface raw
-            _close(client)
+            conn.close(self._headers)
             raise ServerUnavailableError(self.url, str(e)) from None
-        self._idle.put(client)
+        self._idle.put(conn)
         return result
 
     def close(self) -> None:
-        """Close every pooled connection (safe to call twice)."""
+        """Close every pooled connection and release its shared memory (safe to call twice)."""
         while True:
             try:
-                _close(self._idle.get_nowait())
+                self._idle.get_nowait().close(self._headers)
             except queue.Empty:
                 return
 
@@ -174,13 +134,13 @@ class Transport:
     # -- server and model control ----------------------------------------------------------------
     def check_live(self) -> None:
         """Raises ServerUnavailableError unless the server answers and is live."""
-        if not self._call(lambda c: c.is_server_live(headers=self._headers), default=ServerUnavailableError):
+        if not self._call(lambda c: c.client.is_server_live(headers=self._headers), default=ServerUnavailableError):
             raise ServerUnavailableError(self.url, "server is not live")
 
     def is_model_ready(self, name: str) -> bool:
         """True when the server has `name` loaded and ready."""
         try:
-            return bool(self._call(lambda c: c.is_model_ready(name, headers=self._headers)))
+            return bool(self._call(lambda c: c.client.is_model_ready(name, headers=self._headers)))
         except NotFoundError:
             return False
 
@@ -192,19 +152,20 @@ class Transport:
         """
         body = json.dumps(config)
         self._call(
-            lambda c: c.load_model(name, config=body, files=files, headers=self._headers),
+            lambda c: c.client.load_model(name, config=body, files=files, headers=self._headers),
             default=ModelLoadError,
             invalid=ModelLoadError,
         )
 
     def unload_model(self, name: str) -> None:
         """Unload a model."""
-        self._call(lambda c: c.unload_model(name, headers=self._headers))
+        self._call(lambda c: c.client.unload_model(name, headers=self._headers))
 
     def model_info(self, name: str) -> ModelInfo:
         """Inputs, outputs and max_batch_size of a loaded model."""
 
-        def fetch(c: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        def fetch(conn: _Connection) -> tuple[dict[str, Any], dict[str, Any]]:
+            c = conn.client
             if self.protocol == "grpc":
                 meta = c.get_model_metadata(name, headers=self._headers, as_json=True)
                 conf = c.get_model_config(name, headers=self._headers, as_json=True)["config"]
@@ -233,18 +194,97 @@ class Transport:
             InvalidInputError, ServiceDenyError, NotFoundError, InferenceError, ServerUnavailableError.
         """
         mod = self._module
-        infer_inputs = []
-        for name, array in inputs:
-            item = mod.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            item.set_data_from_numpy(array)
-            infer_inputs.append(item)
+        infer_inputs = [mod.InferInput(name, list(a.shape), np_to_triton_dtype(a.dtype)) for name, a in inputs]
+        arrays = [a for _, a in inputs]
+        size = sum(a.nbytes for a in arrays)
         requested = [mod.InferRequestedOutput(name) for name in outputs]
 
-        def run(c: Any) -> Any:
-            return c.infer(model, infer_inputs, outputs=requested, headers=self._headers)
+        def run(conn: _Connection) -> Any:
+            region = conn.region_for(size, self._headers) if self.use_shm and size >= SHM_MIN_BYTES else None
+            if region is None:
+                for item, array in zip(infer_inputs, arrays):
+                    item.set_data_from_numpy(array)
+            else:
+                sysshm.set_shared_memory_region(region.handle, arrays)
+                offset = 0
+                for item, array in zip(infer_inputs, arrays):
+                    item.set_shared_memory(region.name, array.nbytes, offset)
+                    offset += array.nbytes
+            return conn.client.infer(model, infer_inputs, outputs=requested, headers=self._headers)
 
         result = self._call(run)
         return {name: result.as_numpy(name) for name in outputs}
+
+
+@dataclass
+class _Region:
+    """A system shared-memory region registered with the server under `name`."""
+
+    name: str
+    handle: Any
+    size: int
+
+
+class _Connection:
+    """One tritonclient connection, used by one thread at a time, with its own input region."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.region: _Region | None = None
+        self.shm_failed = False
+
+    def region_for(self, size: int, headers: dict[str, str] | None) -> _Region | None:
+        """A registered region of at least `size` bytes, or None when shared memory is unusable."""
+        if self.shm_failed:
+            return None
+        if self.region is not None and self.region.size >= size:
+            return self.region
+        self._release(headers)
+        name = f"{_SHM_PREFIX}{os.getpid()}_{next(_region_ids)}"
+        capacity = max(size, 1 << (size - 1).bit_length())  # grow by powers of two
+        try:
+            _sweep_stale_regions()
+            handle = sysshm.create_shared_memory_region(name, "/" + name, capacity)
+            try:
+                self.client.register_system_shared_memory(name, "/" + name, capacity, headers=headers)
+            except Exception:
+                sysshm.destroy_shared_memory_region(handle)
+                raise
+        except Exception as e:  # e.g. a server on another host, or the shm API refused: send inline
+            log.info("shared memory unavailable (%s); sending tensors inline", e)
+            self.shm_failed = True
+            return None
+        self.region = _Region(name, handle, capacity)
+        return self.region
+
+    def _release(self, headers: dict[str, str] | None) -> None:
+        region, self.region = self.region, None
+        if region is None:
+            return
+        try:
+            self.client.unregister_system_shared_memory(region.name, headers=headers)
+        except Exception:  # the server may be gone; the local region is removed regardless
+            pass
+        sysshm.destroy_shared_memory_region(region.handle)
+
+    def close(self, headers: dict[str, str] | None) -> None:
+        self._release(headers)
+        _close(self.client)
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _sweep_stale_regions() -> None:
+    """Remove regions left in /dev/shm by client processes that died without cleaning up."""
+    for path in glob.glob(f"/dev/shm/{_SHM_PREFIX}*"):
+        pid = os.path.basename(path)[len(_SHM_PREFIX) :].split("_", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def _close(client: Any) -> None:

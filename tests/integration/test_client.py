@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
@@ -244,3 +245,37 @@ def test_autostarted_server_stops_with_its_parent(files, ending):
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     if ending == "exit":
         assert not list(Path("/dev/shm").glob(f"{prefix}*"))
+
+
+SHM_SCRIPT = """
+import glob, os, sys, numpy as np
+import mslite_triton as mslite
+ctx = mslite.Context(); ctx.server_url = sys.argv[2]; ctx.parallel.workers_num = 1
+r = mslite.ModelParallelRunner(); r.build_from_file(sys.argv[1], ctx)
+x = np.random.default_rng(0).standard_normal((8, 3, 224, 224), dtype=np.float32)
+y = r.predict([mslite.Tensor(x)])[0].get_data_to_numpy()
+np.save(sys.argv[3], y)
+mine = glob.glob(f"/dev/shm/mslite_client_{os.getpid()}_*")
+print("REGIONS", len(mine), "PID", os.getpid(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_large_inputs_use_shared_memory_locally(server, files, tmp_path, shm):
+    env = {**os.environ, "MSLITE_TRITON_SHM": shm}
+    out = tmp_path / "y.npy"
+    proc = subprocess.run(
+        [sys.executable, "-c", SHM_SCRIPT, str(files / "mobilenetv2.onnx"), server.grpc_url, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    regions = int(proc.stdout.split("REGIONS")[1].split()[0])
+    assert regions == (1 if shm == "1" else 0)
+    pid = proc.stdout.split("PID")[1].split()[0]
+    assert not glob.glob(f"/dev/shm/mslite_client_{pid}_*"), "region left behind at exit"
+    x = np.random.default_rng(0).standard_normal((8, 3, 224, 224), dtype=np.float32)
+    (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x})
+    np.testing.assert_array_equal(np.load(out), expected)

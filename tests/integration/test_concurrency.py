@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import tritonclient.http as httpclient
 from conftest import GEN
 
 import mslite_triton as mslite
+from mslite_triton.errors import ServiceDenyError
 
 pytestmark = pytest.mark.integration
 
@@ -118,3 +120,33 @@ def test_batching_section_configures_the_batcher(server, tiny):
     bad.parallel.config_info = {"dynamic_batching": {"max_queue_size": "many"}}
     with pytest.raises(RuntimeError, match="max_queue_size must be an int"):
         mslite.ModelParallelRunner().build_from_file(tiny, bad)
+
+
+def test_full_queue_rejects_at_once_with_service_deny(server):
+
+    path = Path(server.workspace) / "mobilenet_q1.onnx"
+    path.write_bytes(GEN.build_mobilenetv2().SerializeToString())
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.parallel.workers_num = 1
+    ctx.cpu.thread_num = 1
+    ctx.parallel.config_info = {"dynamic_batching": {"max_queue_size": "1", "max_batch_size": "1"}}
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(path), ctx)
+    x = np.zeros((1, 3, 224, 224), np.float32)
+
+    def call(_):
+        try:
+            return runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy()
+        except ServiceDenyError as e:
+            return e
+
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(call, range(24)))
+    denied = [r for r in results if isinstance(r, ServiceDenyError)]
+    served = [r for r in results if isinstance(r, np.ndarray)]
+    assert denied and served and len(denied) + len(served) == 24
+    assert denied[0].status == "kLiteServiceDeny" and isinstance(denied[0], RuntimeError)
+    assert "kLiteServiceDeny" in str(denied[0])
+    for y in served:
+        np.testing.assert_array_equal(y, served[0])

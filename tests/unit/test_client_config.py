@@ -21,7 +21,7 @@ from mslite_triton._model_config import (
     plan_workers,
 )
 from mslite_triton._remote import detect_format, model_name, read_model_files
-from mslite_triton._transport import Transport, classify, clean_message
+from mslite_triton._transport import Transport, _Connection, classify, clean_message
 from mslite_triton.context import Context
 from mslite_triton.errors import (
     InferenceError,
@@ -320,7 +320,7 @@ def test_load_failure_is_a_model_load_error(url: str, status: str) -> None:
     # Triton answers a failed load with INVALID_ARG (gRPC INVALID_ARGUMENT, HTTP 400), the status of a bad
     # inference input too; a build must still fail with a RuntimeError, as in MindSpore Lite.
     transport = Transport(url)
-    transport._connect = lambda: _FakeLoader(InferenceServerException(LOAD_ERROR, status))  # type: ignore[method-assign]
+    transport._connect = lambda: _Connection(_FakeLoader(InferenceServerException(LOAD_ERROR, status)))  # type: ignore[method-assign]
     with pytest.raises(ModelLoadError) as exc:
         transport.load_model("net_0123", {"backend": "mslite"}, {"file:1/model.onnx": b"\x08"})
     assert type(exc.value) is ModelLoadError and isinstance(exc.value, RuntimeError)
@@ -376,7 +376,7 @@ def test_transport_maps_errors_and_keeps_healthy_connections() -> None:
     client = _FakeClient(
         InferenceServerException("Request for unknown model: 'x' is not found", "StatusCode.NOT_FOUND")
     )
-    transport._connect = lambda: client  # type: ignore[method-assign]
+    transport._connect = lambda: _Connection(client)  # type: ignore[method-assign]
     assert transport.is_model_ready("x") is False
     assert transport._idle.qsize() == 1 and not client.closed
 
@@ -384,7 +384,7 @@ def test_transport_maps_errors_and_keeps_healthy_connections() -> None:
 def test_transport_drops_broken_connections() -> None:
     transport = Transport("http://h:1")
     client = _FakeClient(ConnectionRefusedError(111, "Connection refused"))
-    transport._connect = lambda: client  # type: ignore[method-assign]
+    transport._connect = lambda: _Connection(client)  # type: ignore[method-assign]
     with pytest.raises(ServerUnavailableError, match=re.escape("http://h:1")) as exc:
         transport.is_model_ready("x")
     assert exc.value.__cause__ is None and exc.value.__suppress_context__

@@ -1,0 +1,142 @@
+"""One perf_analyzer measurement over gRPC (optionally with system shared memory), with CPU accounting around it.
+
+Bounded: `-p` windows of `interval_ms`, at most `max_trials` of them. When the windows never agree within
+`stability_pct` (a shared machine), the measurement is repeated once accepting any three windows and the
+point is marked unstable, so every step ends in bounded time.
+"""
+
+from __future__ import annotations
+
+import csv
+import resource
+import shlex
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .serving import BenchServer
+from .tools import Tools
+
+
+@dataclass(frozen=True)
+class PerfSettings:
+    """How long each concurrency level is measured."""
+
+    interval_ms: int
+    max_trials: int
+    stability_pct: int
+
+    @property
+    def limit_s(self) -> float:
+        """Wall-clock bound of one perf_analyzer run (windows plus start-up slack)."""
+        return self.interval_ms * self.max_trials / 1000 * 1.5 + 30
+
+
+@dataclass(frozen=True)
+class PerfPoint:
+    """One concurrency level: perf_analyzer's figures plus CPU per image from /proc and Triton's statistics."""
+
+    model: str
+    concurrency: int
+    shm: bool
+    infer_s: float
+    p50_ms: float
+    p99_ms: float
+    stable: bool
+    images: int  # served during the whole run (all windows), from Triton's statistics
+    avg_batch: float  # images per worker execute() call
+    worker_cpu_ms_per_img: float
+    server_cpu_ms_per_img: float  # tritonserver's own threads (gRPC, queue, copies)
+    client_cpu_ms_per_img: float  # perf_analyzer
+    command: str  # the perf_analyzer command line (its -f CSV path left out)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PerfError(RuntimeError):
+    """perf_analyzer failed for a reason other than unstable windows."""
+
+
+def measure(
+    tools: Tools, server: BenchServer, model: str, concurrency: int, *, shm: bool, settings: PerfSettings
+) -> PerfPoint:
+    """Run perf_analyzer against `model` (which must be the only loaded model) at one concurrency.
+
+    Raises:
+        PerfError: perf_analyzer failed or produced no CSV.
+    """
+    inf0, exe0 = server.inference_count(model)
+    work0, srv0 = server.cpu_s(model)
+    kids0 = _children_cpu_s()
+    row, command = _run(tools, server, model, concurrency, shm, settings, settings.stability_pct)
+    stable = row is not None
+    if row is None:
+        row, command = _run(tools, server, model, concurrency, shm, settings, 1000)
+    inf1, exe1 = server.inference_count(model)
+    work1, srv1 = server.cpu_s(model)
+    kids1 = _children_cpu_s()
+    if row is None:
+        raise PerfError(f"perf_analyzer gave no result for {model} at concurrency {concurrency}")
+    images = max(1, inf1 - inf0)
+    per_img = 1e3 / images
+    return PerfPoint(
+        model=model,
+        concurrency=concurrency,
+        shm=shm,
+        infer_s=float(row["Inferences/Second"]),
+        p50_ms=float(row["p50 latency"]) / 1e3,
+        p99_ms=float(row["p99 latency"]) / 1e3,
+        stable=stable,
+        images=inf1 - inf0,
+        avg_batch=(inf1 - inf0) / max(1, exe1 - exe0),
+        worker_cpu_ms_per_img=(work1 - work0) * per_img,
+        server_cpu_ms_per_img=(srv1 - srv0) * per_img,
+        client_cpu_ms_per_img=(kids1 - kids0) * per_img,
+        command=command,
+    )
+
+
+def _run(
+    tools: Tools,
+    server: BenchServer,
+    model: str,
+    concurrency: int,
+    shm: bool,
+    settings: PerfSettings,
+    stability_pct: int,
+) -> tuple[dict[str, str] | None, str]:
+    with tempfile.TemporaryDirectory(prefix="bench-pa-") as tmp:
+        csv_path = Path(tmp) / "pa.csv"
+        cmd = [str(tools.perf_analyzer), "-m", model, "-u", server.grpc_address, "-i", "grpc"]
+        cmd += ["--concurrency-range", str(concurrency), "--measurement-interval", str(settings.interval_ms)]
+        cmd += ["--max-trials", str(settings.max_trials), "--stability-percentage", str(stability_pct)]
+        cmd += ["--shared-memory", "system" if shm else "none"]
+        command = shlex.join([Path(cmd[0]).name, *cmd[1:]])
+        started = time.monotonic()
+        try:
+            out = subprocess.run(
+                [*cmd, "-f", str(csv_path)], env=tools.env, capture_output=True, text=True, timeout=settings.limit_s
+            )
+        except subprocess.TimeoutExpired as e:
+            raise PerfError(
+                f"perf_analyzer ran past {settings.limit_s:.0f} s ({time.monotonic() - started:.0f} s)"
+            ) from e
+        text = out.stdout + out.stderr
+        if out.returncode != 0 and "Failed to obtain stable measurement" in text:
+            return None, command
+        if out.returncode != 0 or not csv_path.exists():
+            raise PerfError(f"perf_analyzer exit {out.returncode}: {text[-1200:]}")
+        with open(csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    if not rows:
+        raise PerfError(f"perf_analyzer wrote an empty CSV: {text[-600:]}")
+    return rows[0], command
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

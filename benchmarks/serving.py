@@ -1,0 +1,185 @@
+"""The benchmark's server: a composed model repository, the embedded tritonserver with the naive backend beside
+ours, explicit model load/unload, and CPU accounting from /proc and Triton's statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import TensorProto
+
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+NAIVE_MODEL_PY = Path(__file__).parent / "naive_backend" / "model.py"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_TRITON_TYPES = {TensorProto.FLOAT: "TYPE_FP32", TensorProto.INT64: "TYPE_INT64", TensorProto.INT32: "TYPE_INT32"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the composed repository: which source model, which backend, how many workers and threads."""
+
+    name: str
+    source: str  # directory name under model_repository/
+    backend: str  # "mslite" or "naive"
+    workers: int
+    threads: int
+
+
+def ours_config(source_text: str, workers: int, threads: int) -> str:
+    """The repository's config.pbtxt with the instance count and `thread_num` set; the rest kept as is."""
+    text = re.sub(r"(?m)^instance_group.*\n?", "", source_text)
+    text = re.sub(r'(?m)^parameters \{ key: "(thread_num|intra_op_thread_count)".*\n?', "", text)
+    return (
+        text.rstrip("\n")
+        + f"\ninstance_group [ {{ kind: KIND_CPU, count: {workers} }} ]\n"
+        + f'parameters {{ key: "thread_num" value {{ string_value: "{threads}" }} }}\n'
+    )
+
+
+def naive_config(onnx_path: Path, workers: int, threads: int) -> str:
+    """An explicit config for the naive backend (it has no auto-complete): tensors read from the ONNX file."""
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+
+    def entries(values: Any) -> str:
+        out = []
+        for v in values:
+            if v.name in initializers:
+                continue
+            t = v.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim][1:]
+            out.append(f'{{ name: "{v.name}" data_type: {_TRITON_TYPES[t.elem_type]} dims: {dims} }}')
+        return ", ".join(out)
+
+    return (
+        'backend: "naive"\nmax_batch_size: 64\n'
+        "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+        f"input [ {entries(graph.input)} ]\noutput [ {entries(graph.output)} ]\n"
+        f"instance_group [ {{ kind: KIND_CPU, count: {workers} }} ]\n"
+        f'parameters {{ key: "intra_op_thread_count" value {{ string_value: "{threads}" }} }}\n'
+    )
+
+
+def compose_repository(root: Path, source_repo: Path, specs: list[ModelSpec]) -> Path:
+    """Write one model directory per spec under `root` (model file copied, config adjusted)."""
+    for spec in specs:
+        src = source_repo / spec.source
+        onnx_path = src / "1" / "model.onnx"
+        if not onnx_path.exists():
+            raise FileNotFoundError(f"{onnx_path} is missing: run `make models` first")
+        dst = root / spec.name
+        (dst / "1").mkdir(parents=True)
+        shutil.copy2(onnx_path, dst / "1" / "model.onnx")
+        if spec.backend == "naive":
+            text = naive_config(onnx_path, spec.workers, spec.threads)
+        else:
+            text = ours_config((src / "config.pbtxt").read_text(), spec.workers, spec.threads)
+        (dst / "config.pbtxt").write_text(text)
+    return root
+
+
+class BenchServer:
+    """The embedded server on loopback, with `backends/naive/model.py` added before start; models loaded on demand."""
+
+    def __init__(self, repository: Path) -> None:
+        self.server = EmbeddedServer(ServerConfig(model_repository=repository, load_models=()))
+        self.loaded: set[str] = set()
+
+    def start(self) -> BenchServer:
+        naive = self.server.workspace / "backends" / "naive"
+        naive.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(NAIVE_MODEL_PY, naive / "model.py")
+        self.server.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.server.remove_workspace()
+
+    @property
+    def pid(self) -> int:
+        assert self.server.process is not None, "server not started"
+        return self.server.process.pid
+
+    @property
+    def grpc_address(self) -> str:
+        """`host:port` as perf_analyzer wants it."""
+        return f"{self.server.config.host}:{self.server.grpc_port}"
+
+    def load(self, name: str) -> None:
+        """Load `name` (the call returns once its workers are up and warmed)."""
+        self._post(f"/v2/repository/models/{name}/load")
+        self.loaded.add(name)
+
+    def unload(self, name: str) -> None:
+        """Unload `name` and wait until its worker processes are gone."""
+        self._post(f"/v2/repository/models/{name}/unload")
+        self.loaded.discard(name)
+
+    def only(self, name: str) -> None:
+        """Make `name` the only loaded model, so every worker process belongs to it."""
+        for other in sorted(self.loaded - {name}):
+            self.unload(other)
+        if name not in self.loaded:
+            self.load(name)
+
+    def inference_count(self, name: str) -> tuple[int, int]:
+        """(inferences, executions) from Triton's statistics: images served and worker `execute` calls."""
+        body = self._get(f"/v2/models/{name}/stats")
+        stats = body["model_stats"][0]
+        return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+    def cpu_s(self, model: str) -> tuple[float, float]:
+        """(CPU seconds of `model`'s worker processes, CPU seconds of tritonserver itself), from /proc."""
+        workers = sum(_cpu_s(pid) for pid in worker_pids(self.pid, model))
+        return workers, _cpu_s(self.pid)
+
+    def _post(self, path: str) -> Any:
+        req = urllib.request.Request(self.server.http_url + path, data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.server.http_url + path, timeout=30) as resp:
+            return json.loads(resp.read())
+
+
+def worker_pids(server_pid: int, model: str) -> list[int]:
+    """Stub processes of `model`: children of tritonserver whose command line names the model's directory."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) != server_pid:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # the process went away while we looked
+        if len(argv) > 1 and f"/{model}/".encode() in argv[1]:
+            pids.append(int(entry))
+    return pids
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of one process (all its threads), in seconds; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # after the command name: state is field 3, utime and stime are fields 14 and 15 (1-based)
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK

@@ -1,0 +1,72 @@
+"""The one table that turns a server error (status code + message) into the library's exception.
+
+Duck-typed on tritonclient's `InferenceServerException` (`status()`, `message()`), so this module
+needs no tritonclient import; `_transport` is the only caller.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import (
+    InferenceError,
+    InvalidInputError,
+    MSLiteError,
+    NotFoundError,
+    PermissionDeniedError,
+    ServerUnavailableError,
+    ServiceDenyError,
+)
+
+# (grpc status or http code, message pattern, exception class); first match wins.
+_RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
+    ({"StatusCode.UNAVAILABLE", "503"}, re.compile(r"maximum queue size|queue.*full", re.I), ServiceDenyError),
+    ({"StatusCode.PERMISSION_DENIED", "403"}, None, PermissionDeniedError),
+    ({"StatusCode.NOT_FOUND", "404"}, None, NotFoundError),
+    (set(), re.compile(r"unknown model|is not found|not ready", re.I), NotFoundError),
+    ({"StatusCode.UNAVAILABLE"}, None, ServerUnavailableError),
+    ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
+]
+_TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)
+_PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}/?")  # not inside names like "enc/layer_0/w:0"
+
+
+def clean_message(text: str) -> str:
+    """Strip what Triton appends to load errors (a traceback with server paths) from a message."""
+    text = _TRACEBACK.sub("", text or "").strip()
+    text = re.sub(r"^\[request id: [^\]]*\]\s*", "", text)
+    return _PATH.sub("<path>", text)
+
+
+def classify(
+    e: Any,
+    url: str,
+    *,
+    default: type[MSLiteError] = InferenceError,
+    invalid: type[MSLiteError] = InvalidInputError,
+) -> MSLiteError:
+    """Map a tritonclient exception to the library's exception (see `_RULES`).
+
+    `invalid` replaces InvalidInputError for calls where INVALID_ARGUMENT does not mean a bad input
+    (a failed model load answers 400 too).
+    """
+    status = str(e.status() or "")
+    message = clean_message(str(e.message() or e))
+    for statuses, pattern, cls in _RULES:
+        if statuses and status not in statuses:
+            continue
+        if pattern is not None and not pattern.search(message):
+            continue
+        return _make(invalid if cls is InvalidInputError else cls, url, message)
+    if status in ("", "None") and re.search(r"connect|refused|unavailable|timed out", message, re.I):
+        return ServerUnavailableError(url, message)
+    return _make(default, url, message)
+
+
+def _make(cls: type[MSLiteError], url: str, message: str) -> MSLiteError:
+    if cls is ServerUnavailableError:
+        return ServerUnavailableError(url, message)
+    if cls is ServiceDenyError:
+        return ServiceDenyError(message)
+    return cls(message)
