@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from . import _admin_key
 from ._transport import Transport
 from .errors import ServerUnavailableError
 
@@ -31,15 +32,10 @@ def server_url(explicit: str | None) -> str:
     return url if url else _autostart()
 
 
-def admin_key() -> str | None:
-    """The admin key for model control, from `MSLITE_TRITON_KEY` (None when unset)."""
-    return os.environ.get("MSLITE_TRITON_KEY") or None
-
-
 def transport(explicit_url: str | None) -> Transport:
     """A shared, live-checked transport to the server (one pool per URL and key)."""
     url = server_url(explicit_url)
-    key = admin_key()
+    key = _admin_key.key_for(url)
     with _lock:
         found = _transports.get((url, key))
     if found is not None:

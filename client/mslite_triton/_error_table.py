@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from .errors import (
+    ExecutionTimeoutError,
     InferenceError,
     InvalidInputError,
     MSLiteError,
@@ -17,12 +18,16 @@ from .errors import (
     PermissionDeniedError,
     ServerUnavailableError,
     ServiceDenyError,
+    WorkerUnavailableError,
 )
 
 # (grpc status or http code, message pattern, exception class); first match wins.
 _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
+    (set(), re.compile(r"Stub process .* is not healthy|not healthy", re.I), WorkerUnavailableError),
+    ({"StatusCode.DEADLINE_EXCEEDED"}, None, ExecutionTimeoutError),
     ({"StatusCode.UNAVAILABLE", "503"}, re.compile(r"maximum queue size|queue.*full", re.I), ServiceDenyError),
     ({"StatusCode.PERMISSION_DENIED", "403"}, None, PermissionDeniedError),
+    (set(), re.compile(r"is restricted|expecting header", re.I), PermissionDeniedError),
     ({"StatusCode.NOT_FOUND", "404"}, None, NotFoundError),
     (set(), re.compile(r"unknown model|is not found|not ready", re.I), NotFoundError),
     ({"StatusCode.UNAVAILABLE"}, None, ServerUnavailableError),

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import queue
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,20 +24,24 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from . import _admin_key
 from ._error_table import classify, clean_message
 from .errors import (
+    ExecutionTimeoutError,
     InferenceError,
     InvalidInputError,
     ModelLoadError,
     MSLiteError,
     NotFoundError,
     ServerUnavailableError,
+    WorkerUnavailableError,
 )
 
-__all__ = ["KEY_HEADER", "ModelInfo", "TensorInfo", "Transport", "classify", "clean_message"]
+__all__ = ["ModelInfo", "TensorInfo", "Transport", "classify", "clean_message"]
 
-KEY_HEADER = "mslite-key"
 SHM_MIN_BYTES = 64 * 1024  # smaller requests are cheaper inline than through a region
+# Worth retrying a predict on: the server restarting, a dead worker, the model being reloaded.
+RETRYABLE = (ServerUnavailableError, WorkerUnavailableError, NotFoundError)
 _SHM_PREFIX = "mslite_client_"
 _region_ids = itertools.count()
 log = logging.getLogger(__name__)
@@ -64,8 +69,16 @@ class ModelInfo:
 class Transport:
     """A pool of tritonclient connections to one server; every method is safe to call from many threads."""
 
-    def __init__(self, url: str, *, key: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, url: str, *, key: str | None = None, timeout_s: float | None = None, retry_s: float | None = None
+    ) -> None:
         """Parse `grpc://host:port`, `http://host:port` or `https://...`.
+
+        Args:
+            url: the server.
+            key: the admin key, sent with every call as the `mslite-key` header.
+            timeout_s: execution timeout of one call (`MSLITE_TRITON_TIMEOUT_S`, default 120).
+            retry_s: how long a predict is retried while the server recovers (`MSLITE_TRITON_RETRY_S`, default 30).
 
         Raises:
             ValueError: unsupported scheme or missing host.
@@ -78,8 +91,11 @@ class Transport:
         self.host = parsed.hostname
         self._address = parsed.netloc
         self._ssl = parsed.scheme == "https"
-        self._timeout_s = timeout_s
-        self._headers = {KEY_HEADER: key} if key else None
+        self._timeout_s = timeout_s if timeout_s is not None else float(os.environ.get("MSLITE_TRITON_TIMEOUT_S", 120))
+        self._retry_s = retry_s if retry_s is not None else float(os.environ.get("MSLITE_TRITON_RETRY_S", 30))
+        # Triton matches gRPC metadata against the restricted key with its own prefix
+        header = _admin_key.HEADER if self.protocol == "http" else f"triton-grpc-protocol-{_admin_key.HEADER}"
+        self._headers = {header: key} if key else None
         self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
         self._module: Any = grpcclient if self.protocol == "grpc" else httpclient
         # Inputs go through system shared memory only to a server on this host (MSLITE_TRITON_SHM=0: never).
@@ -111,7 +127,10 @@ class Transport:
         except InferenceServerException as e:
             self._idle.put(conn)
             raise classify(e, self.url, default=default, invalid=invalid) from None
-        except (ConnectionError, OSError, TimeoutError) as e:  # HTTP transport errors surface raw
+        except TimeoutError as e:  # HTTP: no answer in time (gRPC says DEADLINE_EXCEEDED instead)
+            conn.close(self._headers)
+            raise ExecutionTimeoutError(f"no answer from {self.url} within {self._timeout_s:.0f} s") from e
+        except (ConnectionError, OSError) as e:  # HTTP transport errors surface raw
             conn.close(self._headers)
             raise ServerUnavailableError(self.url, str(e)) from None
         self._idle.put(conn)
@@ -210,9 +229,27 @@ class Transport:
                 for item, array in zip(infer_inputs, arrays):
                     item.set_shared_memory(region.name, array.nbytes, offset)
                     offset += array.nbytes
-            return conn.client.infer(model, infer_inputs, outputs=requested, headers=self._headers)
+            timeout = {"client_timeout": self._timeout_s} if self.protocol == "grpc" else {}
+            try:
+                return conn.client.infer(model, infer_inputs, outputs=requested, headers=self._headers, **timeout)
+            except InferenceServerException as e:
+                if region is not None and "shared memory region" in str(e.message() or ""):
+                    conn.forget_region()  # the server restarted and lost our registration: register again
+                    raise WorkerUnavailableError("shared memory registration lost") from None
+                raise
 
-        result = self._call(run)
+        deadline = time.monotonic() + self._retry_s
+        delay = 0.05
+        while True:
+            try:
+                result = self._call(run)
+                break
+            except RETRYABLE as e:  # idempotent: safe to send again; overload and bad input never are
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.info("predict retried after %s: %s", type(e).__name__, e)
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
         return {name: result.as_numpy(name) for name in outputs}
 
 
@@ -256,6 +293,12 @@ class _Connection:
             return None
         self.region = _Region(name, handle, capacity)
         return self.region
+
+    def forget_region(self) -> None:
+        """Drop the region locally without asking the server, which no longer knows it."""
+        region, self.region = self.region, None
+        if region is not None:
+            sysshm.destroy_shared_memory_region(region.handle)
 
     def _release(self, headers: dict[str, str] | None) -> None:
         region, self.region = self.region, None

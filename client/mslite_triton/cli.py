@@ -22,6 +22,8 @@ def _serve(args: argparse.Namespace) -> int:
         load_models=tuple(args.model) or ("*",),
         exit_timeout_s=args.exit_timeout_s,
         log_verbose=args.log_verbose,
+        restrict_admin=not args.no_admin_key,
+        supervise=not args.no_supervisor,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -35,6 +37,10 @@ def _serve(args: argparse.Namespace) -> int:
     out = sys.stdout
     out.write(f"HTTP    {server.http_url}\nGRPC    {server.grpc_url}\nMETRICS {server.metrics_url}\n")
     out.write(f"LOG     {server.log_path}\n")
+    if server.admin_key:
+        out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+    else:
+        out.write("ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models\n")
     for m in server.model_states():
         reason = f"  ({m.reason.splitlines()[0]})" if m.reason and not m.ready else ""
         out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")
@@ -63,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
     serve.add_argument("--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests")
     serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument(
+        "--no-admin-key",
+        action="store_true",
+        help="leave model control, shared memory, logging and trace open (local benchmarking: perf_analyzer "
+        "cannot send the key over gRPC)",
+    )
+    serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
     serve.set_defaults(func=_serve)
     return parser
 

@@ -92,3 +92,17 @@ class NotFoundError(MSLiteError, RuntimeError):
 
 class PermissionDeniedError(MSLiteError, RuntimeError):
     """Raised when the server refuses an operation, e.g. model control is disabled."""
+
+
+class WorkerUnavailableError(MSLiteError, RuntimeError):
+    """Raised when the worker process a request reached has died (Triton: "Stub process ... is not healthy").
+
+    The client retries such requests while the server recovers; this surfaces only when the retry
+    budget (`MSLITE_TRITON_RETRY_S`) is spent.
+    """
+
+
+class ExecutionTimeoutError(MSLiteError, RuntimeError):
+    """Raised when a request got no answer within the execution timeout (`MSLITE_TRITON_TIMEOUT_S`)."""
+
+    status = "kLiteTimeout"

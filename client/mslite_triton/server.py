@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import _admin_key
 from .errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,8 @@ class ServerConfig:
     log_verbose: int = 0
     shm_default_byte_size: int = 4 * 1024 * 1024
     shm_growth_byte_size: int = 4 * 1024 * 1024
+    restrict_admin: bool = True  # model control, shm, logging, trace need the admin key (both protocols)
+    supervise: bool = True  # restart the server and reload its models when a worker process dies
     extra_args: tuple[str, ...] = field(default=())
 
 
@@ -108,6 +111,11 @@ class EmbeddedServer:
         self.grpc_port = 0
         self.metrics_port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.admin_key: str | None = None
+        self.key_files: list[Path] = []
+        self.restarts = 0
+        self._binary: Path | None = None
+        self._supervisor: Any = None
         self._stop_lock = threading.Lock()
 
     # -- addresses -------------------------------------------------------------------------------
@@ -139,14 +147,28 @@ class EmbeddedServer:
         self.http_port = _check_port(cfg.host, cfg.http_port, "http")
         self.grpc_port = _check_port(cfg.host, cfg.grpc_port, "grpc")
         self.metrics_port = _check_port(cfg.host, cfg.metrics_port, "metrics")
-        binary = self._compose_workspace()
-        args = [str(binary), *self._flags()]
+        self._binary = self._compose_workspace()
+        if cfg.restrict_admin:
+            self.admin_key = _admin_key.new_key()
+            self.key_files = _admin_key.write_key(self.admin_key, cfg.host, [self.http_port, self.grpc_port])
+        self._launch()
+        if cfg.supervise:
+            from ._supervisor import Supervisor
+
+            self._supervisor = Supervisor(self)
+            self._supervisor.start()
+        return self
+
+    def _launch(self) -> None:
+        """Start the tritonserver process and wait until it is ready (also used to restart it)."""
+        args = [str(self._binary), *self._flags()]
         env = dict(os.environ)
         bindir = str(Path(sys.executable).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         libs = str(_triton_dir().parent.parent / "nvidia_pytriton.libs")
         env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-        log.info("starting tritonserver: %s", " ".join(args))
+        shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
+        log.info("starting tritonserver: %s", shown)
         with open(self.log_path, "ab") as logf:
             self.process = subprocess.Popen(
                 args,
@@ -162,7 +184,6 @@ class EmbeddedServer:
         except BaseException:
             self.stop()
             raise
-        return self
 
     def _compose_workspace(self) -> Path:
         src = _triton_dir()
@@ -208,6 +229,8 @@ class EmbeddedServer:
             f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
         ]
         flags += [f"--load-model={m}" for m in cfg.load_models]
+        if self.admin_key:
+            flags += _admin_key.flags(self.admin_key)
         return flags + list(cfg.extra_args)
 
     def _wait_ready(self) -> None:
@@ -228,8 +251,18 @@ class EmbeddedServer:
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop the server (SIGTERM, then SIGKILL after the timeout) and remove its shm regions.
 
-        Safe to call twice. Returns the server's exit code, or None if it never started.
+        Also stops the supervisor and removes the key files. Safe to call twice. Returns the server's
+        exit code, or None if it never started.
         """
+        if self._supervisor is not None:
+            self._supervisor.stop()
+            self._supervisor = None
+        for path in self.key_files:
+            path.unlink(missing_ok=True)
+        self.key_files = []
+        return self._terminate(timeout_s)
+
+    def _terminate(self, timeout_s: float | None = None) -> int | None:
         with self._stop_lock:
             proc, self.process = self.process, None
             code = None
@@ -248,6 +281,16 @@ class EmbeddedServer:
                     pass
             self.cleanup_shm()
             return code
+
+    def restart(self) -> None:
+        """Kill the server and every worker, remove their shm regions, and start it again on the same ports.
+
+        Models loaded from the repository at start come back by themselves; uploaded ones are the
+        supervisor's to reload.
+        """
+        self._terminate(timeout_s=0)
+        self.restarts += 1
+        self._launch()
 
     def cleanup_shm(self) -> list[str]:
         """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
@@ -288,11 +331,20 @@ class EmbeddedServer:
 
     def model_states(self) -> list[ModelState]:
         """Per-model readiness from the repository index (`POST /v2/repository/index`)."""
-        body = self._http_json("POST", "/v2/repository/index", {})
+        body = self.http_json("POST", "/v2/repository/index", {})
         return [
             ModelState(str(m.get("name")), str(m.get("version", "")), str(m.get("state", "")), str(m.get("reason", "")))
             for m in body or []
         ]
+
+    def loaded_models(self) -> list[str]:
+        """Every ready model of the server, uploaded ones included.
+
+        The repository index lists only the models found in the repository directory.
+        """
+        stats = self.http_json("GET", "/v2/models/stats", None) or {}
+        names = {str(m.get("name")) for m in stats.get("model_stats", [])}
+        return sorted(n for n in names if self._http_status("GET", f"/v2/models/{n}/ready") == 200)
 
     def _http_status(self, method: str, path: str) -> int:
         req = urllib.request.Request(self.http_url + path, method=method)
@@ -304,11 +356,14 @@ class EmbeddedServer:
         except OSError:
             return 0
 
-    def _http_json(self, method: str, path: str, payload: Any) -> Any:
-        data = json.dumps(payload).encode()
+    def http_json(self, method: str, path: str, payload: Any, timeout_s: float = 10) -> Any:
+        """One JSON call to the server's HTTP API, with the admin key."""
+        data = None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(self.http_url + path, data=data, method=method)
+        if self.admin_key:
+            req.add_header(_admin_key.HEADER, self.admin_key)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return json.loads(resp.read() or b"null")
         except OSError as e:
             raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e

@@ -1,0 +1,71 @@
+"""The admin key that guards model control, shared memory, logging and trace on both protocols.
+
+The embedded server generates one key per start and writes it, mode 0600, to
+`<key dir>/<host>_<port>.key` for its HTTP and its gRPC port; the key dir is `MSLITE_TRITON_KEY_DIR`
+or `~/.mslite-triton/keys`. Clients send it in the `mslite-key` header (gRPC metadata), taken from
+`MSLITE_TRITON_KEY` or from the key file of the URL's host and port.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlparse
+
+HEADER = "mslite-key"
+RESTRICTED = "model-repository,shared-memory,logging,trace"
+
+
+def key_dir() -> Path:
+    """Where key files live."""
+    return Path(os.environ.get("MSLITE_TRITON_KEY_DIR") or Path.home() / ".mslite-triton" / "keys")
+
+
+def key_path(host: str, port: int) -> Path:
+    """The key file of one server endpoint."""
+    return key_dir() / f"{host}_{port}.key"
+
+
+def new_key() -> str:
+    """A fresh random key."""
+    return secrets.token_urlsafe(24)
+
+
+def write_key(key: str, host: str, ports: list[int]) -> list[Path]:
+    """Write `key` to the key file of each port, readable by the owner only; returns the files."""
+    directory = key_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    written = []
+    for port in ports:
+        path = key_path(host, port)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        os.chmod(path, 0o600)
+        written.append(path)
+    return written
+
+
+def key_for(url: str) -> str | None:
+    """The key to send to `url`: `MSLITE_TRITON_KEY`, else the key file of its host and port, else None."""
+    env = os.environ.get("MSLITE_TRITON_KEY")
+    if env:
+        return env
+    parsed = urlparse(url)
+    if not parsed.hostname or not parsed.port:
+        return None
+    for host in {parsed.hostname, "127.0.0.1" if parsed.hostname == "localhost" else parsed.hostname}:
+        try:
+            return key_path(host, parsed.port).read_text().strip() or None
+        except OSError:
+            continue
+    return None
+
+
+def flags(key: str) -> list[str]:
+    """Tritonserver flags restricting the admin APIs on both protocols (each protocol needs its own flag)."""
+    return [
+        f"--http-restricted-api={RESTRICTED}:{HEADER}={key}",
+        f"--grpc-restricted-protocol={RESTRICTED}:{HEADER}={key}",
+    ]

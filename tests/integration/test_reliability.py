@@ -1,0 +1,203 @@
+"""Crashed workers, graceful shutdown, timeouts and the admin key, on real servers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from conftest import GEN
+from tritonclient.utils import InferenceServerException
+
+import mslite_triton as mslite
+from mslite_triton import _admin_key
+from mslite_triton._supervisor import workers_of
+from mslite_triton.errors import ExecutionTimeoutError
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+pytestmark = pytest.mark.integration
+
+PYTHON_MODEL = b"""
+import os
+class TritonPythonModel:
+    def execute(self, requests):
+        os.system("touch /tmp/pwned")
+"""
+
+
+def test_admin_apis_need_the_key_on_both_protocols(server):
+    path = _admin_key.key_path("127.0.0.1", server.grpc_port)
+    assert path.read_text().strip() == server.admin_key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    config = json.dumps({"name": "evil", "backend": "python"})
+    body = {"parameters": {"config": config, "file:1/model.py": base64.b64encode(PYTHON_MODEL).decode()}}
+    req = urllib.request.Request(
+        f"{server.http_url}/v2/repository/models/evil/load", data=json.dumps(body).encode(), method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as http_err:
+        urllib.request.urlopen(req, timeout=10)
+    assert http_err.value.code == 403
+    client = grpcclient.InferenceServerClient(server.grpc_url.split("://", 1)[1])
+    try:
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.load_model("evil", config=config, files={"file:1/model.py": PYTHON_MODEL})
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.register_system_shared_memory("x", "/x", 64)
+        assert client.is_model_ready("tiny")  # inference and metadata stay open
+    finally:
+        client.close()
+    assert "evil" not in {m.name for m in server.model_states()}
+
+
+def _hammer(runner, stop: threading.Event, failures: list, counts: list) -> None:
+    x = np.ones(4, np.float32)
+    while not stop.is_set():
+        try:
+            inputs = runner.get_inputs()
+            inputs[0].set_data_from_numpy(x)
+            y = runner.predict(inputs)[0].get_data_to_numpy()
+            assert np.array_equal(y, np.full((1, 4), 3.0, np.float32)), y
+            counts.append(1)
+        except Exception as e:  # every failure is recorded and fails the test
+            failures.append(repr(e))
+
+
+def test_killed_workers_are_replaced_without_failed_predicts(tmp_path: Path):
+    (tmp_path / "repo").mkdir()
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(GEN.build_tiny().SerializeToString())
+    with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5)) as srv:
+        ctx = mslite.Context()
+        ctx.server_url = srv.grpc_url
+        ctx.parallel.workers_num = 2
+        runner = mslite.ModelParallelRunner()
+        runner.build_from_file(str(model), ctx)
+        stop, failures, counts = threading.Event(), [], []
+        threads = [threading.Thread(target=_hammer, args=(runner, stop, failures, counts)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(2):
+                time.sleep(2)
+                victim = workers_of(srv.process.pid)[0]
+                os.kill(victim.pid, signal.SIGKILL)
+                killed_at, restarts = time.monotonic(), srv.restarts
+                while srv.restarts == restarts and time.monotonic() - killed_at < 5:
+                    time.sleep(0.05)
+                assert srv.restarts == restarts + 1, "dead worker not detected within 5 s"
+                while len(srv._supervisor.recoveries) < srv.restarts and time.monotonic() - killed_at < 15:
+                    time.sleep(0.05)
+                assert time.monotonic() - killed_at < 10, "workers not restored within 10 s"
+            time.sleep(2)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
+        assert failures == []
+        assert len(counts) > 50
+        workers = workers_of(srv.process.pid)
+        assert len(workers) == 2 and all(w.state != "Z" for w in workers)
+        regions = list(Path("/dev/shm").glob(f"{srv.shm_prefix}*"))
+        assert len(regions) <= len(workers) + 1, regions  # the live workers' regions only
+
+
+def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "tiny").symlink_to(repository / "tiny")
+    env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
+    ports = [str(_free_port()) for _ in range(3)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mslite_triton.cli", "serve", "--model-repository", str(repo),
+         "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "10"],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lines = []
+        while not any(line.startswith("serving") for line in lines):
+            line = proc.stdout.readline()
+            assert line, "serve exited early"
+            lines.append(line)
+        prefix = _server_prefix(proc.pid)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
+        results: list = []
+
+        def call() -> None:
+            item = grpcclient.InferInput("x", [1, 4], "FP32")
+            item.set_data_from_numpy(np.ones((1, 4), np.float32))
+            try:
+                results.append(client.infer("tiny", [item]).as_numpy("y"))
+            except InferenceServerException as e:
+                results.append(e)
+
+        threads = [threading.Thread(target=lambda: [call() for _ in range(30)]) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert time.monotonic() - started < 15
+        for t in threads:
+            t.join(timeout=30)
+        served = [r for r in results if isinstance(r, np.ndarray)]
+        refused = [r for r in results if not isinstance(r, np.ndarray)]
+        assert served and all(np.array_equal(y, np.full((1, 4), 3.0)) for y in served)
+        for e in refused:  # after shutdown began, new requests are refused, never half-served
+            assert "INTERNAL" not in str(e.status()), e
+        assert not list(Path("/dev/shm").glob(f"{prefix}*"))
+        assert not list((tmp_path / "keys").glob("*.key"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _server_prefix(cli_pid: int) -> str:
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ValueError):
+            continue
+        if args and args[0].endswith("tritonserver") and str(cli_pid) in "".join(args):
+            flag = next(a for a in args if "shm-region-prefix-name=" in a)
+            return flag.split("shm-region-prefix-name=", 1)[1]
+    raise AssertionError("server process not found")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path):
+    from mslite_triton._transport import Transport
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(GEN.build_mobilenetv2().SerializeToString())
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.parallel.workers_num = 1
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(model), ctx)
+    runner._remote.transport = Transport(server.grpc_url, key=server.admin_key, timeout_s=0.001)
+    inputs = runner.get_inputs()
+    inputs[0].set_data_from_numpy(np.ones((1, 3, 224, 224), np.float32))
+    started = time.monotonic()
+    with pytest.raises(ExecutionTimeoutError):
+        runner.predict(inputs)
+    assert time.monotonic() - started < 5
