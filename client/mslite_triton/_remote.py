@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,11 +120,64 @@ class RemoteModel:
         return tuple(metas)
 
     def predict(self, arrays: list[np.ndarray]) -> list[Tensor]:
-        """Send one request (arrays in model input order); outputs in model output order."""
+        """Run one predict (arrays in model input order); outputs in model output order.
+
+        A model with a fixed leading batch b and no Triton batch dimension (as converted for seed 003's
+        multi-card inference) takes k x b samples as k requests sent at once, which the server's
+        workers run in parallel; the outputs are concatenated in order.
+        """
         names = [t.name for t in self.info.outputs]
-        sent = list(zip((t.name for t in self.info.inputs), arrays))
-        result = self.transport.infer(self.info.name, sent, names)
+        k = self.slices(arrays)
+        if k == 1:
+            result = self._infer(arrays)
+        else:
+            parts = [np.split(a, k, axis=0) for a in arrays]
+            futures = [_split_pool().submit(self._infer, [p[i] for p in parts]) for i in range(1, k)]
+            first = self._infer([p[0] for p in parts])  # the calling thread runs one slice itself
+            results = [first, *(f.result() for f in futures)]
+            result = {n: np.concatenate([r[n] for r in results], axis=0) for n in names}
         return [Tensor._from_numpy(n, result[n]) for n in names]
+
+    def slices(self, arrays: list[np.ndarray]) -> int:
+        """How many model-sized slices `arrays` hold along axis 0 (1: send as one request).
+
+        Only for models without a Triton batch dimension whose inputs and outputs all start with the
+        same fixed size b, and only when every input holds k x b rows of otherwise matching shape.
+        """
+        tensors = self.info.inputs + self.info.outputs
+        if self.batched or not tensors or any(not t.shape for t in tensors):
+            return 1
+        lead = {t.shape[0] for t in tensors}
+        if len(lead) != 1 or min(lead) <= 0:
+            return 1
+        b = lead.pop()
+        counts = set()
+        for t, a in zip(self.info.inputs, arrays):
+            if (
+                a.ndim != len(t.shape)
+                or a.shape[0] % b
+                or any(d >= 0 and d != s for d, s in zip(t.shape[1:], a.shape[1:]))
+            ):
+                return 1
+            counts.add(a.shape[0] // b)
+        return counts.pop() if len(counts) == 1 else 1
+
+    def _infer(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        names = [t.name for t in self.info.outputs]
+        return self.transport.infer(self.info.name, list(zip((t.name for t in self.info.inputs), arrays)), names)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _split_pool() -> ThreadPoolExecutor:
+    """Threads that send the extra slices of split predicts (shared by every model of the process)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="mslite-split")
+        return _pool
 
 
 def _present_shape(t: TensorInfo, batched: bool) -> list[int]:

@@ -114,7 +114,7 @@ class Supervisor(threading.Thread):
 
         A dead process not among them was no worker, e.g. the short-lived stub that auto-completes a config.
         """
-        names = set()
+        names: set[str] = set()
         for name in self.server.loaded_models():
             config = self.server.http_json("GET", f"/v2/models/{name}/config", None)
             for group in config.get("instance_group") or []:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class Model:
         """Metadata of the outputs: name, dtype, shape, format, element_num, data_size."""
         return self._built().output_metas()
 
-    def predict(self, inputs: list[Tensor | np.ndarray], outputs: list[Tensor] | None = None) -> list[Tensor]:
+    def predict(self, inputs: Sequence[Tensor | np.ndarray], outputs: list[Tensor] | None = None) -> list[Tensor]:
         """Run inference once.
 
         Args:

@@ -1,0 +1,74 @@
+"""Seed 003's multi-core flow and batch splitting on CPU, against the real server."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import GEN
+from model_zoo import no_batch, run_reference
+from onnx import TensorProto, helper
+
+import mslite_triton as mslite
+from mslite_triton.parallel_predict import ParallelPredictUtils
+
+pytestmark = pytest.mark.integration
+
+
+def static_batch_model(batch: int) -> onnx.ModelProto:
+    """The tiny MLP with a fixed batch (as converted for multi-card inference): x [b, 4] -> y [b, 4]."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.arange(16, dtype=np.float32) / 16)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "static", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_seed_003_master_worker_flow_on_two_cpu_workers(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("MSLITE_TRITON_URL", server.grpc_url)
+    path = tmp_path / "static_bs1.onnx"
+    model = static_batch_model(1)
+    path.write_bytes(model.SerializeToString())
+    utils = ParallelPredictUtils(str(path), device_num=2, target="cpu")
+    utils.build_model()
+    try:
+        batch = np.random.default_rng(0).standard_normal((2, 4), dtype=np.float32)
+        (y,) = utils.predict_batch([batch])
+        expected = np.concatenate([run_reference(model, {"x": batch[i : i + 1]})[0] for i in range(2)])
+        np.testing.assert_array_equal(y, expected)
+    finally:
+        utils.finalize()
+    assert all(not p.is_alive() for p in utils.process)
+
+
+def test_runner_splits_a_batch_across_workers_in_order(server, tmp_path):
+    path = tmp_path / "mobilenet_bs1.onnx"
+    model = GEN.build_mobilenetv2()
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_value = 1  # fix the batch to 1, as seed 003's converter does
+    path.write_bytes(model.SerializeToString())
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.parallel.workers_num = 2
+    ctx.cpu.thread_num = 1
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(path), ctx)
+    assert runner.get_inputs()[0].shape == [1, 3, 224, 224]
+    x = np.random.default_rng(1).standard_normal((4, 3, 224, 224), dtype=np.float32)
+    (y,) = runner.predict([mslite.Tensor(x)])
+    expected = np.concatenate([run_reference(model, {"input": x[i : i + 1]})[0] for i in range(4)])
+    assert y.shape == [4, 1000]
+    np.testing.assert_array_equal(y.get_data_to_numpy(), expected)  # bit-exact on CPU
+
+
+def test_no_split_when_the_leading_dims_are_not_a_batch(server, tmp_path):
+    path = tmp_path / "no_batch.onnx"
+    path.write_bytes(no_batch().SerializeToString())
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(path), ctx)
+    with pytest.raises(ValueError, match="x"):  # [6, 4] is not two [3, 4] samples: refused, not split
+        runner.predict([mslite.Tensor(np.ones((6, 4), np.float32))])
