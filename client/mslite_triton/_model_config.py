@@ -99,29 +99,30 @@ def build_model_config(
     Inputs, outputs, dims and max_batch_size are left to the backend's auto-complete, which reads
     them from the ONNX file. Each worker is its own instance group, so worker i is group i.
 
-    Raises:
-        RuntimeError: a target this server cannot run.
+    Worker i runs on device `device_ids[i % len(device_ids)]` (`parallel.device_ids`, else the target's
+    `device_id`).
     """
     target = context.target[0]
-    if target == "ascend":
-        raise RuntimeError(
-            "build_from_file failed! Error is kLiteNotSupport: the 'ascend' target is not available on this "
-            "server yet; use target ['cpu'] or ['gpu']"
-        )
-    groups: list[dict[str, Any]] = []
-    device_ids = context.parallel.device_ids or [context.gpu.device_id]
-    for i in range(plan.workers):
-        if target == "gpu":
-            groups.append({"kind": "KIND_GPU", "count": 1, "gpus": [device_ids[i % len(device_ids)]]})
-        else:
-            groups.append({"kind": "KIND_CPU", "count": 1})
-    device = context.gpu if target == "gpu" else context.cpu
-    params = {
+    params: dict[str, Any] = {
         "thread_num": plan.thread_num,
         "inter_op_parallel_num": plan.inter_op_parallel_num,
         "thread_affinity_mode": context.cpu.thread_affinity_mode,
-        "precision_mode": device.precision_mode,
+        "precision_mode": (context.gpu if target == "gpu" else context.cpu).precision_mode,
     }
+    device = context.ascend if target == "ascend" else context.gpu
+    device_ids = context.parallel.device_ids or [device.device_id]
+    per_worker = [device_ids[i % len(device_ids)] for i in range(plan.workers)]  # MindSpore Lite's rule
+    if target == "gpu":
+        groups = [{"kind": "KIND_GPU", "count": 1, "gpus": [d]} for d in per_worker]
+    elif target == "ascend":
+        # Triton has no Ascend kind: KIND_MODEL workers, each told its device by position
+        groups = [{"kind": "KIND_MODEL", "count": 1} for _ in per_worker]
+        params["ascend_device_ids"] = ",".join(str(d) for d in per_worker)
+        params["ascend_provider"] = context.ascend.provider
+        if context.ascend.precision_mode:
+            params["ascend_precision_mode"] = context.ascend.precision_mode
+    else:
+        groups = [{"kind": "KIND_CPU", "count": 1} for _ in per_worker]
     if context.cpu.thread_affinity_core_list:
         params["thread_affinity_core_list"] = ",".join(str(c) for c in context.cpu.thread_affinity_core_list)
     sections = dict(sections or {})

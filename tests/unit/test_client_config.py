@@ -165,11 +165,26 @@ def test_gpu_config_without_device_ids_uses_the_gpu_device_id() -> None:
     assert groups == [{"kind": "KIND_GPU", "count": 1, "gpus": [2]}] * 2
 
 
-def test_ascend_is_refused() -> None:
+def test_ascend_maps_to_model_kind_workers_with_device_ids() -> None:
     context = _context()
     context.target = ["ascend"]
-    with pytest.raises(RuntimeError, match="kLiteNotSupport.*ascend"):
-        build_model_config("n", context, WorkerPlan(1, 1, 1))
+    context.ascend.provider = "ge"
+    context.ascend.precision_mode = "preferred_fp32"
+    context.parallel.device_ids = [4, 5]
+    config = build_model_config("n", context, WorkerPlan(3, 1, 1))
+    assert config["instance_group"] == [{"kind": "KIND_MODEL", "count": 1}] * 3
+    params = {k: v["string_value"] for k, v in config["parameters"].items()}
+    assert params["ascend_device_ids"] == "4,5,4"  # worker i on device_ids[i % len]
+    assert params["ascend_provider"] == "ge"
+    assert params["ascend_precision_mode"] == "preferred_fp32"
+
+
+def test_ascend_without_device_ids_uses_the_ascend_device_id() -> None:
+    context = _context()
+    context.target = ["ascend"]
+    context.ascend.device_id = 3
+    config = build_model_config("n", context, WorkerPlan(2, 1, 1))
+    assert config["parameters"]["ascend_device_ids"]["string_value"] == "3,3"
 
 
 # --- parse_config_file / merge_sections -------------------------------------------------------
