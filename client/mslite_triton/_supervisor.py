@@ -10,8 +10,6 @@ clean /dev/shm, and loads the models again. Clients retry idempotent predicts me
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import threading
@@ -20,6 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ._transport import Transport
+from .errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -123,18 +124,22 @@ class Supervisor(threading.Thread):
         return names
 
     def recover(self, dead: int) -> None:
-        """Restart the server and load its models again."""
+        """Restart the server and load its models again (up to 3 tries, e.g. if a worker dies mid-load)."""
         started = time.monotonic()
         log.warning("%d worker process(es) died; restarting the server and reloading its models", dead)
         snapshots = self.snapshot()
-        self.server.restart()
-        self._suspects, self._serving = set(), {}
-        ready = set(self.server.loaded_models())
-        missing = [s for s in snapshots if s.name not in ready]
-        with ThreadPoolExecutor(max(1, min(4, len(missing)))) as pool:
-            list(pool.map(self._load, missing))
+        for attempt in range(3):
+            self.server.restart()
+            self._suspects, self._serving = set(), {}
+            ready = set(self.server.loaded_models())
+            missing = [s for s in snapshots if s.name not in ready]
+            with ThreadPoolExecutor(max(1, min(4, len(missing)))) as pool:
+                list(pool.map(self._load, missing))
+            if set(self.server.loaded_models()) >= {s.name for s in snapshots}:
+                break
+            log.warning("some models did not come back (try %d of 3); restarting again", attempt + 1)
         self.recoveries.append(time.monotonic() - started)
-        log.warning("server restarted; %d model(s) reloaded in %.1f s", len(missing), self.recoveries[-1])
+        log.warning("server restarted; %d model(s) reloaded in %.1f s", len(snapshots), self.recoveries[-1])
 
     def snapshot(self) -> list[Snapshot]:
         """Config and files of every ready model, taken while the server still runs."""
@@ -159,16 +164,22 @@ class Supervisor(threading.Thread):
         return None
 
     def _load(self, snap: Snapshot) -> None:
-        params: dict[str, str] = {}
-        if snap.files is not None:
-            params["config"] = json.dumps(snap.config)
-            params.update({f"file:{k}": base64.b64encode(v).decode() for k, v in snap.files.items()})
-        try:
-            self.server.http_json(
-                "POST", f"/v2/repository/models/{snap.name}/load", {"parameters": params}, timeout_s=120
-            )
-        except Exception as e:  # one model failing to come back must not stop the others
-            log.error("reloading model '%s' failed: %s", snap.name, e)
+        # over gRPC: Triton 2.51's HTTP load API crashes the server on bodies of a few MiB
+        files = {f"file:{k}": v for k, v in (snap.files or {}).items()}
+        deadline = time.monotonic() + 20
+        with Transport(self.server.grpc_url, key=self.server.admin_key, retry_s=0) as transport:
+            while True:
+                try:
+                    transport.load_model(snap.name, None if snap.files is None else snap.config, files)
+                    return
+                except ServerUnavailableError as e:  # the fresh server's gRPC endpoint may lag its HTTP one
+                    if time.monotonic() > deadline:
+                        log.error("reloading model '%s' failed: %s", snap.name, e)
+                        return
+                    time.sleep(0.2)
+                except Exception as e:  # one model failing to come back must not stop the others
+                    log.error("reloading model '%s' failed: %s", snap.name, e)
+                    return
 
 
 def _read_files(model_dir: str) -> dict[str, bytes]:

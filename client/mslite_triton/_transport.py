@@ -14,7 +14,7 @@ import os
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
@@ -40,6 +40,7 @@ from .errors import (
 __all__ = ["ModelInfo", "TensorInfo", "Transport", "classify", "clean_message"]
 
 SHM_MIN_BYTES = 64 * 1024  # smaller requests are cheaper inline than through a region
+HTTP_UPLOAD_LIMIT = 2 * 1024 * 1024  # measured: a 3.5 MiB file through the HTTP load API segfaults Triton 2.51
 # Worth retrying a predict on: the server restarting, a dead worker, the model being reloaded.
 RETRYABLE = (ServerUnavailableError, WorkerUnavailableError, NotFoundError)
 _SHM_PREFIX = "mslite_client_"
@@ -64,6 +65,7 @@ class ModelInfo:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     max_batch_size: int
+    parameters: dict[str, str] = field(default_factory=dict)  # the model config's string parameters
 
 
 class Transport:
@@ -163,15 +165,22 @@ class Transport:
         except NotFoundError:
             return False
 
-    def load_model(self, name: str, config: dict[str, Any], files: dict[str, bytes]) -> None:
+    def load_model(self, name: str, config: dict[str, Any] | None, files: dict[str, bytes]) -> None:
         """Upload a model's files and config and (re)load it (Triton's model repository API).
 
         Raises:
             ModelLoadError: the server could not load it; the message is the server's, without paths.
         """
-        body = json.dumps(config)
+        size = sum(len(v) for v in files.values())
+        if self.protocol == "http" and size > HTTP_UPLOAD_LIMIT:
+            raise ModelLoadError(
+                f"cannot upload {size / 2**20:.1f} MiB over HTTP: Triton 2.51's HTTP load API crashes the server on "
+                f"bodies of a few MiB; use a grpc:// URL, or put the model in the server's repository and bind it "
+                f"with build_from_file('triton://<name>')"
+            )
+        body = None if config is None else json.dumps(config)
         self._call(
-            lambda c: c.client.load_model(name, config=body, files=files, headers=self._headers),
+            lambda c: c.client.load_model(name, config=body, files=files or None, headers=self._headers),
             default=ModelLoadError,
             invalid=ModelLoadError,
         )
@@ -203,11 +212,22 @@ class Transport:
             inputs=tensors(meta.get("inputs", [])),
             outputs=tensors(meta.get("outputs", [])),
             max_batch_size=int(conf.get("max_batch_size", 0) or 0),
+            parameters={
+                str(k): str(v.get("string_value", "")) if isinstance(v, dict) else str(v)
+                for k, v in (conf.get("parameters") or {}).items()
+            },
         )
 
     # -- inference -------------------------------------------------------------------------------
-    def infer(self, model: str, inputs: list[tuple[str, np.ndarray]], outputs: list[str]) -> dict[str, np.ndarray]:
-        """Run one request; returns the named outputs as numpy arrays.
+    def infer(
+        self,
+        model: str,
+        inputs: list[tuple[str, np.ndarray]],
+        outputs: list[str],
+        *,
+        parameters: dict[str, str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run one request (with optional request parameters); returns the named outputs as numpy arrays.
 
         Raises:
             InvalidInputError, ServiceDenyError, NotFoundError, InferenceError, ServerUnavailableError.
@@ -231,7 +251,9 @@ class Transport:
                     offset += array.nbytes
             timeout = {"client_timeout": self._timeout_s} if self.protocol == "grpc" else {}
             try:
-                return conn.client.infer(model, infer_inputs, outputs=requested, headers=self._headers, **timeout)
+                return conn.client.infer(
+                    model, infer_inputs, outputs=requested, headers=self._headers, parameters=parameters, **timeout
+                )
             except InferenceServerException as e:
                 if region is not None and "shared memory region" in str(e.message() or ""):
                     conn.forget_region()  # the server restarted and lost our registration: register again

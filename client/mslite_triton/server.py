@@ -241,7 +241,7 @@ class EmbeddedServer:
                 raise ServerStartError(
                     f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
                 )
-            if self._http_status("GET", "/v2/health/ready") == 200:
+            if self._http_status("GET", "/v2/health/ready") == 200 and _accepts(self.config.host, self.grpc_port):
                 return
             time.sleep(0.2)
         raise ServerStartError(
@@ -367,6 +367,15 @@ class EmbeddedServer:
                 return json.loads(resp.read() or b"null")
         except OSError as e:
             raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e
+
+
+def _accepts(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port (the gRPC endpoint starts on its own)."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,167 @@
+"""Reliability campaigns (issue 7), loopback only and bounded in time.
+
+  kill:     8 client threads call ModelParallelRunner.predict for --seconds (default 60) while one worker
+            process is killed with SIGKILL every 5 s; prints failed calls (bar: 0), restarts, and the
+            supervisor's recovery times (bar: dead worker replaced within 10 s).
+  overload: 64 threads flood a 1-worker MobileNetV2 whose queue holds 8 requests; prints how many were
+            served and refused (kLiteServiceDeny), and server + worker RSS before and after (bounded).
+
+Run: .venv/bin/python benchmarks/chaos.py kill [--seconds 60]
+     .venv/bin/python benchmarks/chaos.py overload [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "model_repository"))
+
+import generate_models  # noqa: E402
+
+import mslite_triton as mslite  # noqa: E402
+from mslite_triton._supervisor import workers_of  # noqa: E402
+from mslite_triton.errors import ServiceDenyError  # noqa: E402
+from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+
+
+def _rss_kib(pid: int) -> int:
+    total = 0
+    for p in [pid, *(w.pid for w in workers_of(pid))]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def _runner(url: str, path: str, workers: int, config_info: dict | None = None) -> mslite.ModelParallelRunner:
+    ctx = mslite.Context()
+    ctx.server_url = url
+    ctx.parallel.workers_num = workers
+    ctx.cpu.thread_num = 1
+    if config_info:
+        ctx.parallel.config_info = config_info
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(path, ctx)
+    return runner
+
+
+def kill_campaign(seconds: float) -> int:
+    work = Path(tempfile.mkdtemp(prefix="chaos-"))
+    (work / "repo").mkdir()
+    path = work / "mobilenetv2.onnx"
+    path.write_bytes(generate_models.build_mobilenetv2().SerializeToString())
+    x = generate_models.make_input_bin()
+    with EmbeddedServer(ServerConfig(model_repository=work / "repo", exit_timeout_s=5)) as server:
+        runner = _runner(server.grpc_url, str(path), 2)
+        expected = runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy()
+        stop = threading.Event()
+        ok, failed = [0], []
+        lock = threading.Lock()
+
+        def client() -> None:
+            while not stop.is_set():
+                try:
+                    y = runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy()
+                    assert np.array_equal(y, expected)
+                    with lock:
+                        ok[0] += 1
+                except Exception as e:  # counted: the bar is zero of these
+                    failed.append(repr(e))
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        started, kills = time.monotonic(), 0
+        while time.monotonic() - started < seconds:
+            time.sleep(5)
+            workers = [w for w in workers_of(server.process.pid) if w.state != "Z"] if server.process else []
+            if workers:
+                os.kill(workers[0].pid, signal.SIGKILL)
+                kills += 1
+                print(f"  t={time.monotonic() - started:5.1f} s  killed worker {workers[0].pid}", flush=True)
+        time.sleep(3)
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        recoveries = server._supervisor.recoveries if server._supervisor else []
+    print(f"predict calls: {ok[0]} ok, {len(failed)} failed (bar: 0); workers killed: {kills}")
+    if recoveries:
+        median = sorted(recoveries)[len(recoveries) // 2]
+        print(f"recoveries: {len(recoveries)}, max {max(recoveries):.1f} s, median {median:.1f} s")
+    for f in failed[:5]:
+        print("  failure:", f)
+    return 0 if not failed else 1
+
+
+def overload_campaign(seconds: float) -> int:
+    work = Path(tempfile.mkdtemp(prefix="overload-"))
+    (work / "repo").mkdir()
+    path = work / "mobilenetv2.onnx"
+    path.write_bytes(generate_models.build_mobilenetv2().SerializeToString())
+    x = generate_models.make_input_bin()
+    batching = {"dynamic_batching": {"max_queue_size": "8", "max_batch_size": "1"}}
+    with EmbeddedServer(ServerConfig(model_repository=work / "repo")) as server:
+        runner = _runner(server.grpc_url, str(path), 1, batching)
+        for _ in range(20):
+            runner.predict([mslite.Tensor(x)])
+        before = _rss_kib(server.process.pid)
+        stop = threading.Event()
+        served, denied, other = [0], [0], []
+        lock = threading.Lock()
+
+        def client() -> None:
+            while not stop.is_set():
+                try:
+                    runner.predict([mslite.Tensor(x)])
+                    with lock:
+                        served[0] += 1
+                except ServiceDenyError:
+                    with lock:
+                        denied[0] += 1
+                except Exception as e:  # anything but overload is a bug
+                    other.append(repr(e))
+
+        threads = [threading.Thread(target=client) for _ in range(64)]
+        for t in threads:
+            t.start()
+        peak = before
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(1)
+            peak = max(peak, _rss_kib(server.process.pid))
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        after = _rss_kib(server.process.pid)
+    print(f"served {served[0]}, refused with kLiteServiceDeny {denied[0]}, other errors {len(other)}")
+    print(
+        f"server + worker RSS: before {before / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB, after {after / 1024:.0f} MiB"
+    )
+    return 0 if not other else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["kill", "overload"])
+    parser.add_argument("--seconds", type=float, default=None)
+    args = parser.parse_args()
+    if args.mode == "kill":
+        sys.exit(kill_campaign(args.seconds or 60))
+    sys.exit(overload_campaign(args.seconds or 20))
+
+
+if __name__ == "__main__":
+    main()
