@@ -93,11 +93,16 @@ def build_model_config(
     plan: WorkerPlan,
     *,
     sections: dict[str, dict[str, str]] | None = None,
+    batchable: bool = False,
 ) -> dict[str, Any]:
     """The Triton model config (JSON dict) for one build.
 
     Inputs, outputs, dims and max_batch_size are left to the backend's auto-complete, which reads
     them from the ONNX file. Each worker is its own instance group, so worker i is group i.
+
+    With `batchable` (every graph tensor has a dynamic first dimension) max_batch_size is 64, and on CPU
+    the dynamic batcher prefers batches of 1: merging requests costs CPU time per image (measured) and
+    would hand queued requests to one worker while another idles; on GPU it merges freely.
 
     Worker i runs on device `device_ids[i % len(device_ids)]` (`parallel.device_ids`, else the target's
     `device_id`).
@@ -137,11 +142,16 @@ def build_model_config(
         "dynamic_batching": _dynamic_batching(batching),
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
     }
+    dynamic = config["dynamic_batching"]
+    if batchable and target == "cpu" and "preferred_batch_size" not in dynamic:
+        dynamic["preferred_batch_size"] = [1]
     if "max_batch_size" in batching:
         config["max_batch_size"] = _int(batching, "max_batch_size")
-    elif "preferred_batch_size" in config["dynamic_batching"]:
-        # Triton checks preferred sizes against max_batch_size before auto-complete could set it
-        config["max_batch_size"] = max([DEFAULT_MAX_BATCH_SIZE, *config["dynamic_batching"]["preferred_batch_size"]])
+    elif batchable:
+        # set here, not left to auto-complete: Triton checks preferred sizes against it before auto-complete
+        config["max_batch_size"] = max([DEFAULT_MAX_BATCH_SIZE, *dynamic.get("preferred_batch_size", [])])
+    elif "preferred_batch_size" in dynamic:
+        raise ValueError(f"[{BATCHING_SECTION}] preferred_batch_size needs a model with a dynamic batch dimension")
     return config
 
 

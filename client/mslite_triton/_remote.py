@@ -4,22 +4,40 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
+from ._onnx_io import has_dynamic_batch
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
+from .errors import InvalidInputError
 from .tensor import DataType, Tensor, TensorMeta, from_triton_dtype
 
 BIND_PREFIX = "triton://"
+# The backend's side of weight updates (backend/mslite/mslite_backend/config.py and model.py): the optional
+# input that carries the new values, the request parameter that describes them, and the config keys
+# naming the updatable weights.
+WEIGHTS_INPUT = "__mslite_weights__"
+UPDATE_PARAMETER = "mslite_weights_update"
+VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
+# A client on the server's host writes a full update straight into /dev/shm in the store's version layout
+# (weight_store.py: ALIGN, UPLOAD_PREFIX, FILE_NOT_FOUND) and the server links it in: one copy, not three.
+FILE_PARAMETER = "mslite_weights_file"
+UPLOAD_DIR = "/dev/shm"
+UPLOAD_PREFIX = "mslite_weights_upload_"
+UPLOAD_ALIGN = 64
+FILE_NOT_FOUND = "update file not found on the server's host"
+log = logging.getLogger(__name__)
 
 
 def detect_format(head: bytes) -> str:
@@ -76,6 +94,14 @@ class RemoteModel:
 
     transport: Transport
     info: ModelInfo
+    weights_input: TensorInfo | None = None  # present when the model has updatable weights
+
+    def __post_init__(self) -> None:
+        """Hide the weights-update input: it is not one of the model's inputs."""
+        found = next((t for t in self.info.inputs if t.name == WEIGHTS_INPUT), None)
+        if found is not None:
+            self.weights_input = found
+            self.info = replace(self.info, inputs=tuple(t for t in self.info.inputs if t.name != WEIGHTS_INPUT))
 
     @classmethod
     def build(cls, path: str, context: Context, plan: WorkerPlan, sections: dict[str, dict[str, str]]) -> RemoteModel:
@@ -89,7 +115,8 @@ class RemoteModel:
             return cls(transport, transport.model_info(path[len(BIND_PREFIX) :]))
         files = read_model_files(path)
         try:
-            config = build_model_config("", context, plan, sections=sections)
+            batchable = has_dynamic_batch(files["file:1/model.onnx"])
+            config = build_model_config("", context, plan, sections=sections, batchable=batchable)
         except ValueError as e:  # a bad config section: MindSpore Lite reports build errors as RuntimeError
             raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         name = model_name(path, files, config)
@@ -118,6 +145,101 @@ class RemoteModel:
             meta.data_size = meta.element_num * np.dtype(_numpy(meta.dtype)).itemsize
             metas.append(meta)
         return tuple(metas)
+
+    @property
+    def variable_weights(self) -> tuple[str, ...]:
+        """The updatable weights the model declares, in their list order."""
+        for key in VARIABLE_WEIGHTS_KEYS:
+            value = self.info.parameters.get(key, "")
+            if value.strip():
+                return tuple(n.strip() for n in value.split(",") if n.strip())
+        return ()
+
+    @property
+    def shareable_handle(self) -> str:
+        """A stable, non-zero integer naming this server model (MindSpore Lite's shared-weights handle)."""
+        return str(int(hashlib.sha256(self.info.name.encode()).hexdigest()[:15], 16) | 1)
+
+    def update_weights(self, tensors: list[Tensor], aliases: dict[str, str]) -> None:
+        """Send new values for updatable weights; every worker serves them from its next request on.
+
+        Tensors are matched by name (`aliases` maps a name-list file's first column to the graph name),
+        or, when a tensor has no name, by its position in the declared list. The server checks
+        everything before it changes anything.
+
+        Raises:
+            InvalidInputError: a tensor is not an updatable weight, appears twice, or does not match its
+                weight's dtype or shape (the server's message); nothing changed.
+            RuntimeError: a tensor has no data, or the server failed (subclasses name the cause).
+        """
+        declared = self.variable_weights
+        failed = f"update weight failed! Error is model '{self.info.name}'"
+        if self.weights_input is None or not declared:
+            raise InvalidInputError(
+                f"{failed} declares no updatable weights; name them at build time with [ascend_context] "
+                "variable_weights_file=FILE (or [weights] updatable_file=FILE)"
+            )
+        names = []
+        for i, t in enumerate(tensors):
+            if t.name:
+                names.append(aliases.get(t.name, t.name))
+            elif i < len(declared):
+                names.append(declared[i])
+            else:
+                raise InvalidInputError(
+                    f"{failed}: tensor {i} has no name and only {len(declared)} updatable weights are declared"
+                )
+        unknown = [n for n in names if n not in declared]
+        if unknown:
+            raise InvalidInputError(
+                f"{failed}: tensor(s) {unknown} are not updatable weights of this model; updatable: {list(declared)}"
+            )
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise InvalidInputError(f"{failed}: tensor(s) {repeated} are given more than once")
+        arrays = [np.ascontiguousarray(t._array()) for t in tensors]
+        # Triton requires every non-optional input: placeholders of one sample, which the backend ignores.
+        inputs = [(t.name, _placeholder(t, self.batched)) for t in self.info.inputs]
+        try:
+            if sorted(names) == sorted(declared) and self.transport.use_shm and os.access(UPLOAD_DIR, os.W_OK):
+                order = {n: i for i, n in enumerate(declared)}
+                try:
+                    self._update_by_file(sorted(zip(names, arrays), key=lambda p: order[p[0]]), inputs)
+                    return
+                except InvalidInputError as e:
+                    if FILE_NOT_FOUND not in str(e):
+                        raise
+                    log.info("the server does not see this host's %s; sending the weights inline", UPLOAD_DIR)
+            data = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
+            inputs.append((WEIGHTS_INPUT, data.reshape(1, -1) if self.batched else data))
+            self.transport.infer(self.info.name, inputs, [], parameters={UPDATE_PARAMETER: _manifest(names, arrays)})
+        except InvalidInputError as e:
+            raise InvalidInputError(f"update weight failed! Error is {e}") from None
+
+    def _update_by_file(self, weights: list[tuple[str, np.ndarray]], inputs: list[tuple[str, np.ndarray]]) -> None:
+        """Write every weight into a /dev/shm file in the store's layout and let the server link it in."""
+        name = f"{UPLOAD_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
+        path = os.path.join(UPLOAD_DIR, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            offset = 0
+            for _, array in weights:
+                view = array.reshape(-1).view(np.uint8).data
+                written = 0
+                while written < view.nbytes:
+                    written += os.pwrite(fd, view[written:], offset + written)
+                offset = -(-(offset + view.nbytes) // UPLOAD_ALIGN) * UPLOAD_ALIGN
+            os.ftruncate(fd, max(offset, UPLOAD_ALIGN))
+            os.close(fd)
+            fd = -1
+            manifest = _manifest([n for n, _ in weights], [a for _, a in weights])
+            self.transport.infer(
+                self.info.name, inputs, [], parameters={UPDATE_PARAMETER: manifest, FILE_PARAMETER: name}
+            )
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            os.unlink(path)  # the server holds its own link to the data once it is published
 
     def predict(self, arrays: list[np.ndarray]) -> list[Tensor]:
         """Run one predict (arrays in model input order); outputs in model output order.
@@ -185,6 +307,18 @@ def _present_shape(t: TensorInfo, batched: bool) -> list[int]:
     if batched and shape and shape[0] == -1:
         shape[0] = 1
     return shape
+
+
+def _manifest(names: list[str], arrays: list[np.ndarray]) -> str:
+    return json.dumps([{"name": n, "dtype": a.dtype.str, "shape": list(a.shape)} for n, a in zip(names, arrays)])
+
+
+def _placeholder(t: TensorInfo, batched: bool) -> np.ndarray:
+    """Zeros of the input's shape, one sample, dynamic dimensions as 1."""
+    shape = [d if d >= 0 else 1 for d in _present_shape(t, batched)]
+    if t.datatype == "BYTES":
+        return np.full(shape, b"", dtype=np.object_)
+    return np.zeros(shape, dtype=_numpy(from_triton_dtype(t.datatype)))
 
 
 def _template(t: TensorInfo, batched: bool) -> Tensor:
