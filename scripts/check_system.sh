@@ -3,6 +3,12 @@
 missing=""
 command -v bash >/dev/null 2>&1 || missing="$missing bash"
 python3 -c "import venv, ensurepip" 2>/dev/null || missing="$missing python3-venv"
+# tests/integration/test_deploy.py, test_scaleout.py, test_cpp.py, test_java.py
+command -v docker-compose >/dev/null 2>&1 || missing="$missing docker-compose"
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$missing nginx"
+command -v g++ >/dev/null 2>&1 || missing="$missing g++"
+printf '#include <curl/curl.h>\n' | g++ -E -x c++ - >/dev/null 2>&1 || missing="$missing libcurl4-openssl-dev"
+command -v javac >/dev/null 2>&1 || missing="$missing default-jdk-headless"
 if [ -n "$missing" ]; then
   echo "missing system packages; run as root:" >&2
   echo "  apt-get update && apt-get install -y --no-install-recommends$missing" >&2

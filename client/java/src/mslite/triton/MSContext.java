@@ -1,0 +1,140 @@
+package mslite.triton;
+
+import java.util.logging.Logger;
+
+/**
+ * MindSpore Lite's {@code com.mindspore.config.MSContext}, plus where the server is.
+ *
+ * <p>The server: {@link #setServerUrl} ({@code http://host:8000}), else the {@code MSLITE_TRITON_URL}
+ * environment variable. This client speaks KServe v2 over HTTP; a {@code grpc://} URL is refused at
+ * {@link ModelParallelRunner#init}. Tensors travel as binary data by default ({@link #setBinaryData}).
+ */
+public final class MSContext {
+    private static final Logger LOG = Logger.getLogger(MSContext.class.getName());
+
+    private boolean initialised;
+    private int threadNum;
+    private int interOpParallelNum;
+    private int threadAffinityMode;
+    private boolean enableParallel;
+    private int deviceType = -1;
+    private boolean enableFloat16;
+    private String serverUrl;
+    private boolean binaryData = true;
+
+    /** Default context: thread_num 0 (auto), no binding. */
+    public boolean init() {
+        return init(0, CpuBindMode.NO_BIND, false);
+    }
+
+    public boolean init(int threadNum, int cpuBindMode) {
+        return init(threadNum, cpuBindMode, false);
+    }
+
+    public boolean init(int threadNum, int cpuBindMode, boolean isEnableParallel) {
+        initialised = true;
+        setThreadNum(threadNum);
+        setThreadAffinity(cpuBindMode);
+        enableParallel = isEnableParallel;
+        return true;
+    }
+
+    /** CPU or GPU; a second call is ignored with a warning (the first device wins, as the server runs one). */
+    public boolean addDeviceInfo(int type, boolean isEnableFloat16) {
+        return addDeviceInfo(type, isEnableFloat16, 3);
+    }
+
+    public boolean addDeviceInfo(int type, boolean isEnableFloat16, int npuFreq) {
+        if (!initialised) {
+            LOG.severe("addDeviceInfo: call init first");
+            return false;
+        }
+        if (type != DeviceType.DT_CPU && type != DeviceType.DT_GPU) {
+            LOG.severe("addDeviceInfo: device type " + type + " is not available on this server (CPU and GPU are)");
+            return false;
+        }
+        if (deviceType >= 0) {
+            LOG.warning("addDeviceInfo: device " + deviceType + " already set; " + type + " ignored");
+            return true;
+        }
+        deviceType = type;
+        enableFloat16 = isEnableFloat16;
+        return true;
+    }
+
+    public void setThreadNum(int num) {
+        if (num < 0) {
+            LOG.severe("setThreadNum: thread num must be >= 0, got " + num);
+            return;
+        }
+        threadNum = num;
+    }
+
+    public int getThreadNum() {
+        return initialised ? threadNum : -1;
+    }
+
+    public void setInterOpParallelNum(int num) {
+        if (num < 0) {
+            LOG.severe("setInterOpParallelNum: must be >= 0, got " + num);
+            return;
+        }
+        interOpParallelNum = num;
+    }
+
+    public int getInterOpParallelNum() {
+        return initialised ? interOpParallelNum : -1;
+    }
+
+    /** 0 no binding, 1 big cores first, 2 middle cores first; others become 0 with a warning. */
+    public void setThreadAffinity(int mode) {
+        if (mode < 0 || mode > 2) {
+            LOG.warning("setThreadAffinity: mode " + mode + " is invalid; using 0");
+            mode = 0;
+        }
+        threadAffinityMode = mode;
+    }
+
+    public int getThreadAffinityMode() {
+        return initialised ? threadAffinityMode : -1;
+    }
+
+    public void setEnableParallel(boolean isParallel) {
+        enableParallel = isParallel;
+    }
+
+    public boolean getEnableParallel() {
+        return enableParallel;
+    }
+
+    /** The server's KServe v2 HTTP address, e.g. {@code http://127.0.0.1:8000}. */
+    public void setServerUrl(String url) {
+        serverUrl = url;
+    }
+
+    public String getServerUrl() {
+        return serverUrl;
+    }
+
+    /** true (default): tensors as KServe v2 binary data; false: as JSON arrays. */
+    public void setBinaryData(boolean binary) {
+        binaryData = binary;
+    }
+
+    public boolean getBinaryData() {
+        return binaryData;
+    }
+
+    public void free() {
+        initialised = false;
+    }
+
+    // -- read by the runner ----------------------------------------------------------------------------
+    boolean isGpu() {
+        return deviceType == DeviceType.DT_GPU;
+    }
+
+    boolean isEnableFloat16() {
+        return enableFloat16;
+    }
+}

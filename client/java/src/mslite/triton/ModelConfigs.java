@@ -1,0 +1,117 @@
+package mslite.triton;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * RunnerConfig -> the Triton model config of an upload, with the Python client's rules
+ * ({@code client/mslite_triton/_model_config.py}): MindSpore Lite's worker and thread defaults, one instance
+ * group per worker, the threads and config sections as {@code mslite} backend parameters, and a bounded queue.
+ */
+final class ModelConfigs {
+    static final String BATCHING_SECTION = "dynamic_batching";
+
+    private ModelConfigs() {}
+
+    static Map<String, Object> build(RunnerConfig cfg, int cores, int maxQueueSize)
+            throws IOException, KServeHttp.ServerError {
+        MSContext ctx = cfg.context();
+        int threads = ctx == null ? 0 : ctx.getThreadNum();
+        int workers = cfg.workersNum();
+        if (workers < 0 || workers > 5 * cores) {
+            throw new KServeHttp.ServerError("kLiteParamInvalid",
+                    "user set worker num " + workers + " is invalid: more than 5 x " + cores + " cores");
+        }
+        if (threads <= 0) { // MindSpore Lite's default: half the cores up to 16, else 8; fit the workers in
+            threads = cores <= 16 ? Math.max(1, cores / 2) : 8;
+            if (workers > 0 && workers * threads > cores) {
+                threads = Math.max(1, cores / workers);
+            }
+        }
+        if (workers == 0) {
+            workers = Math.max(1, cores / threads);
+        }
+        boolean gpu = ctx != null && ctx.isGpu();
+        List<Integer> ids = cfg.getDeviceIds().isEmpty() ? List.of(0) : cfg.getDeviceIds();
+        List<Object> groups = new ArrayList<>();
+        for (int i = 0; i < workers; i++) {
+            groups.add(gpu ? Map.of("kind", "KIND_GPU", "count", 1, "gpus", List.of(ids.get(i % ids.size())))
+                    : Map.of("kind", "KIND_CPU", "count", 1));
+        }
+        Map<String, String> params = new LinkedHashMap<>();
+        params.put("thread_num", Integer.toString(threads));
+        int inter = ctx == null ? 0 : ctx.getInterOpParallelNum();
+        params.put("inter_op_parallel_num", Integer.toString(inter > 0 ? inter : 1));
+        params.put("thread_affinity_mode", Integer.toString(ctx == null ? 0 : ctx.getThreadAffinityMode()));
+        params.put("precision_mode", ctx != null && ctx.isEnableFloat16() ? "preferred_fp16" : "enforce_fp32");
+        Map<String, Map<String, String>> sections = cfg.sections();
+        Map<String, String> batching = sections.getOrDefault(BATCHING_SECTION, Map.of());
+        sections.forEach((section, entries) -> {
+            if (!BATCHING_SECTION.equals(section)) {
+                entries.forEach((k, v) -> params.put(section + "." + k, v));
+            }
+        });
+        Map<String, Object> wrapped = new LinkedHashMap<>();
+        params.forEach((k, v) -> wrapped.put(k, Map.of("string_value", v)));
+
+        Map<String, Object> dynamic = new LinkedHashMap<>();
+        dynamic.put("max_queue_delay_microseconds", intOf(batching, "max_queue_delay_microseconds", 0));
+        dynamic.put("default_queue_policy", Map.of("max_queue_size", intOf(batching, "max_queue_size", maxQueueSize)));
+        Map<String, Object> config = new LinkedHashMap<>();
+        config.put("backend", "mslite");
+        config.put("instance_group", groups);
+        config.put("dynamic_batching", dynamic);
+        config.put("parameters", wrapped);
+        if (batching.containsKey("max_batch_size")) {
+            config.put("max_batch_size", intOf(batching, "max_batch_size", 0));
+        }
+        return config;
+    }
+
+    /** {@code <stem>_<hash>}: the same file and config map to the same server model (and reuse it). */
+    static String name(Path path, Map<String, Object> config, byte[] model) {
+        String stem = path.getFileName().toString().replaceFirst("\\.[^.]*$", "").replaceAll("[^A-Za-z0-9_]", "_");
+        stem = stem.isEmpty() ? "model" : stem.substring(0, Math.min(40, stem.length()));
+        return stem + "_" + sha256Hex(Json.write(config).getBytes(StandardCharsets.UTF_8), model).substring(0, 12);
+    }
+
+    private static int intOf(Map<String, String> section, String key, int otherwise)
+            throws KServeHttp.ServerError {
+        if (!section.containsKey(key)) {
+            return otherwise;
+        }
+        try {
+            int v = Integer.parseInt(section.get(key).trim());
+            if (v >= 0) {
+                return v;
+            }
+        } catch (NumberFormatException e) {
+            // reported below
+        }
+        throw new KServeHttp.ServerError("kLiteParamInvalid",
+                "[" + BATCHING_SECTION + "] " + key + " must be an int >= 0, got '" + section.get(key) + "'");
+    }
+
+    private static String sha256Hex(byte[]... parts) {
+        try {
+            MessageDigest md = MessageDigest.getInstance("SHA-256");
+            for (byte[] p : parts) {
+                md.update(p);
+            }
+            StringBuilder hex = new StringBuilder();
+            for (byte b : md.digest()) {
+                hex.append(String.format("%02x", b));
+            }
+            return hex.toString();
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e); // every JDK has SHA-256
+        }
+    }
+}

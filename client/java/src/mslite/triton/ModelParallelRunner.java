@@ -1,0 +1,259 @@
+package mslite.triton;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.logging.Logger;
+
+/**
+ * MindSpore Lite's {@code com.mindspore.ModelParallelRunner}, served by Triton: {@code init} uploads the ONNX
+ * file with one instance group per worker (or binds to {@code triton://NAME}, a model already in the server's
+ * repository), {@code predict} sends one KServe v2 request.
+ *
+ * <p>Thread-safe like MindSpore Lite's: {@code init} and {@code free} take the write lock; {@code predict},
+ * {@code getInputs} and {@code getOutputs} share the read lock, so any number of them run at once (each
+ * predict is its own HTTP request on the pooled client) and {@code free} waits for those in flight. Calls
+ * return false or an empty list on failure, as in MindSpore Lite; the reason is logged and kept for the
+ * calling thread in {@link #getLastError()}.
+ */
+public final class ModelParallelRunner {
+    private static final Logger LOG = Logger.getLogger(ModelParallelRunner.class.getName());
+    private static final String BIND_PREFIX = "triton://";
+    private static final int MAX_QUEUE_SIZE = 1000; // MindSpore Lite's task queue bound
+
+    private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+    private final ThreadLocal<String> lastError = ThreadLocal.withInitial(() -> "");
+    private KServeHttp server;
+    private String modelName;
+    private List<TensorSpec> inputSpecs;
+    private List<TensorSpec> outputSpecs;
+    private boolean binaryData = true;
+
+    private static final class TensorSpec {
+        final String name;
+        final int dataType;
+        final int[] shape;
+
+        TensorSpec(String name, int dataType, int[] shape) {
+            this.name = name;
+            this.dataType = dataType;
+            this.shape = shape;
+        }
+    }
+
+    /** Builds with default settings: the server from {@code MSLITE_TRITON_URL}, workers from the core count. */
+    public boolean init(String modelPath) {
+        RunnerConfig config = new RunnerConfig();
+        config.init();
+        return init(modelPath, config);
+    }
+
+    /** Uploads (or reuses) the model at {@code modelPath}, or binds to {@code triton://NAME}. */
+    public boolean init(String modelPath, RunnerConfig runnerConfig) {
+        if (modelPath == null || runnerConfig == null) {
+            return fail("init: model path and runner config must not be null");
+        }
+        lock.writeLock().lock();
+        try {
+            if (server != null) {
+                LOG.warning("ModelParallelRunner is already initialised with '" + modelName + "'");
+                return true;
+            }
+            MSContext ctx = runnerConfig.context();
+            String url = ctx != null && ctx.getServerUrl() != null ? ctx.getServerUrl() : System.getenv("MSLITE_TRITON_URL");
+            if (url == null || url.isEmpty()) {
+                return fail("init: no server: call MSContext.setServerUrl(\"http://host:8000\") or set MSLITE_TRITON_URL");
+            }
+            KServeHttp http = new KServeHttp(url, KServeHttp.adminKey(url), Duration.ofSeconds(120));
+            if (!http.live()) {
+                return fail("init: the server at " + http.url() + " is not live");
+            }
+            String name = modelPath.startsWith(BIND_PREFIX) ? modelPath.substring(BIND_PREFIX.length())
+                    : upload(http, Paths.get(modelPath), runnerConfig);
+            Map<String, Object> meta = http.metadata(name);
+            Map<String, Object> conf = http.config(name);
+            boolean batched = ((Number) conf.getOrDefault("max_batch_size", 0L)).intValue() > 0;
+            inputSpecs = specs(meta.get("inputs"), batched);
+            outputSpecs = specs(meta.get("outputs"), batched);
+            binaryData = ctx == null || ctx.getBinaryData();
+            modelName = name;
+            server = http;
+            return true;
+        } catch (KServeHttp.ServerError e) {
+            return fail("ModelParallelRunner's init failed! Error is " + e);
+        } catch (IOException e) {
+            return fail("ModelParallelRunner's init failed! Error is kLiteFileError: " + e.getMessage());
+        } finally {
+            lock.writeLock().unlock();
+        }
+    }
+
+    /** Fresh input tensors (name, type, shape; no data) on every call; a dynamic batch axis shows as 1. */
+    public List<MSTensor> getInputs() {
+        return tensors(true);
+    }
+
+    /** Fresh output tensors (name, type, shape; no data). */
+    public List<MSTensor> getOutputs() {
+        return tensors(false);
+    }
+
+    /**
+     * One request, on whichever worker is free. A non-empty {@code outputs} is filled in place (by position);
+     * an empty one gets new tensors appended.
+     */
+    public boolean predict(List<MSTensor> inputs, List<MSTensor> outputs) {
+        if (inputs == null || outputs == null || inputs.isEmpty()) {
+            return fail("predict: inputs must be a non-empty list and outputs a list");
+        }
+        lock.readLock().lock();
+        try {
+            if (server == null) {
+                return fail("predict failed! Error is kLiteError: call init first");
+            }
+            if (inputs.size() != inputSpecs.size()) {
+                return fail("model input len:" + inputSpecs.size() + " not equal input len:" + inputs.size() + "!");
+            }
+            List<String> names = new ArrayList<>();
+            for (int i = 0; i < inputs.size(); i++) {
+                MSTensor t = inputs.get(i);
+                if (t == null || t.getData() == null || t.elementsNum() < 0) {
+                    return fail("predict: input " + i + " has no data or a dynamic shape; set its shape and data");
+                }
+                names.add(inputSpecs.get(i).name);
+            }
+            if (!outputs.isEmpty() && (outputs.size() != outputSpecs.size() || outputs.contains(null))) {
+                return fail("predict: outputs must be empty or hold one tensor per model output ("
+                        + outputSpecs.size() + ")");
+            }
+            List<String> wanted = new ArrayList<>();
+            for (TensorSpec s : outputSpecs) {
+                wanted.add(s.name);
+            }
+            List<KServeHttp.Output> result = server.infer(modelName, names, inputs, wanted, binaryData);
+            if (result.isEmpty()) {
+                return fail("predict failed! Error is kLiteError: the server returned no outputs");
+            }
+            boolean fillInPlace = !outputs.isEmpty();
+            for (int i = 0; i < result.size(); i++) {
+                KServeHttp.Output o = result.get(i);
+                if (fillInPlace) {
+                    outputs.get(i).fill(o.dataType, o.shape, o.data);
+                } else {
+                    outputs.add(new MSTensor(o.name, o.dataType, o.shape, o.data));
+                }
+            }
+            return true;
+        } catch (KServeHttp.ServerError e) {
+            return fail("predict failed! Error is " + e);
+        } catch (IllegalArgumentException e) {
+            return fail("predict failed! Error is kLiteNotSupport: " + e.getMessage());
+        } finally {
+            lock.readLock().unlock();
+        }
+    }
+
+    /** Waits for calls in flight, then forgets the model (it stays loaded on the server for other clients). */
+    public void free() {
+        lock.writeLock().lock();
+        try {
+            server = null;
+            modelName = null;
+            inputSpecs = null;
+            outputSpecs = null;
+        } finally {
+            lock.writeLock().unlock();
+        }
+    }
+
+    /** The server-side model name (null before init). */
+    public String getModelName() {
+        lock.readLock().lock();
+        try {
+            return modelName;
+        } finally {
+            lock.readLock().unlock();
+        }
+    }
+
+    /** Why this thread's last failed call failed ("" if none failed). */
+    public String getLastError() {
+        return lastError.get();
+    }
+
+    // -- internals ---------------------------------------------------------------------------------------
+    private List<MSTensor> tensors(boolean in) {
+        lock.readLock().lock();
+        try {
+            List<MSTensor> out = new ArrayList<>();
+            if (server == null) {
+                fail((in ? "getInputs" : "getOutputs") + ": call init first");
+                return out;
+            }
+            for (TensorSpec s : in ? inputSpecs : outputSpecs) {
+                out.add(new MSTensor(s.name, s.dataType, s.shape, null));
+            }
+            return out;
+        } finally {
+            lock.readLock().unlock();
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private static List<TensorSpec> specs(Object items, boolean batched) throws KServeHttp.ServerError {
+        List<TensorSpec> specs = new ArrayList<>();
+        for (Object o : (List<Object>) items) {
+            Map<String, Object> t = (Map<String, Object>) o;
+            int dataType = DataType.fromKServe((String) t.get("datatype"));
+            if (dataType == DataType.kTypeUnknown) {
+                throw new KServeHttp.ServerError("kLiteNotSupport",
+                        "tensor '" + t.get("name") + "' has datatype " + t.get("datatype") + ", not supported here");
+            }
+            List<Object> dims = (List<Object>) t.get("shape");
+            int[] shape = new int[dims.size()];
+            for (int i = 0; i < shape.length; i++) {
+                shape[i] = ((Number) dims.get(i)).intValue();
+            }
+            if (batched && shape.length > 0 && shape[0] == -1) {
+                shape[0] = 1; // code written for a static model (one sample) runs unchanged
+            }
+            specs.add(new TensorSpec((String) t.get("name"), dataType, shape));
+        }
+        return specs;
+    }
+
+    /** Upload the file unless the same file + config is already loaded; returns the server-side name. */
+    private static String upload(KServeHttp http, Path path, RunnerConfig cfg)
+            throws IOException, KServeHttp.ServerError {
+        if (!Files.isRegularFile(path)) {
+            throw new IOException("model_path does not exist: " + path);
+        }
+        byte[] model = Files.readAllBytes(path);
+        if (model.length == 0 || model[0] != 0x08) { // ONNX's ModelProto starts with field 1 (ir_version)
+            throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName()
+                    + "' is not an ONNX model; this server runs ONNX models (export the network to ONNX)");
+        }
+        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors(),
+                MAX_QUEUE_SIZE);
+        String name = ModelConfigs.name(path, config, model);
+        if (!http.modelReady(name)) {
+            Map<String, Object> named = new LinkedHashMap<>(config);
+            named.put("name", name);
+            http.load(name, Json.write(named), Map.of("file:1/model.onnx", model));
+        }
+        return name;
+    }
+
+    private boolean fail(String message) {
+        lastError.set(message);
+        LOG.severe(message);
+        return false;
+    }
+}

@@ -1,0 +1,230 @@
+"""The container files, checked without a Docker engine (none runs here): nothing in this module starts a container.
+
+docker-compose.yml (and its GPU override and scale-out profile) is validated by a real Compose implementation's
+`config` command (Debian's docker-compose), whose normalised output is then checked: every bind mount points at a
+real path in the repository, ports are on loopback, the GPU is reserved. The YAML is read with the YAML library
+of that same Compose installation (the project's venv has none). The image's entrypoint script is run with a
+stand-in `tritonserver`; the Kubernetes/KServe manifest is parsed and checked for structure only (KServe's CRD
+schemas are not available offline).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+APT_LINE = "apt-get update && apt-get install -y --no-install-recommends docker-compose"
+KEY = "test-admin-key"
+GPU_OVERRIDE = "deploy/compose.gpu.yml"
+
+
+@pytest.fixture(scope="module")
+def compose() -> str:
+    path = shutil.which("docker-compose")
+    if path is None:
+        pytest.fail(f"Debian's docker-compose is missing (scripts/check_system.sh says so too): {APT_LINE}")
+    return path
+
+
+def load_yaml(compose_bin: str, text: str) -> list[Any]:
+    """Every document of `text`, read by the PyYAML that the docker-compose installation itself uses."""
+    with open(compose_bin, encoding="utf-8", errors="replace") as f:
+        shebang = f.readline()
+    python = shlex.split(shebang[2:])[0] if shebang.startswith("#!") else "python3"
+    code = "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(sys.stdin))))"
+    out = subprocess.run([python, "-c", code], input=text, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout))
+
+
+def compose_config(
+    compose_bin: str, *files: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    args = [compose_bin, "--project-directory", str(ROOT)]
+    for f in ("docker-compose.yml", *files):
+        args += ["-f", str(ROOT / f)]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("MSLITE_", "COMPOSE_", "DOCKER_"))}
+    environ.update(env if env is not None else {"MSLITE_TRITON_KEY": KEY})
+    return subprocess.run([*args, "config"], capture_output=True, text=True, timeout=120, env=environ, cwd=ROOT)
+
+
+@functools.cache
+def services(compose_bin: str, *files: str) -> dict[str, Any]:
+    out = compose_config(compose_bin, *files)
+    assert out.returncode == 0, out.stderr
+    (doc,) = load_yaml(compose_bin, out.stdout)
+    return dict(doc["services"])
+
+
+def bind_mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host source, container target) of each bind mount, in short or long syntax."""
+    mounts = []
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            if v.get("type") == "bind":
+                mounts.append((v["source"], v["target"]))
+        else:
+            source, target = v.split(":")[:2]
+            if source.startswith(("/", ".")):  # a named volume has no path
+                mounts.append((source, target))
+    return mounts
+
+
+def published(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host ip, container port) of each published port."""
+    result = []
+    for p in service.get("ports", []):
+        if isinstance(p, dict):
+            result.append((p.get("host_ip", ""), str(p["target"])))
+        else:
+            parts = str(p).split("/")[0].split(":")
+            result.append((parts[0] if len(parts) == 3 else "", parts[-1]))
+    return result
+
+
+@pytest.mark.parametrize("files", [(), (GPU_OVERRIDE,)], ids=["cpu", "gpu"])
+def test_compose_config_is_valid_and_mounts_are_real(compose, files):
+    svcs = services(compose, *files)
+    assert {"triton", "prometheus", "triton-replica", "nginx"} <= set(svcs)
+    for name, svc in svcs.items():
+        for source, _ in bind_mounts(svc):
+            path = Path(source)
+            assert path.is_absolute() and path.exists(), f"{name}: bind mount source {source} does not exist"
+            assert path.resolve().is_relative_to(ROOT), f"{name}: {source} is outside the repository"
+        for host_ip, port in published(svc):
+            assert host_ip == "127.0.0.1", f"{name}: port {port} is published on '{host_ip or 'every interface'}'"
+    for name in ("triton", "triton-replica"):
+        triton = svcs[name]
+        mounts = dict((t, s) for s, t in bind_mounts(triton))
+        assert Path(mounts["/opt/tritonserver/backends/mslite"]) == ROOT / "backend" / "mslite"
+        assert (Path(mounts["/opt/tritonserver/backends/mslite"]) / "model.py").is_file()
+        assert Path(mounts["/models"]) == ROOT / "model_repository"
+        assert triton["build"]["dockerfile"] == "deploy/Dockerfile"
+        assert triton["shm_size"] in ("1gb", "1g", 1 << 30)
+        assert "/v2/health/ready" in " ".join(triton["healthcheck"]["test"])
+        assert triton["environment"]["MSLITE_TRITON_KEY"] == KEY
+    assert {port for _, port in published(svcs["triton"])} == {"8000", "8001", "8002"}
+    assert svcs["triton-replica"]["deploy"]["replicas"] >= 2 and not published(svcs["triton-replica"])
+    assert svcs["nginx"]["depends_on"]["triton-replica"]["condition"] == "service_healthy"
+    if files:
+        (device,) = svcs["triton"]["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+        assert svcs["triton"]["build"]["args"]["ORT_PACKAGE"].startswith("onnxruntime-gpu==")
+        assert svcs["triton"]["image"] != svcs["triton-replica"]["image"]
+    else:
+        assert "deploy" not in svcs["triton"]
+
+
+def test_compose_requires_the_admin_key(compose):
+    out = compose_config(compose, env={})
+    assert out.returncode != 0
+    assert "MSLITE_TRITON_KEY" in out.stderr
+
+
+def test_compose_rejects_a_broken_file(compose, tmp_path):
+    """The validator is real: a wrong type is refused (so the passes above mean something)."""
+    text = (ROOT / "docker-compose.yml").read_text().replace("shm_size: 1gb", "shm_size: [1gb]")
+    (tmp_path / "docker-compose.yml").write_text(text)
+    out = subprocess.run(
+        [compose, "-f", str(tmp_path / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MSLITE_TRITON_KEY": KEY},
+    )
+    assert out.returncode != 0 and "shm_size" in out.stderr
+
+
+def test_prometheus_scrapes_the_metrics_port(compose):
+    (prom,) = load_yaml(compose, (ROOT / "deploy" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in prom["scrape_configs"]}
+    assert jobs["triton"]["static_configs"][0]["targets"] == ["triton:8002"]
+    (sd,) = jobs["triton-replicas"]["dns_sd_configs"]
+    assert sd["names"] == ["triton-replica"] and sd["port"] == 8002
+    svcs = services(compose)
+    assert (ROOT / "deploy" / "prometheus.yml", "/etc/prometheus/prometheus.yml") in [
+        (Path(s), t) for s, t in bind_mounts(svcs["prometheus"])
+    ]
+
+
+def dockerfile_cmd() -> list[str]:
+    text = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith("CMD ")]
+    return list(json.loads(line[4:]))
+
+
+def test_image_is_the_embedded_release_with_what_the_backend_needs():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in text  # Triton 2.51, the wheel's release
+    (numpy,) = re.findall(r"NUMPY_PACKAGE=numpy==(\d+)\.", text)
+    assert int(numpy) < 2 and "ORT_PACKAGE=onnxruntime==" in text  # numpy 2 empties every output
+    ignored = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
+    assert ignored[0] == "*"  # everything out, then only what the image needs back in
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            source = line.split()[1]
+            assert (ROOT / source).exists(), source
+            assert f"!{source}" in ignored, f"{source} is excluded from the build context by .dockerignore"
+    flags = dockerfile_cmd()
+    assert "--model-repository=/models" in flags and "--model-control-mode=explicit" in flags
+
+
+@pytest.mark.parametrize("key", ["s3cret", ""])
+def test_entrypoint_restricts_the_admin_apis_when_a_key_is_set(tmp_path, key):
+    fake = tmp_path / "tritonserver"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "MSLITE_TRITON_KEY": key}
+    out = subprocess.run(
+        ["sh", str(ROOT / "deploy" / "triton-entrypoint.sh"), *dockerfile_cmd()],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    args = out.stdout.splitlines()
+    assert args[-len(dockerfile_cmd()) :] == dockerfile_cmd()
+    restricted = "model-repository,shared-memory,logging,trace:mslite-key="
+    if key:
+        assert args[:2] == [f"--http-restricted-api={restricted}{key}", f"--grpc-restricted-protocol={restricted}{key}"]
+    else:
+        assert not any("restricted" in a for a in args)
+        assert "MSLITE_TRITON_KEY is not set" in out.stderr
+
+
+def test_kserve_manifest_structure(compose):
+    docs = load_yaml(compose, (ROOT / "deploy" / "kubernetes" / "kserve.yaml").read_text())
+    by_kind = {d["kind"]: d for d in docs}
+    assert set(by_kind) == {"ServingRuntime", "InferenceService"}
+    runtime, isvc = by_kind["ServingRuntime"], by_kind["InferenceService"]
+    assert runtime["apiVersion"] == "serving.kserve.io/v1alpha1"
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    assert model["modelFormat"]["name"] in {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
+    assert "v2" in runtime["spec"]["protocolVersions"]
+    (container,) = runtime["spec"]["containers"]
+    args = container["args"]
+    # the image's serving flags, with KServe's model dir and ports
+    same = [f for f in dockerfile_cmd() if not f.startswith("--model-repository=")]
+    assert [a for a in args if a in same] == same
+    assert "--model-repository=/mnt/models" in args and "--http-port=8080" in args
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    (key_env,) = [e for e in container["env"] if e["name"] == "MSLITE_TRITON_KEY"]
+    assert "secretKeyRef" in key_env["valueFrom"]
+    (shm,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    volumes = {v["name"]: v for v in runtime["spec"]["volumes"]}
+    assert volumes[shm["name"]]["emptyDir"]["medium"] == "Memory"
