@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,6 +100,9 @@ class Transport:
         header = _admin_key.HEADER if self.protocol == "http" else f"triton-grpc-protocol-{_admin_key.HEADER}"
         self._headers = {header: key} if key else None
         self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._http_conns: list[_Connection] = []
         self._module: Any = grpcclient if self.protocol == "grpc" else httpclient
         # Inputs go through system shared memory only to a server on this host (MSLITE_TRITON_SHM=0: never).
         self.use_shm = _is_loopback(self.host) and os.environ.get("MSLITE_TRITON_SHM", "1") != "0"
@@ -120,26 +124,54 @@ class Transport:
         default: type[MSLiteError] = InferenceError,
         invalid: type[MSLiteError] = InvalidInputError,
     ) -> Any:
-        try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:
-            conn = self._connect()
+        conn = self._checkout()
         try:
             result = fn(conn)
         except InferenceServerException as e:
-            self._idle.put(conn)
+            self._checkin(conn)
             raise classify(e, self.url, default=default, invalid=invalid) from None
         except TimeoutError as e:  # HTTP: no answer in time (gRPC says DEADLINE_EXCEEDED instead)
-            conn.close(self._headers)
+            self._discard(conn)
             raise ExecutionTimeoutError(f"no answer from {self.url} within {self._timeout_s:.0f} s") from e
         except (ConnectionError, OSError) as e:  # HTTP transport errors surface raw
-            conn.close(self._headers)
+            self._discard(conn)
             raise ServerUnavailableError(self.url, str(e)) from None
-        self._idle.put(conn)
+        self._checkin(conn)
         return result
 
+    # gRPC connections are shared through a pool; tritonclient's HTTP client (gevent) only works in the
+    # thread that created it, so each thread keeps its own HTTP connection.
+    def _checkout(self) -> _Connection:
+        if self.protocol == "http":
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                conn = self._local.conn = self._connect()
+                with self._lock:
+                    self._http_conns.append(conn)
+            return conn
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            return self._connect()
+
+    def _checkin(self, conn: _Connection) -> None:
+        if self.protocol == "grpc":
+            self._idle.put(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        conn.close(self._headers)
+        if self.protocol == "http":
+            self._local.conn = None
+            with self._lock:
+                if conn in self._http_conns:
+                    self._http_conns.remove(conn)
+
     def close(self) -> None:
-        """Close every pooled connection and release its shared memory (safe to call twice)."""
+        """Close every connection and release its shared memory (safe to call twice)."""
+        with self._lock:
+            conns, self._http_conns = self._http_conns, []
+        for conn in conns:
+            conn.close(self._headers)
         while True:
             try:
                 self._idle.get_nowait().close(self._headers)

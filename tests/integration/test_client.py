@@ -99,9 +99,10 @@ def test_same_file_and_config_reuse_the_loaded_model(server, files):
     assert c._remote.info.name != a._remote.info.name
 
 
-def test_runner_concurrent_predict_is_exact(server, files):
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_runner_concurrent_predict_is_exact(server, files, protocol):
     runner = mslite.ModelParallelRunner()
-    runner.build_from_file(str(files / "mobilenetv2.onnx"), _context(server))
+    runner.build_from_file(str(files / "mobilenetv2.onnx"), _context(server, protocol))
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal((1, 3, 224, 224), dtype=np.float32) for _ in range(4)]
     expected = [run_reference(GEN.build_mobilenetv2(), {"input": x})[0] for x in xs]
