@@ -38,5 +38,31 @@ serve: models
 bench: models
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
+## Issue 5's benchmark: 4 workers sharing a 200 MiB model, batch-32 latency, a live update under load (~3 min).
+.PHONY: bench-weights
+bench-weights: $(STAMP)
+	$(PY) -m benchmarks.weights $(BENCH_WEIGHTS_ARGS)
+
 clean:
 	rm -rf $(VENV) examples/model model_repository/*/[0-9]* model_repository/*/input.bin
+
+## Clients in other languages and the container files (README "Clients in other languages", "Deployment").
+.PHONY: java-client cpp-example compose-config
+java-client:
+	javac -Xlint:all --release 17 -d client/java/build client/java/src/mslite/triton/*.java client/java/examples/Main.java
+
+cpp-example:
+	@mkdir -p examples/cpp/build
+	g++ -O2 -std=c++17 -Wall -Wextra -o examples/cpp/build/predict examples/cpp/predict.cc -lcurl -pthread
+
+compose-config:
+	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose config -q
+	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose -f docker-compose.yml -f deploy/compose.gpu.yml config -q
+
+## Issue 7's soak (not part of `make test`; each step starts its own loopback server, results in benchmarks/results/):
+## MobileNetV2 at 16 clients for 10 min (SOAK_ARGS, e.g. --duration-s 120), then the long bad-input campaign for
+## 5 min (CAMPAIGN_ARGS, e.g. --duration-s 60), whose last request is the one that aborts Triton 2.51.
+.PHONY: soak
+soak: models
+	$(PY) -m benchmarks.soak $(SOAK_ARGS)
+	$(PY) -m benchmarks.badinput_campaign $(CAMPAIGN_ARGS)

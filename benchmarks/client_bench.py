@@ -87,9 +87,9 @@ def drive(calls: list[Call], warmup_s: float, seconds: float) -> dict[str, Any]:
     for w in workers:
         w.start()
     time.sleep(warmup_s)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     time.sleep(seconds)
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), time.process_time()
     stop.set()
     for w in workers:
         w.join()
@@ -100,6 +100,7 @@ def drive(calls: list[Call], warmup_s: float, seconds: float) -> dict[str, Any]:
         "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
         "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
         "errors": errors[0],
+        "client_cpu_ms_per_req": (cpu1 - cpu0) * 1e3 / lat.size if lat.size else None,
     }
 
 

@@ -183,7 +183,9 @@ class Bench:
         self.repo_dir = Path(tempfile.mkdtemp(prefix="bench-repo-"))
         compose_repository(self.repo_dir, ROOT / "model_repository", model_specs(self.plan))
         self.server = BenchServer(self.repo_dir).start()
-        return f"gRPC on {self.server.grpc_address}, pid {self.server.pid}"
+        self.results["meta"]["server_config"] = self.server.lifted
+        lifted = ", ".join(f"{k}={v}" for k, v in self.server.lifted.items()) or "defaults"
+        return f"gRPC on {self.server.grpc_address}, pid {self.server.pid}, ServerConfig: {lifted}"
 
     def _load(self, name: str) -> Callable[[], str]:
         def run() -> str:
@@ -282,7 +284,8 @@ class Bench:
             into[key] = r
             return (
                 f"{r['img_s']:.0f} img/s ({r['req_s']:.0f} req/s), p50 {r['p50_ms']:.2f} ms, "
-                f"p99 {r['p99_ms']:.2f} ms, errors {r['errors']}"
+                f"p99 {r['p99_ms']:.2f} ms, client CPU {r['client_cpu_ms_per_req']:.2f} ms/request, "
+                f"errors {r['errors']}"
             )
 
         return run

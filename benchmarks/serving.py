@@ -4,6 +4,7 @@ ours, explicit model load/unload, and CPU accounting from /proc and Triton's sta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -91,7 +92,15 @@ class BenchServer:
     """The embedded server on loopback, with `backends/naive/model.py` added before start; models loaded on demand."""
 
     def __init__(self, repository: Path) -> None:
-        self.server = EmbeddedServer(ServerConfig(model_repository=repository, load_models=()))
+        # perf_analyzer cannot send the admin key over gRPC (its -H is HTTP-only), and `--shared-memory
+        # system` registers regions through the restricted API: the benchmark's server runs unrestricted.
+        # A supervisor restart would change the worker pids mid-measurement: off too. (Either switch is
+        # passed only when this version of ServerConfig has it.)
+        wanted = {"restrict_admin": False, "supervise": False}
+        known = {f.name for f in dataclasses.fields(ServerConfig)}
+        self.lifted = {k: v for k, v in wanted.items() if k in known}
+        config = ServerConfig(model_repository=repository, load_models=(), **self.lifted)  # type: ignore[arg-type]
+        self.server = EmbeddedServer(config)
         self.loaded: set[str] = set()
 
     def start(self) -> BenchServer:
@@ -143,14 +152,19 @@ class BenchServer:
         workers = sum(_cpu_s(pid) for pid in worker_pids(self.pid, model))
         return workers, _cpu_s(self.pid)
 
+    def _headers(self) -> dict[str, str]:
+        key = getattr(self.server, "admin_key", None)  # set only when the server restricts its admin API
+        return {"mslite-key": key} if key else {}
+
     def _post(self, path: str) -> Any:
-        req = urllib.request.Request(self.server.http_url + path, data=b"{}", method="POST")
+        req = urllib.request.Request(self.server.http_url + path, data=b"{}", method="POST", headers=self._headers())
         with urllib.request.urlopen(req, timeout=300) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
 
     def _get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.server.http_url + path, timeout=30) as resp:
+        req = urllib.request.Request(self.server.http_url + path, headers=self._headers())
+        with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
 

@@ -1,0 +1,289 @@
+"""Issue 7, bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
+
+The generator, the bar and the known gaps of Triton 2.51 live in `benchmarks/badinput_campaign.py`, whose
+long version is `python -m benchmarks.badinput_campaign`. Case `i` of seed 7 is replayed alone with
+`python -m benchmarks.badinput_campaign --replay i`.
+
+The bar is asserted in full by `test_every_malformed_request_meets_the_bar`, which is a strict xfail
+until the gaps listed in `KNOWN_GAPS` are closed (most are Triton 2.51's own frontends and need an HTTP/gRPC
+front of ours). `test_no_violation_beyond_the_known_gaps` keeps anything new from slipping in meanwhile.
+Oversized bodies and the JSON request that aborts Triton 2.51 are sent to a scratch server of this module,
+so the session server keeps its memory and its life.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.badinput_campaign import (  # noqa: E402
+    GRPC_CATEGORIES,
+    HTTP_CATEGORIES,
+    Case,
+    CaseGenerator,
+    HttpRequest,
+    Outcome,
+    Sender,
+    Tally,
+    crash_probe,
+    fetch_specs,
+    grpc_request,
+    http_binary,
+    http_json,
+    make_tensor,
+    process_tree,
+    run_cases,
+    tree_rss_kb,
+)
+
+pytestmark = pytest.mark.integration
+
+SEED = 7
+CASES = 11_000  # even indexes HTTP, odd gRPC; ~3 % are valid NaN/Inf requests
+WARMUP = 300
+LOG_ALARMS = ("mslite: execute failed", "Traceback", "terminate called", "Signal (")
+
+
+@dataclass
+class Campaign:
+    tally: Tally
+    rss_before: dict[int, int]
+    rss_after: dict[int, int]
+    workers_before: list[int]
+    log: str
+
+
+@pytest.fixture(scope="module")
+def campaign(server) -> Campaign:
+    gen = CaseGenerator(fetch_specs(server.http_url), SEED)
+    log_start = server.log_path.stat().st_size
+    warm = run_cases((gen.valid(i) for i in range(WARMUP)), server.http_url, server.grpc_url)
+    assert not warm.violations, warm.report()
+    pid = server.process.pid
+    workers = sorted(process_tree(pid))
+    before = tree_rss_kb(pid)
+    tally = run_cases(gen.cases(range(CASES)), server.http_url, server.grpc_url, threads=4)
+    after = tree_rss_kb(pid)
+    with open(server.log_path, errors="replace") as f:
+        f.seek(log_start)
+        log = f.read()
+    return Campaign(tally, before, after, workers, log)
+
+
+def test_campaign_covers_every_category_on_both_protocols(campaign):
+    t = campaign.tally
+    assert t.malformed() >= 10_000
+    assert t.malformed("http") >= 4_500 and t.malformed("grpc") >= 4_500
+    for protocol, categories in (("http", HTTP_CATEGORIES), ("grpc", GRPC_CATEGORIES)):
+        for category in (*categories, "valid_nan_inf"):
+            assert t.count(protocol, category) >= 20, (protocol, category, t.table())
+
+
+def test_nan_and_inf_are_served_with_the_right_values(campaign):
+    t = campaign.tally
+    assert t.count("http", "valid_nan_inf") > 50 and t.count("grpc", "valid_nan_inf") > 50
+    wrong = {k: n for k, n in t.violations.items() if k[2] == "valid_nan_inf"}
+    assert not wrong, t.report()
+
+
+def test_no_violation_beyond_the_known_gaps(campaign):
+    """Every miss of the bar is one of KNOWN_GAPS (Triton 2.51's frontends, or our backend's BOOL check)."""
+    assert not campaign.tally.new_violations(), campaign.tally.report(only_new=True)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton 2.51 frontends: HTTP 500 for unparsable bodies, closed connections for bad HTTP framing, gRPC "
+    "INTERNAL for unparsable protobuf, batch dims read modulo 2^32, lenient gRPC versions; ours: BOOL bytes "
+    "(see KNOWN_GAPS in benchmarks/badinput_campaign.py)",
+)
+def test_every_malformed_request_meets_the_bar(campaign):
+    """4xx-class answer naming the problem, no path or traceback, for every malformed request; 0 server errors."""
+    assert not campaign.tally.violations, campaign.tally.report()
+
+
+def test_no_path_or_traceback_in_any_message(campaign):
+    leaks = {k: n for k, n in campaign.tally.violations.items() if "path or a traceback" in k[4]}
+    assert not leaks, campaign.tally.report()
+
+
+def test_no_backend_error_or_crash_in_the_log(campaign):
+    for alarm in LOG_ALARMS:
+        assert alarm not in campaign.log, [line for line in campaign.log.splitlines() if alarm in line][:5]
+
+
+def test_server_serves_correct_results_afterwards(server, campaign):
+    assert server.is_running()
+    assert sorted(process_tree(server.process.pid)) == campaign.workers_before, "a worker died or was replaced"
+    rng = np.random.default_rng(SEED)
+    for protocol in ("http", "grpc"):
+        mod = httpclient if protocol == "http" else grpcclient
+        url = (server.http_url if protocol == "http" else server.grpc_url).split("://", 1)[1]
+        client = mod.InferenceServerClient(url)
+        try:
+            for batch in (1, 2, 7, 64):
+                x = rng.standard_normal((batch, 4), dtype=np.float32)
+                item = mod.InferInput("x", list(x.shape), "FP32")
+                item.set_data_from_numpy(x)
+                y = client.infer("tiny", [item]).as_numpy("y")
+                np.testing.assert_array_equal(y, x * np.float32(2) + np.float32(1))
+            a, b = rng.standard_normal((2, 3, 3), dtype=np.float32)
+            inputs = [mod.InferInput(n, [3, 3], "FP32") for n in ("a", "b")]
+            inputs[0].set_data_from_numpy(a)
+            inputs[1].set_data_from_numpy(b)
+            result = client.infer("multi_io", inputs)
+            np.testing.assert_array_equal(result.as_numpy("sum"), a + b)
+            np.testing.assert_array_equal(result.as_numpy("prod"), a * b)
+        finally:
+            client.close()
+
+
+def test_rss_of_server_and_workers_grows_under_10_percent(campaign):
+    before, after = sum(campaign.rss_before.values()), sum(campaign.rss_after.values())
+    print(f"RSS server + {len(campaign.rss_before) - 1} workers: {before / 1024:.0f} -> {after / 1024:.0f} MiB")
+    assert after < before * 1.10, (campaign.rss_before, campaign.rss_after)
+
+
+# -- oversized bodies and the crash, on a scratch server -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def scratch(repository):
+    srv = EmbeddedServer(ServerConfig(model_repository=repository, load_models=("tiny", "variable_seq")))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        srv.remove_workspace()
+
+
+def _shm_mib(srv: EmbeddedServer) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(f"/dev/shm/{srv.shm_prefix}*")) >> 20
+
+
+def _oversized_cases() -> dict[str, Case]:
+    """64 MiB bodies, two of them well-formed; the JSON one makes Triton allocate the 64 MiB it declares."""
+    mib64 = 64 << 20
+    tiny = make_tensor("x", "FP32", [64, 4], np.zeros(256, np.float32))
+    tiny.data = bytes(mib64)
+    seq = make_tensor("tokens", "FP32", [1, mib64 // 4], np.zeros(mib64 // 4, np.float32))
+    declared = make_tensor("tokens", "FP32", [1, mib64 // 4], np.zeros(1, np.float32))
+    total = [{"name": "total"}]
+    requests = {
+        "HTTP tiny [64,4] with 64 MiB binary": ("http", http_binary("tiny", [tiny])),
+        "gRPC tiny [64,4] with 64 MiB raw": ("grpc", grpc_request("tiny", [tiny])),
+        "HTTP variable_seq [1,16Mi], 64 MiB": ("http", http_binary("variable_seq", [seq], outputs=total)),
+        "gRPC variable_seq [1,16Mi], 64 MiB": ("grpc", grpc_request("variable_seq", [seq], outputs=["total"])),
+        "HTTP JSON variable_seq declares [1,16Mi], 1 value": ("http", http_json("variable_seq", [declared])),
+    }
+    return {name: Case(0, protocol, "oversized", "", name, request) for name, (protocol, request) in requests.items()}
+
+
+@dataclass
+class Oversized:
+    outcomes: dict[str, Outcome]
+    rss_mib: tuple[int, int]
+    shm_mib: tuple[int, int]
+
+
+@pytest.fixture(scope="module")
+def oversized(scratch) -> Oversized:
+    sender = Sender(scratch.http_url, scratch.grpc_url, timeout_s=120)
+    rss0, shm0 = sum(tree_rss_kb(scratch.process.pid).values()) >> 10, _shm_mib(scratch)
+    outcomes = {}
+    try:
+        for name, case in _oversized_cases().items():
+            outcomes[name] = sender.send(case)
+            case.request = b""  # 64 MiB each: keep them out of pytest's reprs
+    finally:
+        sender.close()
+    rss1, shm1 = sum(tree_rss_kb(scratch.process.pid).values()) >> 10, _shm_mib(scratch)
+    for name, o in outcomes.items():
+        print(f"{name}: {o.status} in {o.seconds:.2f} s: {o.message[:160]!r}")
+    print(f"scratch server RSS {rss0} -> {rss1} MiB, /dev/shm {shm0} -> {shm1} MiB")
+    return Oversized(outcomes, (rss0, rss1), (shm0, shm1))
+
+
+def test_oversized_bodies_get_an_answer_and_the_server_keeps_serving(scratch, oversized):
+    for name, o in oversized.outcomes.items():
+        assert o.status not in ("NO_ANSWER", "TIMEOUT"), (name, o.status)
+    assert scratch.is_running()
+    client = grpcclient.InferenceServerClient(scratch.grpc_url.split("://", 1)[1])
+    try:
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        item = grpcclient.InferInput("x", [2, 4], "FP32")
+        item.set_data_from_numpy(x)
+        np.testing.assert_array_equal(client.infer("tiny", [item]).as_numpy("y"), x * 2 + 1)
+    finally:
+        client.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="no size cap in Triton 2.51 or in our backend: 64 MiB inputs are served and the python backend's shm "
+    "grows for good; a JSON body makes Triton allocate its declared size, then answers 500",
+)
+def test_oversized_bodies_are_refused_and_leave_no_memory_behind(oversized):
+    for name, o in oversized.outcomes.items():
+        ok = (o.case.protocol == "http" and o.status.isdigit() and 400 <= int(o.status) < 500) or o.status in (
+            "INVALID_ARGUMENT",
+            "RESOURCE_EXHAUSTED",
+            "OUT_OF_RANGE",
+        )
+        assert ok, f"{name}: {o.status} {o.message[:200]!r}"
+    assert oversized.shm_mib[1] <= oversized.shm_mib[0], f"/dev/shm grew {oversized.shm_mib} MiB"
+    assert oversized.rss_mib[1] < oversized.rss_mib[0] * 1.10, f"RSS grew {oversized.rss_mib} MiB"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton 2.51 allocates a JSON input's declared size before reading it: std::bad_alloc aborts the server",
+)
+def test_json_declaring_16_tib_does_not_kill_the_server(scratch, oversized):
+    """Runs last on the scratch server: today the one 90-byte request below kills it."""
+    status, message = crash_probe(scratch.http_url)
+    time.sleep(1)
+    assert scratch.is_running(), f"the server died; the request got {status} {message!r}"
+    assert status.isdigit() and 400 <= int(status) < 500, (status, message)
+
+
+def test_grpc_invalid_argument_names_the_size_for_a_short_tensor(server):
+    """One end-to-end message check through the plain client (the campaign checks the rest by pattern)."""
+    channel = grpc.insecure_channel(server.grpc_url.split("://", 1)[1])
+    try:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        tensor = make_tensor("x", "FP32", [1, 4], np.zeros(4, np.float32))
+        with pytest.raises(grpc.RpcError) as info:
+            call(grpc_request("tiny", [tensor], raw=[bytes(12)]), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "input byte size mismatch for input 'x' for model 'tiny'. Expected 16, got 12" in info.value.details()
+    finally:
+        channel.close()
+
+
+def test_http_json_with_nan_and_infinity_literals_is_served(server):
+    body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[NaN,Infinity,-Infinity,1]}]}'
+    want = np.array([[np.nan, np.inf, -np.inf, 3]], np.float32)
+
+    def check(out: dict[str, np.ndarray]) -> str | None:
+        return None if np.array_equal(out["y"], want, equal_nan=True) else f"y = {out['y']}"
+
+    request = HttpRequest("/v2/models/tiny/infer", body, {"Content-Type": "application/json"})
+    sender = Sender(server.http_url, server.grpc_url)
+    try:
+        o = sender.send(Case(0, "http", "valid_nan_inf", "tiny", "literals", request, valid=True, check=check))
+    finally:
+        sender.close()
+    assert o.status == "200" and o.problem is None, (o.status, o.message, o.problem)
