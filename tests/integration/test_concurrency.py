@@ -11,6 +11,7 @@ import tritonclient.http as httpclient
 from conftest import GEN
 
 import mslite_triton as mslite
+from mslite_triton._supervisor import workers_of
 from mslite_triton.errors import ServiceDenyError
 
 pytestmark = pytest.mark.integration
@@ -24,21 +25,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _worker_pids(server, model_name: str) -> list[int]:
-    """This server's stub processes whose command line names an instance of `model_name`, in worker order."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if args and args[0].endswith(b"triton_python_backend_stub") and parent == server.process.pid:
-            instance = next((a.decode() for a in args if a.decode().startswith(model_name + "_")), None)
-            if instance:
-                found.append((instance, int(proc.name)))
-    return [pid for _, pid in sorted(found)]
+    """This server's worker processes serving `model_name`, in worker order."""
+    workers = [w for w in workers_of(server.process.pid) if w.instance.startswith(model_name + "_")]
+    return [w.pid for w in sorted(workers, key=lambda w: w.instance)]
 
 
 def _cpus_allowed(pid: int) -> str:
