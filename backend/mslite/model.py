@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import traceback
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
 from mslite_backend.affinity import worker_index
-from mslite_backend.config import BackendConfig, InstanceInfo
+from mslite_backend.config import WEIGHTS_INPUT, BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import (
     BackendError,
     ConfigError,
@@ -23,6 +24,11 @@ from mslite_backend.errors import (
     client_message,
 )
 from mslite_backend.graph import plan_auto_complete, read_graph_io
+
+# request parameter that makes a request a weights update: JSON manifest of the tensors in WEIGHTS_INPUT,
+# or, with FILE_PARAMETER, in a file that a client on this host wrote (see WeightStore.adopt)
+UPDATE_PARAMETER = "mslite_weights_update"
+FILE_PARAMETER = "mslite_weights_file"
 
 # exception class -> Triton error code name (pb_utils fills TritonError in only after this module is imported)
 _ERROR_CODES = {
@@ -45,7 +51,8 @@ class TritonPythonModel:
         filename = config.get("default_model_filename") or "model.onnx"
         try:
             io = read_graph_io(f"{pb_utils.get_model_dir()}/{filename}")
-        except ModelLoadError as e:
+            updatable = declared_variable_weights(config)
+        except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(f"model '{config.get('name')}': {e}") from None
         plan = plan_auto_complete(config, io)
         if plan.max_batch_size is not None:
@@ -56,12 +63,19 @@ class TritonPythonModel:
             auto_complete_model_config.add_input(entry)
         for entry in plan.outputs:
             auto_complete_model_config.add_output(entry)
+        if updatable and WEIGHTS_INPUT not in {t.get("name") for t in config.get("input") or []}:
+            # the data of a weights update; optional, so user requests never carry it
+            auto_complete_model_config.add_input(
+                {"name": WEIGHTS_INPUT, "data_type": "TYPE_UINT8", "dims": [-1], "optional": True}
+            )
         return auto_complete_model_config
 
     def __init__(self) -> None:
         self.runtime: Any = None
         self.instance: InstanceInfo | None = None
         self.output_names: list[str] = []
+        self._version_family: Any = None
+        self._version_metric: Any = None
 
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
@@ -79,23 +93,85 @@ class TritonPythonModel:
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(str(e)) from None
         self.output_names = [t["name"] for t in model_config.get("output", [])]
+        for note in self.runtime.notes:
+            _log().log_warn(note)
+        store = self.runtime.weights
+        if store is not None:
+            self._version_family = pb_utils.MetricFamily(
+                name="mslite_weights_version",
+                description="Version of the updatable weights each mslite worker serves (1 = the model file's)",
+                kind=pb_utils.MetricFamily.GAUGE,
+            )
+            self._version_metric = self._version_family.Metric(
+                labels={"model": cfg.model_name, "instance": self.instance_name}
+            )
+            store.on_switch = self._weights_switched
+            self._weights_switched(store.snapshot().version)
         _log().log_info(
             f"mslite: instance '{self.instance.name}' ready: providers={list(self.runtime.session.providers)} "
             f"intra_op_threads={cfg.intra_op_threads} inter_op_threads={cfg.inter_op_threads} "
             f"spinning={cfg.allow_spinning} worker={self.instance.index}/{cfg.workers} "
-            f"cores={sorted(os.sched_getaffinity(0))}"
+            f"cores={sorted(os.sched_getaffinity(0))} weights={'shared' if self.runtime.shared else 'per-worker'} "
+            f"updatable={len(cfg.variable_weights)} pid={os.getpid()}"
         )
 
+    def _weights_switched(self, version: int) -> None:
+        self._version_metric.set(version)
+        _log().log_info(f"mslite: instance '{self.instance_name}' serves weights version {version}")
+
     def execute(self, requests: list[Any]) -> list[Any]:
-        """Exactly one response per request; a bad request fails alone."""
-        feeds = [{t.name(): t.as_numpy() for t in request.inputs()} for request in requests]
+        """Exactly one response per request; a bad request fails alone.
+
+        Weights updates are applied first, so the other requests of the batch already see them.
+        """
+        responses: list[Any] = [None] * len(requests)
+        served = []
+        for i, request in enumerate(requests):
+            params = json.loads(request.parameters() or "{}")
+            if UPDATE_PARAMETER not in params:
+                served.append(i)
+            else:
+                responses[i] = self._update(request, str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER))
+        feeds = [{t.name(): t.as_numpy() for t in requests[i].inputs()} for i in served]
         try:
             results = self.runtime.execute(feeds)
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
-            error = pb_utils.TritonError("internal error in the mslite backend", pb_utils.TritonError.INTERNAL)
-            return [pb_utils.InferenceResponse(error=error) for _ in requests]
-        return [self._response(request, result) for request, result in zip(requests, results)]
+            results = [InferenceFailure("internal error in the mslite backend")] * len(served)
+        for i, result in zip(served, results):
+            responses[i] = self._response(requests[i], result)
+        return responses
+
+    def _update(self, request: Any, manifest: str, file: Any) -> Any:
+        """Publish the new weights a request carries (or names) to every worker; the reply has no outputs."""
+        started = time.perf_counter()
+        try:
+            if file is not None:
+                version = self.runtime.update_weights(manifest, file=str(file))
+                size = self.runtime.weights.size
+            else:
+                data = pb_utils.get_input_tensor_by_name(request, WEIGHTS_INPUT)
+                if data is None:
+                    raise RequestError(f"a weights update needs its data in input '{WEIGHTS_INPUT}'")
+                values = data.as_numpy()
+                size = values.nbytes
+                version = self.runtime.update_weights(manifest, values)
+        except BackendError as e:
+            return self._response(request, e)
+        except Exception:
+            _log().log_error(f"mslite: weights update failed:\n{traceback.format_exc()}")
+            return self._response(request, InferenceFailure("internal error while updating weights"))
+        _log().log_info(
+            f"mslite: instance '{self.instance_name}' published weights version {version} "
+            f"({size / 2**20:.1f} MiB{' from a file' if file is not None else ''} in "
+            f"{(time.perf_counter() - started) * 1000:.0f} ms)"
+        )
+        return pb_utils.InferenceResponse(output_tensors=[])
+
+    @property
+    def instance_name(self) -> str:
+        """The Triton instance name of this worker."""
+        return self.instance.name if self.instance else ""
 
     def _response(self, request: Any, result: Any) -> Any:
         if isinstance(result, BackendError):
@@ -106,5 +182,9 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
-        """Drop the session (safe to call twice)."""
+        """Leave the weights store and drop the session (safe to call twice)."""
+        if self.runtime is not None:
+            self.runtime.close()
         self.runtime = None
+        self._version_metric = None  # a Metric must go before its MetricFamily
+        self._version_family = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,12 +32,12 @@ WEIGHTS_INPUT = "__mslite_weights__"
 UPDATE_PARAMETER = "mslite_weights_update"
 VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
 # A client on the server's host writes a full update straight into /dev/shm in the store's version layout
-# (weight_store.py: ALIGN, UPLOAD_PREFIX, FILE_NOT_FOUND) and the server links it in: one copy, not three.
+# (weight_store.py: ALIGN, UPLOAD_PREFIX, FILE_REFUSED) and the server links it in: one copy, not three.
 FILE_PARAMETER = "mslite_weights_file"
 UPLOAD_DIR = "/dev/shm"
 UPLOAD_PREFIX = "mslite_weights_upload_"
 UPLOAD_ALIGN = 64
-FILE_NOT_FOUND = "update file not found on the server's host"
+FILE_REFUSED = "update file not usable on the server's host"
 log = logging.getLogger(__name__)
 
 
@@ -207,9 +208,11 @@ class RemoteModel:
                     self._update_by_file(sorted(zip(names, arrays), key=lambda p: order[p[0]]), inputs)
                     return
                 except InvalidInputError as e:
-                    if FILE_NOT_FOUND not in str(e):
+                    if FILE_REFUSED not in str(e):
                         raise
-                    log.info("the server does not see this host's %s; sending the weights inline", UPLOAD_DIR)
+                    log.info(
+                        "the server cannot use an update file in %s (%s); sending the weights inline", UPLOAD_DIR, e
+                    )
             data = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
             inputs.append((WEIGHTS_INPUT, data.reshape(1, -1) if self.batched else data))
             self.transport.infer(self.info.name, inputs, [], parameters={UPDATE_PARAMETER: _manifest(names, arrays)})
@@ -218,6 +221,7 @@ class RemoteModel:
 
     def _update_by_file(self, weights: list[tuple[str, np.ndarray]], inputs: list[tuple[str, np.ndarray]]) -> None:
         """Write every weight into a /dev/shm file in the store's layout and let the server link it in."""
+        _sweep_uploads()
         name = f"{UPLOAD_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
         path = os.path.join(UPLOAD_DIR, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -307,6 +311,16 @@ def _present_shape(t: TensorInfo, batched: bool) -> list[int]:
     if batched and shape and shape[0] == -1:
         shape[0] = 1
     return shape
+
+
+def _sweep_uploads() -> None:
+    """Remove update files left by client processes that died before removing them."""
+    for entry in os.listdir(UPLOAD_DIR):
+        if entry.startswith(UPLOAD_PREFIX):
+            pid = entry[len(UPLOAD_PREFIX) :].split("_", 1)[0]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(UPLOAD_DIR, entry))
 
 
 def _manifest(names: list[str], arrays: list[np.ndarray]) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._build import check_config_dict, fill_outputs, input_arrays, load_sections
+from ._build import check_config_dict, check_weights, fill_outputs, input_arrays, load_sections, weight_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
@@ -32,6 +32,7 @@ class Model:
         self.provider = ""
         self._remote: RemoteModel | None = None
         self._inputs: list[Tensor] = []
+        self._weight_aliases: dict[str, str] = {}
 
     def __str__(self) -> str:
         return f"model_path: {self.model_path_}."
@@ -69,6 +70,7 @@ class Model:
         if not model_path.startswith("triton://") and not os.path.exists(model_path):
             raise RuntimeError("build_from_file failed, model_path does not exist!")
         sections = load_sections(config_path, overrides, "build_from_file failed")
+        sections, aliases = weight_sections(sections, config_path, "build_from_file failed")
         if context.cpu.thread_affinity_mode == 2:
             log.warning("thread_affinity_mode 2 (middle cores) is not supported by the server: workers are not pinned")
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
@@ -77,6 +79,7 @@ class Model:
         self.model_path_ = model_path
         self.provider = context.ascend.provider
         self._inputs = self._remote.input_tensors()
+        self._weight_aliases = aliases
 
     def _built(self) -> RemoteModel:
         if self._remote is None:
@@ -174,23 +177,31 @@ class Model:
             t.shape = list(d)
 
     def update_weights(self, weights: list[list[Tensor]]) -> None:
-        """Replace named weights in every worker (not available yet on this server).
+        """Replace updatable weights in every worker of the model, without reloading it.
+
+        The weights must be declared at build time (`[ascend_context] variable_weights_file`). Tensors
+        are matched by name, or by position in that list when a tensor has no name. Requests see all-old
+        or all-new weights; a rejected update changes nothing.
 
         Raises:
             TypeError: `weights` is not a list of lists of Tensor.
-            RuntimeError: live weight updates are not supported by this build.
+            ValueError: a tensor is not a declared weight, or its dtype or shape differs (InvalidInputError).
+            RuntimeError: the model is not built, a tensor has no data, or the server failed.
         """
-        check_isinstance("weights", weights, list)
-        for i, group in enumerate(weights):
-            if not isinstance(group, list):
-                raise TypeError(f"weights element must be list, but got {type(group)} at index {i}.")
-            for j, t in enumerate(group):
-                if not isinstance(t, Tensor):
-                    raise TypeError(f"weights element's element must be Tensor, but got {type(t)} at {i},{j}.")
-        raise RuntimeError("update weight failed! Error is kLiteNotSupport: live weight updates are not available yet")
+        tensors = check_weights(weights)
+        if self._remote is None:
+            raise RuntimeError(
+                "update weight failed! Error is kLiteError: the model is not built; call build_from_file first"
+            )
+        if not tensors:
+            raise RuntimeError("update weight failed! Error is kLiteInputParamInvalid: no weights given")
+        self._remote.update_weights(tensors, self._weight_aliases)
 
     def get_model_info(self, key: str) -> str:
         """Model information by key (`current_pid`, `input_shape`, ...); unknown keys give "" and a warning.
+
+        `shareable_weight_mem_handle` gives a non-zero number naming the server model: sharing needs no
+        handle here (a model's workers share its weights on CPU), but code passing it on keeps working.
 
         Raises:
             TypeError: `key` is not a str.
@@ -198,6 +209,8 @@ class Model:
         check_isinstance("key", key, str)
         if key == "current_pid":
             return str(os.getpid())
+        if key == "shareable_weight_mem_handle" and self._remote is not None:
+            return self._remote.shareable_handle
         if key == "input_shape" and self._remote is not None:
             return ";".join(f"{t.name}:{','.join(map(str, t.shape))}" for t in self._inputs)
         if key not in _INFO_KEYS:

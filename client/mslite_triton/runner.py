@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ._build import fill_outputs, input_arrays, load_sections
+from ._build import check_weights, fill_outputs, input_arrays, load_sections, weight_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
@@ -27,6 +27,7 @@ class ModelParallelRunner:
     def __init__(self) -> None:
         self.model_path_ = ""
         self._remote: RemoteModel | None = None
+        self._weight_aliases: dict[str, str] = {}
 
     def __str__(self) -> str:
         return f"model_path: {self.model_path_}."
@@ -51,6 +52,7 @@ class ModelParallelRunner:
         if context.cpu.thread_affinity_mode == 2:
             raise RuntimeError(f"{_BUILD_FAILED}! Error is Currently only HIGH_CPU and NO_BIND are supported")
         sections = load_sections(context.parallel.config_path, context.parallel._config_info, _BUILD_FAILED)
+        sections, aliases = weight_sections(sections, context.parallel.config_path, _BUILD_FAILED)
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
         try:
             plan = plan_workers(context, cores=local_cores())
@@ -58,6 +60,7 @@ class ModelParallelRunner:
             raise RuntimeError(f"{_BUILD_FAILED}! Error is {e}") from e
         self._remote = RemoteModel.build(model_path, context, plan, sections)
         self.model_path_ = model_path
+        self._weight_aliases = aliases
 
     def get_inputs(self) -> list[Tensor]:
         """Fresh input tensors (name, dtype, shape; no data) on every call: safe to fill per thread.
@@ -96,3 +99,18 @@ class ModelParallelRunner:
         if not results:
             raise RuntimeError("predict failed!")
         return fill_outputs(outputs, results) if outputs else results
+
+    def update_weights(self, weights: list[list[Tensor]]) -> None:
+        """Replace updatable weights in every worker, without reloading (as `Model.update_weights`).
+
+        Raises:
+            TypeError: `weights` is not a list of lists of Tensor.
+            ValueError: a tensor is not a declared weight, or its dtype or shape differs (InvalidInputError).
+            RuntimeError: the runner is not built, a tensor has no data, or the server failed.
+        """
+        tensors = check_weights(weights)
+        if self._remote is None:
+            raise RuntimeError("update weight failed! Error is kLiteError: call build_from_file first")
+        if not tensors:
+            raise RuntimeError("update weight failed! Error is kLiteInputParamInvalid: no weights given")
+        self._remote.update_weights(tensors, self._weight_aliases)

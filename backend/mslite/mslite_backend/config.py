@@ -30,6 +30,13 @@ _SINGLE_KEYS = (
     "warmup",
 )
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
+# Weights: sharing (bool) and the updatable tensors, each under any of these names: top-level, MindSpore
+# Lite's `[ascend_context] variable_weights_list` as the client forwards it, or the neutral `[weights]` section.
+SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
+VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
+WEIGHT_KEYS = frozenset({SHARE_WEIGHTS_KEYS[0], VARIABLE_WEIGHTS_KEYS[0]})
+# The optional input that carries a weights update (declared only for models with updatable weights).
+WEIGHTS_INPUT = "__mslite_weights__"
 
 _OPT_LEVELS = {"disable_all": 0, "basic": 1, "extended": 2, "all": 99}
 PRECISION_MODES = ("enforce_fp32", "preferred_fp16")
@@ -85,6 +92,8 @@ class BackendConfig:
     thread_affinity_core_list: tuple[int, ...] = ()
     precision_mode: str = "enforce_fp32"
     warmup: bool = True
+    share_weights: bool = True
+    variable_weights: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -119,10 +128,10 @@ class BackendConfig:
         name = str(model_config.get("name", "?"))
         params = {k: _param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
         warnings = tuple(
-            f"model '{name}': unknown parameter '{k}' ignored (known: {', '.join(sorted(KNOWN_KEYS))})"
+            f"model '{name}': unknown parameter '{k}' ignored (known: {', '.join(sorted(KNOWN_KEYS | WEIGHT_KEYS))})"
             for k in sorted(params)
             # `section.key` entries are MindSpore Lite config-file sections forwarded by the client
-            if k not in KNOWN_KEYS and "." not in k
+            if k not in KNOWN_KEYS and k not in WEIGHT_KEYS and "." not in k
         )
         cores = cores or len(os.sched_getaffinity(0))
         groups = model_config.get("instance_group") or [{}]
@@ -146,7 +155,7 @@ class BackendConfig:
         return cls(
             model_name=name,
             max_batch_size=int(model_config.get("max_batch_size", 0) or 0),
-            inputs=tuple(_tensor_spec(t) for t in model_config.get("input") or []),
+            inputs=tuple(_tensor_spec(t) for t in model_config.get("input") or [] if t.get("name") != WEIGHTS_INPUT),
             outputs=tuple(_tensor_spec(t) for t in model_config.get("output") or []),
             model_filename=str(model_config.get("default_model_filename") or "model.onnx"),
             workers=workers,
@@ -160,6 +169,8 @@ class BackendConfig:
             thread_affinity_core_list=get.one("thread_affinity_core_list", _int_list, ()),
             precision_mode=precision,
             warmup=get.one("warmup", _boolean, True),
+            share_weights=get.same(SHARE_WEIGHTS_KEYS, _boolean, True),
+            variable_weights=variable_weights(name, params),
             warnings=warnings,
         )
 
@@ -177,11 +188,15 @@ class _Getter:
         return self._parse(key, parse)
 
     def aliased(self, setting: str, parse: Callable[[str], Any]) -> Any:
-        values = {k: self._parse(k, parse) for k in _ALIASES[setting] if k in self.params}
+        return self.same(_ALIASES[setting], parse, None)
+
+    def same(self, keys: tuple[str, ...], parse: Callable[[str], Any], default: Any) -> Any:
+        """The value of whichever of `keys` are set; they must agree."""
+        values = {k: self._parse(k, parse) for k in keys if k in self.params}
         if len(set(values.values())) > 1:
             shown = " and ".join(f"'{k}'={v!r}" for k, v in values.items())
             raise ConfigError(f"model '{self.model}': {shown} name the same setting with different values")
-        return next(iter(values.values()), None)
+        return next(iter(values.values()), default)
 
     def _parse(self, key: str, parse: Callable[[str], Any]) -> Any:
         raw = self.params[key]
@@ -192,6 +207,35 @@ class _Getter:
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
             raise ConfigError(f"model '{self.model}': parameter '{key}' must be >= 0, got {value}")
         return value
+
+
+def declared_variable_weights(model_config: dict[str, Any]) -> tuple[str, ...]:
+    """The updatable weights a raw model config declares (for auto-complete, before the full parse).
+
+    Raises:
+        ConfigError: see `variable_weights`.
+    """
+    params = {k: _param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
+    return variable_weights(str(model_config.get("name", "?")), params)
+
+
+def variable_weights(model: str, params: dict[str, str]) -> tuple[str, ...]:
+    """The updatable tensors named by any of `VARIABLE_WEIGHTS_KEYS` (comma-separated, order kept).
+
+    Raises:
+        ConfigError: two keys name different lists, or a name is repeated.
+    """
+    lists = {
+        k: tuple(n.strip() for n in params[k].split(",") if n.strip()) for k in VARIABLE_WEIGHTS_KEYS if k in params
+    }
+    if len(set(lists.values())) > 1:
+        shown = " and ".join(f"'{k}'={','.join(v)!r}" for k, v in lists.items())
+        raise ConfigError(f"model '{model}': {shown} name different updatable weights")
+    names = next(iter(lists.values()), ())
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"model '{model}': updatable weights {repeated} are listed more than once")
+    return names
 
 
 def _param_value(v: Any) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from typing import Any
 
 import numpy as np
 
@@ -13,14 +15,28 @@ from .dtypes import TRITON_TO_NUMPY, short_name
 from .errors import ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .session import OrtSession
+from .weight_store import WeightStore, store_directory
+from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
 
 
 class ModelRuntime:
     """Validates requests against the config and runs them on the worker's session."""
 
-    def __init__(self, cfg: BackendConfig, session: OrtSession, io: GraphIO) -> None:
+    def __init__(
+        self,
+        cfg: BackendConfig,
+        session: OrtSession,
+        io: GraphIO,
+        weights: WeightStore | None = None,
+        *,
+        shared: bool = False,
+        notes: tuple[str, ...] = (),
+    ) -> None:
         self.cfg = cfg
         self.session = session
+        self.weights = weights  # the updatable weights' shared store, when the model has any
+        self.shared = shared  # True when the constant weights are one file-backed copy for all workers
+        self.notes = notes  # for the log: why weights are not shared, fallbacks taken
         self.output_names = [t.name for t in io.outputs]
         graph_dims = {t.name: t.dims for t in io.inputs}
         self._expected = {s.name: (_numpy_dtype(cfg, s), _merged_dims(cfg, s, graph_dims[s.name])) for s in cfg.inputs}
@@ -33,15 +49,32 @@ class ModelRuntime:
         Raises:
             ModelLoadError: missing or corrupt file, or config/graph mismatch, or provider missing.
         """
-        path = os.path.join(version_dir, cfg.model_filename)
-        io = read_graph_io(path)
+        prepared = prepare_model(version_dir, cfg, instance)
+        io = prepared.io or read_graph_io(os.path.join(version_dir, cfg.model_filename))
         check_config_against_graph(cfg, io)
         cores = cores_for_worker(cfg, instance.index, sorted(os.sched_getaffinity(0)))
         if cores is not None:  # before the session exists, so ORT's threads start inside the slice
             pin_process(cores)
-        runtime = cls(cfg, OrtSession(path, cfg, instance), io)
-        if cfg.warmup:
-            runtime.warm_up()
+        session, notes = _open_session(prepared, cfg, instance)
+        store = None
+        if prepared.updatable:
+            key = hashlib.sha256(
+                f"{os.path.realpath(version_dir)}\0{cfg.model_name}\0{prepared.content_key}".encode()
+            ).hexdigest()[:24]
+            store = WeightStore.open(
+                store_directory(key),
+                cfg.model_name,
+                prepared.updatable,
+                lambda: initial_values(version_dir, cfg, prepared.updatable),
+            )
+        runtime = cls(cfg, session, io, store, shared=prepared.shared and not notes, notes=prepared.notes + notes)
+        try:
+            if cfg.warmup:
+                runtime.warm_up()
+        except BaseException:
+            runtime.close()
+            raise
+        release_free_memory()  # loading's temporaries (parsing, hashing, building) would stay in every worker
         return runtime
 
     def warm_up(self) -> None:
@@ -50,7 +83,7 @@ class ModelRuntime:
         for name, (dtype, dims) in self._expected.items():
             shape = ([1] if self.cfg.batched else []) + [d if d >= 0 else 1 for d in dims]
             feeds[name] = np.zeros(shape, dtype=dtype)
-        self.run(feeds)
+        self.run(feeds, self.weights.snapshot().arrays if self.weights is not None else None)
 
     def validate(self, feeds: Feeds) -> None:
         """Check one request's inputs: names, dtypes, ranks, fixed dims, batch size.
@@ -88,13 +121,17 @@ class ModelRuntime:
                     raise RequestError(f"{where}: inputs disagree on the batch size ({batch} vs {arr.shape[0]})")
                 batch = arr.shape[0]
 
-    def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
-        """Run one set of inputs; returns every graph output by name."""
-        outputs = self.session.run(self.output_names, feeds)
+    def run(self, feeds: Feeds, weights: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """Run one set of inputs (with the updatable weights' values, if any); returns every graph output by name."""
+        outputs = self.session.run(self.output_names, {**feeds, **weights} if weights else feeds)
         return dict(zip(self.output_names, outputs))
 
     def execute(self, requests: list[Feeds]) -> list[Result]:
-        """Validate and run a batch of requests; one result (outputs or error) per request, in order."""
+        """Validate and run a batch of requests; one result (outputs or error) per request, in order.
+
+        The updatable weights are read once, so every request of the batch sees the same version.
+        """
+        weights = self.weights.snapshot().arrays if self.weights is not None else None
         results: list[Result | None] = [None] * len(requests)
         valid: list[int] = []
         for i, feeds in enumerate(requests):
@@ -103,10 +140,48 @@ class ModelRuntime:
                 valid.append(i)
             except RequestError as e:
                 results[i] = e
-        ran = run_batched([requests[i] for i in valid], self.run, batched=self.cfg.batched)
+        ran = run_batched([requests[i] for i in valid], lambda f: self.run(f, weights), batched=self.cfg.batched)
         for i, r in zip(valid, ran):
             results[i] = r
         return [r for r in results if r is not None]
+
+    def update_weights(self, manifest: str, data: Any = None, *, file: str | None = None) -> int:
+        """Publish new values of updatable weights to every worker of the model; returns the new version.
+
+        Args:
+            manifest: JSON list of the tensors (name, dtype, shape) of the update.
+            data: their values back to back, or None with `file`.
+            file: name of an update file a client on this host wrote (`WeightStore.adopt`).
+
+        Raises:
+            RequestError: the model has no updatable weights, or the update does not fit them (nothing changed).
+            InferenceFailure: the new version could not be written (nothing changed).
+        """
+        if self.weights is None:
+            raise RequestError(
+                f"model '{self.cfg.model_name}' declares no updatable weights (variable_weights_list is empty)"
+            )
+        return self.weights.update(manifest, data) if file is None else self.weights.adopt(manifest, file)
+
+    def close(self) -> None:
+        """Leave the weights store (the last worker removes it). Safe to call twice."""
+        if self.weights is not None:
+            self.weights.close()
+
+
+def _open_session(prepared: PreparedModel, cfg: BackendConfig, instance: InstanceInfo) -> tuple[OrtSession, tuple]:
+    """The session of the prepared source, or of the plain model when the prepared one does not load."""
+    src = prepared.source
+    try:
+        session = OrtSession(src.model, cfg, instance, preoptimized=src.preoptimized, config_entries=src.config_entries)
+        return session, ()
+    except ModelLoadError as e:
+        if prepared.fallback is None:
+            raise
+        plain = prepared.fallback()
+        note = f"model '{cfg.model_name}': the shared optimized model did not load ({e}); loading it unshared"
+        session = OrtSession(plain.model, cfg, instance, config_entries=plain.config_entries)
+        return session, (note,)
 
 
 def _numpy_dtype(cfg: BackendConfig, spec: TensorSpec) -> np.dtype:

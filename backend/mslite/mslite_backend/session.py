@@ -45,8 +45,23 @@ def session_options(cfg: BackendConfig) -> Any:
 class OrtSession:
     """An `InferenceSession` whose providers were verified, with errors mapped to backend errors."""
 
-    def __init__(self, path: str, cfg: BackendConfig, instance: InstanceInfo) -> None:
+    def __init__(
+        self,
+        path: str | bytes,
+        cfg: BackendConfig,
+        instance: InstanceInfo,
+        *,
+        preoptimized: bool = False,
+        config_entries: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         """Create the session.
+
+        Args:
+            path: the model file, or a serialized model.
+            cfg: the typed config.
+            instance: which worker, and its kind.
+            preoptimized: the model was saved already optimized (and prepacked): do not optimize again.
+            config_entries: extra session config entries (e.g. where a serialized model's external data is).
 
         Raises:
             ModelLoadError: the file cannot be loaded, or the requested provider is not active
@@ -62,8 +77,13 @@ class OrtSession:
                 f"{where}: {wanted} is not available in this ONNX Runtime build "
                 f"(available: {ort.get_available_providers()}); {_INSTALL_HINT.get(wanted, '')}".rstrip("; ")
             )
+        so = session_options(cfg)
+        if preoptimized:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        for key, value in config_entries:
+            so.add_session_config_entry(key, value)
         try:
-            self._session = ort.InferenceSession(path, session_options(cfg), providers=providers)
+            self._session = ort.InferenceSession(path, so, providers=providers)
         except Exception as e:
             raise ModelLoadError(f"{where}: ONNX Runtime could not load the model: {client_message(str(e))}") from e
         active = self._session.get_providers()
