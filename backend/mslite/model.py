@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import traceback
 from typing import Any
@@ -24,6 +25,7 @@ from mslite_backend.errors import (
     client_message,
 )
 from mslite_backend.graph import plan_auto_complete, read_graph_io
+from mslite_backend.metrics import WorkerMetrics
 
 # request parameter that makes a request a weights update: JSON manifest of the tensors in WEIGHTS_INPUT,
 # or, with FILE_PARAMETER, in a file that a client on this host wrote (see WeightStore.adopt)
@@ -35,6 +37,64 @@ _ERROR_CODES = {
     RequestError: "INVALID_ARG",
     InferenceFailure: "INTERNAL",
 }
+
+
+# (aggregator metric, series) -> Prometheus family name; histograms in Prometheus' bucket/sum/count shape
+_FAMILY = {"exec_ms": "mslite_execution_ms", "batch": "mslite_batch_size", "errors": "mslite_request_errors_total"}
+_HELP = {
+    "mslite_execution_ms": "Time an mslite worker spent per execute (ms)",
+    "mslite_batch_size": "Samples an mslite worker ran per execute",
+    "mslite_request_errors_total": "Requests an mslite worker failed, by kind",
+}
+_ERROR_KINDS = {RequestError: "invalid_input", InferenceFailure: "inference"}
+
+
+class _MetricsPublisher:
+    """Sends a worker's aggregated metrics to Triton's metrics endpoint once a second, from a thread."""
+
+    def __init__(self, model: str, instance: str, metrics: WorkerMetrics, interval_s: float = 1.0) -> None:
+        self._labels = {"model": model, "instance": instance}
+        self._metrics = metrics
+        self._families: dict[str, Any] = {}
+        self._series: dict[tuple[str, str], Any] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(interval_s,), name="mslite-metrics", daemon=True)
+        self._thread.start()
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what changed since the last flush."""
+        try:
+            for key, delta in self._metrics.deltas().items():
+                self._metric(*key).increment(delta)
+        except Exception:  # metrics must never take a worker down
+            _log().log_warn(f"mslite: metrics flush failed:\n{traceback.format_exc()}")
+
+    def _metric(self, metric: str, series: str) -> Any:
+        key = (metric, series)
+        if key not in self._series:
+            if metric == "errors":
+                name, labels = _FAMILY[metric], {**self._labels, "kind": series}
+            elif series in ("sum", "count"):
+                name, labels = f"{_FAMILY[metric]}_{series}", dict(self._labels)
+            else:
+                name, labels = f"{_FAMILY[metric]}_bucket", {**self._labels, "le": series}
+            if name not in self._families:
+                help_text = _HELP[_FAMILY[metric]]
+                self._families[name] = pb_utils.MetricFamily(name, help_text, pb_utils.MetricFamily.COUNTER)
+            self._series[key] = self._families[name].Metric(labels=labels)
+        return self._series[key]
+
+    def close(self) -> None:
+        """Flush once more and stop; the metrics go before their families."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.flush()
+        self._series.clear()
+        self._families.clear()
 
 
 def _log() -> Any:
@@ -76,6 +136,8 @@ class TritonPythonModel:
         self.output_names: list[str] = []
         self._version_family: Any = None
         self._version_metric: Any = None
+        self.metrics = WorkerMetrics()
+        self._publisher: _MetricsPublisher | None = None
 
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
@@ -95,6 +157,8 @@ class TritonPythonModel:
         self.output_names = [t["name"] for t in model_config.get("output", [])]
         for note in self.runtime.notes:
             _log().log_warn(note)
+        if cfg.metrics:
+            self._publisher = _MetricsPublisher(cfg.model_name, self.instance.name, self.metrics)
         store = self.runtime.weights
         if store is not None:
             self._version_family = pb_utils.MetricFamily(
@@ -133,12 +197,19 @@ class TritonPythonModel:
             else:
                 responses[i] = self._update(request, str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER))
         feeds = [{t.name(): t.as_numpy() for t in requests[i].inputs()} for i in served]
+        started = time.perf_counter()
         try:
             results = self.runtime.execute(feeds)
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
             results = [InferenceFailure("internal error in the mslite backend")] * len(served)
+        if feeds:
+            batched = self.runtime.cfg.batched
+            samples = sum(next(iter(f.values())).shape[0] if batched and f else 1 for f in feeds)
+            self.metrics.record((time.perf_counter() - started) * 1000.0, samples)
         for i, result in zip(served, results):
+            if isinstance(result, BackendError):
+                self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
             responses[i] = self._response(requests[i], result)
         return responses
 
@@ -182,7 +253,10 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:
-        """Leave the weights store and drop the session (safe to call twice)."""
+        """Flush the metrics, leave the weights store and drop the session (safe to call twice)."""
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
         if self.runtime is not None:
             self.runtime.close()
         self.runtime = None

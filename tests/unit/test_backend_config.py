@@ -269,6 +269,12 @@ def test_every_known_key_is_accepted_without_warning() -> None:
         "thread_affinity_core_list": "0",
         "precision_mode": "enforce_fp32",
         "warmup": "0",
+        "batch_buckets": "1,2,4",
+        "max_request_bytes": "1048576",
+        "metrics": "0",
+        "ascend_device_ids": "0,1",
+        "ascend_provider": "ge",
+        "ascend_precision_mode": "enforce_fp16",
     }
     assert set(values) == KNOWN_KEYS
     assert _parse(values).warnings == ()
@@ -306,3 +312,18 @@ def test_instance_info_defaults_and_case() -> None:
     assert InstanceInfo.from_args({}) == InstanceInfo(name="", kind="CPU", device_id=0)
     info = InstanceInfo.from_args({"model_instance_kind": "model", "model_instance_device_id": ""})
     assert (info.kind, info.device_id) == ("MODEL", 0)
+
+
+def test_buckets_default_on_gpu_only_and_capped_by_max_batch_size() -> None:
+    config = {"name": "m", "max_batch_size": 16, "parameters": {}}
+    cfg = BackendConfig.from_model_config(config, cores=2)
+    assert cfg.buckets_for("CPU") == ()
+    assert cfg.buckets_for("GPU") == (1, 2, 4, 8, 16)
+    config["parameters"] = {"batch_buckets": {"string_value": "3,40"}}
+    assert BackendConfig.from_model_config(config, cores=2).buckets_for("CPU") == (3, 16)
+    config["max_batch_size"] = 0
+    assert BackendConfig.from_model_config(config, cores=2).buckets_for("GPU") == ()
+    config["max_batch_size"] = 8
+    config["parameters"] = {"batch_buckets": {"string_value": "0,2"}}
+    with pytest.raises(ConfigError, match="batch_buckets"):
+        BackendConfig.from_model_config(config, cores=2)

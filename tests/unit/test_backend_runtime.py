@@ -347,3 +347,38 @@ def test_client_message_truncates_long_text() -> None:
 def test_client_message_keeps_tensor_names_with_slashes() -> None:
     text = "model 'm', input 'encoder/layer_0/dense:0': data type expected FP32, got INT32"
     assert client_message(text) == text
+
+
+# --- buckets, BOOL values, request size ---------------------------------------------------------
+
+
+def test_buckets_pad_and_give_the_unpadded_results(tmp_path: Path) -> None:
+    model = zoo.multi_io()
+    rt = _load(tmp_path, model, batch_buckets="4,8")
+    assert rt.buckets == (4, 8, 64)
+    a = np.arange(30, dtype=np.float32).reshape(10, 3)
+    b = np.ones((10, 3), dtype=np.float32)
+    (result,) = rt.execute([{"a": a, "b": b}])
+    expected = zoo.run_reference(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(result["sum"], expected[0])
+    np.testing.assert_array_equal(result["prod"], expected[1])
+    assert result["sum"].shape == (10, 3)
+
+
+def test_bool_inputs_must_be_zero_or_one(tmp_path: Path) -> None:
+    rt = _load(tmp_path, zoo.mixed_dtypes())
+    ids = np.zeros((1, 5), np.int64)
+    h = np.zeros((1, 5), np.float16)
+    bad = np.array([[7, 255, 2, 0, 1]], dtype=np.uint8).view(np.bool_)
+    good = np.array([[True, False, True, False, True]])
+    results = rt.execute([{"ids": ids, "mask": bad, "h": h}, {"ids": ids, "mask": good, "h": h}])
+    assert isinstance(results[0], RequestError) and "'mask'" in str(results[0]) and "0 or 1" in str(results[0])
+    np.testing.assert_array_equal(results[1]["mask_out"], ~good)
+
+
+def test_request_size_cap(tmp_path: Path) -> None:
+    rt = _load(tmp_path, zoo.variable_seq(), max_request_bytes="4096")
+    (small,) = rt.execute([{"tokens": np.ones((1, 1024), np.float32)}])
+    assert not isinstance(small, RequestError)
+    (big,) = rt.execute([{"tokens": np.ones((1, 1025), np.float32)}])
+    assert isinstance(big, RequestError) and "4100 bytes exceeds max_request_bytes 4096" in str(big)

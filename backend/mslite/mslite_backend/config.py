@@ -28,7 +28,16 @@ _SINGLE_KEYS = (
     "thread_affinity_core_list",
     "precision_mode",
     "warmup",
+    "batch_buckets",
+    "max_request_bytes",
+    "metrics",
+    "ascend_device_ids",
+    "ascend_provider",
+    "ascend_precision_mode",
 )
+DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
+DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
 # Weights: sharing (bool) and the updatable tensors, each under any of these names: top-level, MindSpore
 # Lite's `[ascend_context] variable_weights_list` as the client forwards it, or the neutral `[weights]` section.
@@ -94,6 +103,10 @@ class BackendConfig:
     warmup: bool = True
     share_weights: bool = True
     variable_weights: tuple[str, ...] = ()
+    batch_buckets: tuple[int, ...] = ()  # empty: GPU workers use DEFAULT_GPU_BUCKETS, CPU workers none
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    metrics: bool = True
+    device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -171,8 +184,20 @@ class BackendConfig:
             warmup=get.one("warmup", _boolean, True),
             share_weights=get.same(SHARE_WEIGHTS_KEYS, _boolean, True),
             variable_weights=variable_weights(name, params),
+            batch_buckets=get.one("batch_buckets", _buckets, ()),
+            max_request_bytes=get.one("max_request_bytes", int, DEFAULT_MAX_REQUEST_BYTES),
+            metrics=get.one("metrics", _boolean, True),
+            device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
             warnings=warnings,
         )
+
+    def buckets_for(self, kind: str) -> tuple[int, ...]:
+        """Fixed batch sizes a worker of `kind` runs at (none: any size), capped by max_batch_size."""
+        if not self.batched:
+            return ()
+        sizes = self.batch_buckets or (DEFAULT_GPU_BUCKETS if kind == "GPU" else ())
+        capped = tuple(b for b in sizes if b <= self.max_batch_size)
+        return capped + ((self.max_batch_size,) if sizes and (not capped or capped[-1] < self.max_batch_size) else ())
 
 
 class _Getter:
@@ -267,6 +292,12 @@ def _opt_level(raw: str) -> int:
     if low.lstrip("-").isdigit() and int(low) in _OPT_LEVELS.values():
         return int(low)
     raise ValueError(f"expected one of {sorted(_OPT_LEVELS)} or {sorted(_OPT_LEVELS.values())}")
+
+
+def _buckets(raw: str) -> tuple[int, ...]:
+    from .buckets import parse
+
+    return parse(raw)
 
 
 def _int_list(raw: str) -> tuple[int, ...]:

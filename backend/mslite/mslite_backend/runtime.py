@@ -10,11 +10,13 @@ import numpy as np
 
 from .affinity import cores_for_worker, pin_process
 from .batching import Feeds, Result, run_batched
+from .buckets import run_in_buckets
 from .config import BackendConfig, InstanceInfo, TensorSpec
 from .dtypes import TRITON_TO_NUMPY, short_name
 from .errors import ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
-from .session import OrtSession
+from .providers import apply_env
+from .session import OrtSession, providers_for
 from .weight_store import WeightStore, store_directory
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
 
@@ -31,8 +33,10 @@ class ModelRuntime:
         *,
         shared: bool = False,
         notes: tuple[str, ...] = (),
+        buckets: tuple[int, ...] = (),
     ) -> None:
         self.cfg = cfg
+        self.buckets = buckets  # fixed batch sizes the session runs at (GPU: one shape per bucket), or none
         self.session = session
         self.weights = weights  # the updatable weights' shared store, when the model has any
         self.shared = shared  # True when the constant weights are one file-backed copy for all workers
@@ -49,6 +53,7 @@ class ModelRuntime:
         Raises:
             ModelLoadError: missing or corrupt file, or config/graph mismatch, or provider missing.
         """
+        apply_env(providers_for(instance, cfg))  # e.g. the Ascend device: before ONNX Runtime is imported
         prepared = prepare_model(version_dir, cfg, instance)
         io = prepared.io or read_graph_io(os.path.join(version_dir, cfg.model_filename))
         check_config_against_graph(cfg, io)
@@ -67,7 +72,15 @@ class ModelRuntime:
                 prepared.updatable,
                 lambda: initial_values(version_dir, cfg, prepared.updatable),
             )
-        runtime = cls(cfg, session, io, store, shared=prepared.shared and not notes, notes=prepared.notes + notes)
+        runtime = cls(
+            cfg,
+            session,
+            io,
+            store,
+            shared=prepared.shared and not notes,
+            notes=prepared.notes + notes,
+            buckets=cfg.buckets_for(instance.kind),
+        )
         try:
             if cfg.warmup:
                 runtime.warm_up()
@@ -78,12 +91,14 @@ class ModelRuntime:
         return runtime
 
     def warm_up(self) -> None:
-        """Run one batch-1 request of zeros so the first user request does not pay for lazy init."""
-        feeds = {}
-        for name, (dtype, dims) in self._expected.items():
-            shape = ([1] if self.cfg.batched else []) + [d if d >= 0 else 1 for d in dims]
-            feeds[name] = np.zeros(shape, dtype=dtype)
-        self.run(feeds, self.weights.snapshot().arrays if self.weights is not None else None)
+        """Run requests of zeros (batch 1, and every bucket) so the first user request does not pay for lazy init."""
+        weights = self.weights.snapshot().arrays if self.weights is not None else None
+        for batch in self.buckets or (1,):
+            feeds = {}
+            for name, (dtype, dims) in self._expected.items():
+                shape = ([batch] if self.cfg.batched else []) + [d if d >= 0 else 1 for d in dims]
+                feeds[name] = np.zeros(shape, dtype=dtype)
+            self.run(feeds, weights)
 
     def validate(self, feeds: Feeds) -> None:
         """Check one request's inputs: names, dtypes, ranks, fixed dims, batch size.
@@ -98,9 +113,16 @@ class ModelRuntime:
         unknown = sorted(feeds.keys() - self._expected.keys())
         if unknown:
             raise RequestError(f"{where}: unexpected input(s) {unknown}; expected {sorted(self._expected)}")
+        size = sum(a.nbytes for a in feeds.values())
+        if size > self.cfg.max_request_bytes:
+            raise RequestError(
+                f"{where}: request of {size} bytes exceeds max_request_bytes {self.cfg.max_request_bytes}"
+            )
         batch = None
         for name, arr in feeds.items():
             dtype, dims = self._expected[name]
+            if arr.dtype == np.bool_ and arr.size and arr.view(np.uint8).max() > 1:
+                raise RequestError(f"{where}, input '{name}': BOOL values must be 0 or 1 (bytes other than 0/1 found)")
             if arr.dtype != dtype:
                 raise RequestError(
                     f"{where}, input '{name}': data type expected {_triton_name(dtype)}, got {_triton_name(arr.dtype)}"
@@ -122,7 +144,16 @@ class ModelRuntime:
                 batch = arr.shape[0]
 
     def run(self, feeds: Feeds, weights: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """Run one set of inputs (with the updatable weights' values, if any); returns every graph output by name."""
+        """Run one set of inputs (with the updatable weights' values, if any); returns every graph output by name.
+
+        With buckets, the batch is padded to a bucket size (or cut into chunks of the largest) and the
+        padding rows are dropped from the outputs.
+        """
+        if self.buckets and self.cfg.batched:
+            return run_in_buckets(feeds, self.buckets, lambda chunk: self._run_once(chunk, weights))
+        return self._run_once(feeds, weights)
+
+    def _run_once(self, feeds: Feeds, weights: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
         outputs = self.session.run(self.output_names, {**feeds, **weights} if weights else feeds)
         return dict(zip(self.output_names, outputs))
 

@@ -8,19 +8,14 @@ import numpy as np
 
 from .config import BackendConfig, InstanceInfo
 from .errors import ConfigError, InferenceFailure, ModelLoadError, RequestError, client_message
-
-_INSTALL_HINT = {
-    "CUDAExecutionProvider": "install onnxruntime-gpu matching the CUDA libraries in the worker's environment",
-}
+from .providers import ProviderChoice, check_available, choose
 
 
-def providers_for(instance: InstanceInfo) -> list[Any]:
-    """ONNX Runtime providers for an instance kind: KIND_CPU -> CPU, KIND_GPU -> CUDA on its device."""
-    if instance.kind == "GPU":
-        return [("CUDAExecutionProvider", {"device_id": instance.device_id})]
-    if instance.kind in ("CPU", "MODEL"):
-        return ["CPUExecutionProvider"]
-    raise ConfigError(f"instance '{instance.name}': unsupported instance kind '{instance.kind}'")
+def providers_for(instance: InstanceInfo, cfg: BackendConfig) -> ProviderChoice:
+    """The provider of this worker: KIND_CPU -> CPU, KIND_GPU -> CUDA, KIND_MODEL + Ascend devices -> CANN."""
+    if instance.kind not in ("CPU", "GPU", "MODEL"):
+        raise ConfigError(f"instance '{instance.name}': unsupported instance kind '{instance.kind}'")
+    return choose(instance.kind, instance.device_id, instance.index, dict(cfg.device_params))
 
 
 def session_options(cfg: BackendConfig) -> Any:
@@ -69,14 +64,11 @@ class OrtSession:
         """
         import onnxruntime as ort
 
-        providers = providers_for(instance)
-        wanted = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+        choice = providers_for(instance, cfg)
+        wanted = choice.name
+        providers = choice.providers()
         where = f"model '{cfg.model_name}', instance '{instance.name}'"
-        if wanted not in ort.get_available_providers():
-            raise ModelLoadError(
-                f"{where}: {wanted} is not available in this ONNX Runtime build "
-                f"(available: {ort.get_available_providers()}); {_INSTALL_HINT.get(wanted, '')}".rstrip("; ")
-            )
+        check_available(choice, ort.get_available_providers(), where)
         so = session_options(cfg)
         if preoptimized:
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
