@@ -72,3 +72,23 @@ def test_no_split_when_the_leading_dims_are_not_a_batch(server, tmp_path):
     runner.build_from_file(str(path), ctx)
     with pytest.raises(ValueError, match="x"):  # [6, 4] is not two [3, 4] samples: refused, not split
         runner.predict([mslite.Tensor(np.ones((6, 4), np.float32))])
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        # no CANN provider in this ONNX Runtime build: the load fails naming it and what to install
+        ("ascend", "CANNExecutionProvider is not available.*install onnxruntime-cann"),
+        # no GPU on this host: Triton itself refuses the KIND_GPU instance (no silent CPU run either)
+        ("gpu", "unsupported gpu id 0"),
+    ],
+)
+def test_missing_accelerator_fails_the_load_clearly(server, tmp_path, target, message):
+    path = tmp_path / "tiny.onnx"
+    path.write_bytes(GEN.build_tiny().SerializeToString())
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.target = [target]
+    ctx.parallel.workers_num = 1
+    with pytest.raises(RuntimeError, match=message):
+        mslite.ModelParallelRunner().build_from_file(str(path), ctx)
