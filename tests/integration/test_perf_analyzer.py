@@ -1,0 +1,34 @@
+"""perf_analyzer, Triton's C++ load generator, drives the server over gRPC and HTTP (the C++ face of seed 000)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def perf_analyzer():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.tools import ToolsError, ensure_tools
+
+    try:
+        return ensure_tools(ROOT)  # a separate tools venv with tritonclient 2.40's binary (PLATFORM.md)
+    except ToolsError as e:
+        pytest.fail(f"perf_analyzer could not be set up: {e}")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_perf_analyzer_smoke(server, perf_analyzer, protocol):
+    url = (server.grpc_url if protocol == "grpc" else server.http_url).split("://", 1)[1]
+    args = [str(perf_analyzer.perf_analyzer), "-m", "mobilenetv2", "-u", url, "-i", protocol,
+            "--concurrency-range", "2", "--measurement-interval", "1000", "-s", "50", "--max-trials", "6"]  # fmt: skip
+    out = subprocess.run(args, env=perf_analyzer.env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
+    assert "Concurrency: 2, throughput:" in out.stdout
+    throughput = float(out.stdout.split("Concurrency: 2, throughput:")[1].split()[0])
+    assert throughput > 0
