@@ -1299,8 +1299,11 @@ class Served:
     stop: Callable[[], None] = field(default=lambda: None)
 
 
-def start_server() -> Served:
-    """An embedded server on loopback serving the test repository (built in a temporary directory)."""
+def start_server(*, gateway: bool = False) -> Served:
+    """An embedded server on loopback serving the test repository (built in a temporary directory).
+
+    With `gateway`, the validating gateway fronts it (ServerConfig.gateway) and the URLs are the gateway's.
+    """
     import tempfile
 
     sys.path.insert(0, str(ROOT / "tests" / "integration"))
@@ -1313,7 +1316,7 @@ def start_server() -> Served:
     repo = Path(tmp.name) / "repo"
     repo.mkdir()
     conftest.build_repository(repo)
-    srv = EmbeddedServer(ServerConfig(model_repository=repo, startup_timeout_s=240)).start()
+    srv = EmbeddedServer(ServerConfig(model_repository=repo, startup_timeout_s=240, gateway=gateway)).start()
     assert srv.process is not None
 
     def stop() -> None:
@@ -1336,6 +1339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--server-pid", type=int, help="with --http/--grpc: the server's pid, for the RSS figures")
     ap.add_argument("--replay", type=int, help="send only case REPLAY and print it with its answer")
     ap.add_argument("--no-crash-probe", action="store_true", help="skip the last step (it kills our own server)")
+    ap.add_argument("--gateway", action="store_true", help="start the server with the validating gateway in front")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="where badinput.json goes")
     args = ap.parse_args(argv)
     if bool(args.http) != bool(args.grpc):
@@ -1345,7 +1349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if host not in ("127.0.0.1", "localhost", "::1"):
             ap.error(f"{url}: loopback only")
     t0 = time.monotonic()
-    served = Served(args.http, args.grpc, args.server_pid) if args.http else start_server()
+    served = Served(args.http, args.grpc, args.server_pid) if args.http else start_server(gateway=args.gateway)
     try:
         gen = CaseGenerator(fetch_specs(served.http_url), args.seed)
         if args.replay is not None:

@@ -30,7 +30,7 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     (set(), re.compile(r"is restricted|expecting header", re.I), PermissionDeniedError),
     ({"StatusCode.NOT_FOUND", "404"}, None, NotFoundError),
     (set(), re.compile(r"unknown model|is not found|not ready", re.I), NotFoundError),
-    ({"StatusCode.UNAVAILABLE"}, None, ServerUnavailableError),
+    ({"StatusCode.UNAVAILABLE", "502", "503"}, None, ServerUnavailableError),  # 502/503: the gateway's upstream is down
     ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
 ]
 _TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)

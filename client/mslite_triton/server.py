@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from . import _admin_key
+from ._gateway import GatewayError, GatewayProcess
+from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
 from .errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,10 @@ class ServerConfig:
     shm_growth_byte_size: int = 4 * 1024 * 1024
     restrict_admin: bool = True  # model control, shm, logging, trace need the admin key (both protocols)
     supervise: bool = True  # restart the server and reload its models when a worker process dies
+    # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
+    # naming the problem, requests over max_request_bytes are refused before they reach Triton (_gateway.py).
+    gateway: bool = False
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     extra_args: tuple[str, ...] = field(default=())
 
 
@@ -110,7 +116,10 @@ class EmbeddedServer:
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0
+        self.triton_http_port = 0  # where Triton itself listens: the public ports, or private ones behind a gateway
+        self.triton_grpc_port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.gateway: GatewayProcess | None = None
         self.admin_key: str | None = None
         self.key_files: list[Path] = []
         self.restarts = 0
@@ -130,6 +139,12 @@ class EmbeddedServer:
         return f"grpc://{self.config.host}:{self.grpc_port}"
 
     @property
+    def triton_http_url(self) -> str:
+        """Triton's own HTTP endpoint (private, on loopback, when a gateway fronts it)."""
+        host = LOOPBACK if self.config.gateway else self.config.host
+        return f"http://{host}:{self.triton_http_port}"
+
+    @property
     def metrics_url(self) -> str:
         """URL of the Prometheus metrics page."""
         return f"http://{self.config.host}:{self.metrics_port}/metrics"
@@ -147,11 +162,17 @@ class EmbeddedServer:
         self.http_port = _check_port(cfg.host, cfg.http_port, "http")
         self.grpc_port = _check_port(cfg.host, cfg.grpc_port, "grpc")
         self.metrics_port = _check_port(cfg.host, cfg.metrics_port, "metrics")
+        self.triton_http_port, self.triton_grpc_port = self.http_port, self.grpc_port
+        if cfg.gateway:
+            self.triton_http_port = _check_port(LOOPBACK, 0, "http")
+            self.triton_grpc_port = _check_port(LOOPBACK, 0, "grpc")
         self._binary = self._compose_workspace()
         if cfg.restrict_admin:
             self.admin_key = _admin_key.new_key()
             self.key_files = _admin_key.write_key(self.admin_key, cfg.host, [self.http_port, self.grpc_port])
         self._launch()
+        if cfg.gateway:
+            self._start_gateway()
         if cfg.supervise:
             from ._supervisor import Supervisor
 
@@ -185,6 +206,26 @@ class EmbeddedServer:
             self.stop()
             raise
 
+    def _start_gateway(self) -> None:
+        cfg = self.config
+        self.gateway = GatewayProcess(
+            host=cfg.host,
+            http_port=self.http_port,
+            grpc_port=self.grpc_port,
+            upstream_http=f"{LOOPBACK}:{self.triton_http_port}",
+            upstream_grpc=f"{LOOPBACK}:{self.triton_grpc_port}",
+            max_request_bytes=cfg.max_request_bytes,
+            grace_s=cfg.exit_timeout_s,
+            log_path=self.workspace / "gateway.log",
+        )
+        try:
+            self.gateway.start(
+                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None
+            )
+        except GatewayError as e:
+            self.stop()
+            raise ServerStartError(str(e)) from None
+
     def _compose_workspace(self) -> Path:
         src = _triton_dir()
         ver = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -207,6 +248,7 @@ class EmbeddedServer:
 
     def _flags(self) -> list[str]:
         cfg = self.config
+        host = LOOPBACK if cfg.gateway else cfg.host
         flags = [
             f"--model-repository={Path(cfg.model_repository).resolve()}",
             f"--backend-directory={self.workspace / 'backends'}",
@@ -217,10 +259,10 @@ class EmbeddedServer:
             "--exit-on-error=false",
             "--strict-readiness=false",
             f"--exit-timeout-secs={cfg.exit_timeout_s}",
-            f"--http-address={cfg.host}",
-            f"--http-port={self.http_port}",
-            f"--grpc-address={cfg.host}",
-            f"--grpc-port={self.grpc_port}",
+            f"--http-address={host}",
+            f"--http-port={self.triton_http_port}",
+            f"--grpc-address={host}",
+            f"--grpc-port={self.triton_grpc_port}",
             f"--metrics-address={cfg.host}",
             f"--metrics-port={self.metrics_port}",
             f"--log-verbose={cfg.log_verbose}",
@@ -241,7 +283,8 @@ class EmbeddedServer:
                 raise ServerStartError(
                     f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
                 )
-            if self._http_status("GET", "/v2/health/ready") == 200 and _accepts(self.config.host, self.grpc_port):
+            grpc_host = LOOPBACK if self.config.gateway else self.config.host
+            if self._http_status("GET", "/v2/health/ready") == 200 and _accepts(grpc_host, self.triton_grpc_port):
                 return
             time.sleep(0.2)
         raise ServerStartError(
@@ -251,12 +294,15 @@ class EmbeddedServer:
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop the server (SIGTERM, then SIGKILL after the timeout) and remove its shm regions.
 
-        Also stops the supervisor and removes the key files. Safe to call twice. Returns the server's
-        exit code, or None if it never started.
+        Also stops the supervisor and the gateway (first: requests in progress finish, new ones are refused)
+        and removes the key files. Safe to call twice. Returns the server's exit code, or None if it never started.
         """
         if self._supervisor is not None:
             self._supervisor.stop()
             self._supervisor = None
+        if self.gateway is not None:
+            self.gateway.stop(timeout_s)
+            self.gateway = None
         for path in self.key_files:
             path.unlink(missing_ok=True)
         self.key_files = []
@@ -316,7 +362,9 @@ class EmbeddedServer:
 
     # -- inspection ------------------------------------------------------------------------------
     def is_running(self) -> bool:
-        """True while the server process is alive."""
+        """True while the server process is alive (and the gateway, when there is one)."""
+        if self.gateway is not None and not self.gateway.is_running():
+            return False
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
@@ -347,7 +395,7 @@ class EmbeddedServer:
         return sorted(n for n in names if self._http_status("GET", f"/v2/models/{n}/ready") == 200)
 
     def _http_status(self, method: str, path: str) -> int:
-        req = urllib.request.Request(self.http_url + path, method=method)
+        req = urllib.request.Request(self.triton_http_url + path, method=method)
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:
                 return int(resp.status)
@@ -357,9 +405,9 @@ class EmbeddedServer:
             return 0
 
     def http_json(self, method: str, path: str, payload: Any, timeout_s: float = 10) -> Any:
-        """One JSON call to the server's HTTP API, with the admin key."""
+        """One JSON call to the server's HTTP API (Triton's own port), with the admin key."""
         data = None if payload is None else json.dumps(payload).encode()
-        req = urllib.request.Request(self.http_url + path, data=data, method=method)
+        req = urllib.request.Request(self.triton_http_url + path, data=data, method=method)
         if self.admin_key:
             req.add_header(_admin_key.HEADER, self.admin_key)
         try:

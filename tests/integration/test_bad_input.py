@@ -4,9 +4,11 @@ The generator, the bar and the known gaps of Triton 2.51 live in `benchmarks/bad
 long version is `python -m benchmarks.badinput_campaign`. Case `i` of seed 7 is replayed alone with
 `python -m benchmarks.badinput_campaign --replay i`.
 
-The bar is asserted in full by `test_every_malformed_request_meets_the_bar`, which is a strict xfail
-until the gaps listed in `KNOWN_GAPS` are closed (most are Triton 2.51's own frontends and need an HTTP/gRPC
-front of ours). `test_no_violation_beyond_the_known_gaps` keeps anything new from slipping in meanwhile.
+Every test runs twice: against Triton 2.51's own frontends (`triton`: the session server) and against a
+server fronted by the validating gateway (`gateway`: `ServerConfig(gateway=True)`, mslite_triton/_gateway.py).
+The bar is asserted in full by `test_every_malformed_request_meets_the_bar`: it holds through the gateway,
+and is a strict xfail on Triton's own frontends, whose gaps are listed in `KNOWN_GAPS`;
+`test_no_violation_beyond_the_known_gaps` keeps anything new from slipping in there.
 Oversized bodies and the JSON request that aborts Triton 2.51 are sent to a scratch server of this module,
 so the session server keeps its memory and its life.
 """
@@ -57,6 +59,44 @@ WARMUP = 300
 LOG_ALARMS = ("mslite: execute failed", "Traceback", "terminate called", "Signal (")
 
 
+KINDS = ("triton", "gateway")
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def kind(request) -> str:
+    """Which front the module's tests talk to: Triton's own, or the gateway's."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def gateway_server(repository):
+    srv = EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240, gateway=True))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        srv.remove_workspace()
+
+
+@pytest.fixture(scope="module")
+def target(kind, request) -> EmbeddedServer:
+    return request.getfixturevalue("server" if kind == "triton" else "gateway_server")
+
+
+def _xfail_on_triton(request, kind: str, reason: str) -> None:
+    if kind == "triton":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
+def _rss_kb(srv: EmbeddedServer) -> dict[int, int]:
+    """The server and its workers, and the gateway process when there is one."""
+    rss = tree_rss_kb(srv.process.pid)
+    if srv.gateway is not None:
+        rss.update(tree_rss_kb(srv.gateway.pid))
+    return rss
+
+
 @dataclass
 class Campaign:
     tally: Tally
@@ -67,16 +107,17 @@ class Campaign:
 
 
 @pytest.fixture(scope="module")
-def campaign(server) -> Campaign:
+def campaign(target) -> Campaign:
+    server = target
     gen = CaseGenerator(fetch_specs(server.http_url), SEED)
     log_start = server.log_path.stat().st_size
     warm = run_cases((gen.valid(i) for i in range(WARMUP)), server.http_url, server.grpc_url)
     assert not warm.violations, warm.report()
     pid = server.process.pid
     workers = sorted(process_tree(pid))
-    before = tree_rss_kb(pid)
+    before = _rss_kb(server)
     tally = run_cases(gen.cases(range(CASES)), server.http_url, server.grpc_url, threads=4)
-    after = tree_rss_kb(pid)
+    after = _rss_kb(server)
     with open(server.log_path, errors="replace") as f:
         f.seek(log_start)
         log = f.read()
@@ -104,14 +145,15 @@ def test_no_violation_beyond_the_known_gaps(campaign):
     assert not campaign.tally.new_violations(), campaign.tally.report(only_new=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton 2.51 frontends: HTTP 500 for unparsable bodies, closed connections for bad HTTP framing, gRPC "
-    "INTERNAL for unparsable protobuf, batch dims read modulo 2^32, lenient gRPC versions; ours: BOOL bytes "
-    "(see KNOWN_GAPS in benchmarks/badinput_campaign.py)",
-)
-def test_every_malformed_request_meets_the_bar(campaign):
+def test_every_malformed_request_meets_the_bar(campaign, kind, request):
     """4xx-class answer naming the problem, no path or traceback, for every malformed request; 0 server errors."""
+    _xfail_on_triton(
+        request,
+        kind,
+        "Triton 2.51 frontends: HTTP 500 for unparsable bodies, closed connections for bad HTTP framing, gRPC "
+        "INTERNAL for unparsable protobuf, batch dims read modulo 2^32, lenient gRPC versions; BOOL bytes served "
+        "(see KNOWN_GAPS in benchmarks/badinput_campaign.py)",
+    )
     assert not campaign.tally.violations, campaign.tally.report()
 
 
@@ -125,7 +167,8 @@ def test_no_backend_error_or_crash_in_the_log(campaign):
         assert alarm not in campaign.log, [line for line in campaign.log.splitlines() if alarm in line][:5]
 
 
-def test_server_serves_correct_results_afterwards(server, campaign):
+def test_server_serves_correct_results_afterwards(target, campaign):
+    server = target
     assert server.is_running()
     assert sorted(process_tree(server.process.pid)) == campaign.workers_before, "a worker died or was replaced"
     rng = np.random.default_rng(SEED)
@@ -159,8 +202,9 @@ def test_rss_of_server_and_workers_grows_under_10_percent(campaign):
 
 # -- oversized bodies and the crash, on a scratch server -----------------------------------------------------------
 @pytest.fixture(scope="module")
-def scratch(repository):
-    srv = EmbeddedServer(ServerConfig(model_repository=repository, load_models=("tiny", "variable_seq")))
+def scratch(repository, kind):
+    config = ServerConfig(model_repository=repository, load_models=("tiny", "variable_seq"), gateway=kind == "gateway")
+    srv = EmbeddedServer(config)
     srv.start()
     try:
         yield srv
@@ -201,7 +245,7 @@ class Oversized:
 @pytest.fixture(scope="module")
 def oversized(scratch) -> Oversized:
     sender = Sender(scratch.http_url, scratch.grpc_url, timeout_s=120)
-    rss0, shm0 = sum(tree_rss_kb(scratch.process.pid).values()) >> 10, _shm_mib(scratch)
+    rss0, shm0 = sum(_rss_kb(scratch).values()) >> 10, _shm_mib(scratch)
     outcomes = {}
     try:
         for name, case in _oversized_cases().items():
@@ -209,7 +253,7 @@ def oversized(scratch) -> Oversized:
             case.request = b""  # 64 MiB each: keep them out of pytest's reprs
     finally:
         sender.close()
-    rss1, shm1 = sum(tree_rss_kb(scratch.process.pid).values()) >> 10, _shm_mib(scratch)
+    rss1, shm1 = sum(_rss_kb(scratch).values()) >> 10, _shm_mib(scratch)
     for name, o in outcomes.items():
         print(f"{name}: {o.status} in {o.seconds:.2f} s: {o.message[:160]!r}")
     print(f"scratch server RSS {rss0} -> {rss1} MiB, /dev/shm {shm0} -> {shm1} MiB")
@@ -230,12 +274,13 @@ def test_oversized_bodies_get_an_answer_and_the_server_keeps_serving(scratch, ov
         client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no size cap in Triton 2.51 or in our backend: 64 MiB inputs are served and the python backend's shm "
-    "grows for good; a JSON body makes Triton allocate its declared size, then answers 500",
-)
-def test_oversized_bodies_are_refused_and_leave_no_memory_behind(oversized):
+def test_oversized_bodies_are_refused_and_leave_no_memory_behind(oversized, kind, request):
+    _xfail_on_triton(
+        request,
+        kind,
+        "no size cap in Triton 2.51 or in our backend: 64 MiB inputs are served and the python backend's shm "
+        "grows for good; a JSON body makes Triton allocate its declared size, then answers 500",
+    )
     for name, o in oversized.outcomes.items():
         ok = (o.case.protocol == "http" and o.status.isdigit() and 400 <= int(o.status) < 500) or o.status in (
             "INVALID_ARGUMENT",
@@ -247,20 +292,22 @@ def test_oversized_bodies_are_refused_and_leave_no_memory_behind(oversized):
     assert oversized.rss_mib[1] < oversized.rss_mib[0] * 1.10, f"RSS grew {oversized.rss_mib} MiB"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton 2.51 allocates a JSON input's declared size before reading it: std::bad_alloc aborts the server",
-)
-def test_json_declaring_16_tib_does_not_kill_the_server(scratch, oversized):
-    """Runs last on the scratch server: today the one 90-byte request below kills it."""
+def test_json_declaring_16_tib_does_not_kill_the_server(scratch, oversized, kind, request):
+    """Runs last on the scratch server: on Triton's own frontend the one 90-byte request below kills it."""
+    _xfail_on_triton(
+        request,
+        kind,
+        "Triton 2.51 allocates a JSON input's declared size before reading it: std::bad_alloc aborts the server",
+    )
     status, message = crash_probe(scratch.http_url)
     time.sleep(1)
     assert scratch.is_running(), f"the server died; the request got {status} {message!r}"
     assert status.isdigit() and 400 <= int(status) < 500, (status, message)
 
 
-def test_grpc_invalid_argument_names_the_size_for_a_short_tensor(server):
+def test_grpc_invalid_argument_names_the_size_for_a_short_tensor(target):
     """One end-to-end message check through the plain client (the campaign checks the rest by pattern)."""
+    server = target
     channel = grpc.insecure_channel(server.grpc_url.split("://", 1)[1])
     try:
         call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
@@ -273,7 +320,8 @@ def test_grpc_invalid_argument_names_the_size_for_a_short_tensor(server):
         channel.close()
 
 
-def test_http_json_with_nan_and_infinity_literals_is_served(server):
+def test_http_json_with_nan_and_infinity_literals_is_served(target):
+    server = target
     body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[NaN,Infinity,-Infinity,1]}]}'
     want = np.array([[np.nan, np.inf, -np.inf, 3]], np.float32)
 

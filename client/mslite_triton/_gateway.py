@@ -1,0 +1,179 @@
+"""The validating gateway in front of Triton: its process, and the handle the launcher keeps of it.
+
+    python -m mslite_triton._gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
+        --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
+
+With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
+the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
+it, and it cannot crash the caller): an asyncio loop serves HTTP (`_gateway_proxy`), grpcio's thread pool
+serves gRPC (`_gateway_grpc`). It prints `ready` once both listen; SIGTERM stops taking requests, lets those
+in progress finish (up to `--grace-s`) and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ._gateway_grpc import start_grpc
+from ._gateway_http import MAX_HEAD_BYTES
+from ._gateway_proxy import HttpFront, Upstream
+from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
+
+log = logging.getLogger(__name__)
+READY = "ready"
+
+
+class GatewayError(RuntimeError):
+    """The gateway process could not start (a port in use, or it died)."""
+
+
+class GatewayProcess:
+    """A gateway child process in front of one Triton server; `stop()` is safe to call twice."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        http_port: int,
+        grpc_port: int,
+        upstream_http: str,
+        upstream_grpc: str,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        grace_s: float = 30.0,
+        upstream_retry_s: float = 15.0,
+        log_path: Path,
+    ) -> None:
+        self.args = [
+            f"--host={host}",
+            f"--http-port={http_port}",
+            f"--grpc-port={grpc_port}",
+            f"--upstream-http={upstream_http}",
+            f"--upstream-grpc={upstream_grpc}",
+            f"--max-request-bytes={max_request_bytes}",
+            f"--grace-s={grace_s}",
+            f"--upstream-retry-s={upstream_retry_s}",
+        ]
+        self.grace_s = grace_s
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, timeout_s: float = 30.0, preexec_fn: Callable[[], None] | None = None) -> None:
+        """Start the process and wait for its `ready` line.
+
+        Raises:
+            GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
+        """
+        with open(self.log_path, "ab") as logf:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "mslite_triton._gateway", *self.args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=logf,
+                start_new_session=True,  # Ctrl-C in the launcher's terminal goes to the launcher, which stops us
+                preexec_fn=preexec_fn,
+            )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        line = b""
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if select.select([self.process.stdout], [], [], 0.2)[0]:
+                line = self.process.stdout.readline()
+                break
+        if line.strip() != READY.encode():
+            self.stop(timeout_s=1)
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-8:]
+            raise GatewayError("the gateway did not start:\n" + "\n".join(tail))
+
+    def is_running(self) -> bool:
+        """True while the process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The process id, while started."""
+        return None if self.process is None else self.process.pid
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """SIGTERM (requests in progress finish), then SIGKILL after the grace period."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.grace_s + 5 if timeout_s is None else timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Run both fronts until SIGTERM or SIGINT, then drain and stop."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    up_host, up_port = _address(args.upstream_http)
+    upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
+    front = HttpFront(upstream, max_request_bytes=args.max_request_bytes)
+    http_server = await asyncio.start_server(
+        front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
+    )
+    grpc_server, channel, grpc_front = start_grpc(
+        args.host, args.grpc_port, args.upstream_grpc, max_request_bytes=args.max_request_bytes
+    )
+    sys.stdout.write(READY + "\n")
+    sys.stdout.flush()
+    await stop.wait()
+    http_server.close()
+    grpc_stopped = grpc_server.stop(args.grace_s)  # refuses new calls now, lets running ones finish
+    await front.drain_and_close(args.grace_s)
+    await loop.run_in_executor(None, grpc_stopped.wait)
+    channel.close()
+    log.warning("gateway stopped; refused %d HTTP and %d gRPC requests", front.refused, grpc_front.refused)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the gateway process."""
+    ap = argparse.ArgumentParser(prog="python -m mslite_triton._gateway", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--http-port", type=int, required=True)
+    ap.add_argument("--grpc-port", type=int, required=True)
+    ap.add_argument("--upstream-http", required=True, help="Triton's HTTP endpoint, host:port")
+    ap.add_argument("--upstream-grpc", required=True, help="Triton's gRPC endpoint, host:port")
+    ap.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
+    ap.add_argument("--upstream-timeout-s", type=float, default=600.0)
+    ap.add_argument("--grace-s", type=float, default=30.0)
+    ap.add_argument(
+        "--upstream-retry-s", type=float, default=15.0, help="how long an HTTP request waits for Triton to come back"
+    )
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s gateway %(levelname)s %(message)s")
+    try:
+        asyncio.run(serve(args))
+    except (OSError, RuntimeError) as e:
+        log.error("%s", e)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""The gateway's HTTP/1.1 front: strict framing, inference requests checked, the rest relayed to Triton as is.
+
+Triton 2.51's HTTP server (libevhtp) drops the connection on many framing errors, serves HTTP/9.9, has no
+body-size limit and answers 500 for bodies it cannot parse. This front reads each request itself (request
+line, headers within 64 KiB, Content-Length or chunked body within the cap: 413 before the body is read),
+checks `/v2/models/<m>[/versions/<v>]/infer` bodies (`_gateway_json`), and forwards the same bytes over a
+pooled keep-alive connection; every other endpoint (health, metadata, config, statistics, repository,
+shared memory, logging, trace) goes through unchecked, headers included, so the admin key reaches Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import urllib.parse
+import zlib
+from dataclasses import dataclass
+
+from ._gateway_json import check_infer_request
+from ._gateway_rules import Refusal, check_version
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD_BYTES = 64 << 10
+MAX_TARGET_BYTES = 8 << 10
+MAX_HEADERS = 100
+LINGER_S = 5.0  # after refusing a body, how long its bytes are read and dropped so the client sees the answer
+LINGER_BYTES = 1 << 30
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
+INFER_ROUTE = re.compile(rb"/v2/models/([^/]+)(?:/versions/([^/]*))?/infer")
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection", b"expect"}
+    | {b"content-length", b"trailer"}
+)
+# Triton 2.51 reports its JSON reader's errors as 500; a request that slipped past the checks is still a 400.
+_PARSE_500 = re.compile(rb'"error":"(Unable to parse|failed to parse the request JSON|failed to get request params)')
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long"}
+_REASONS |= {415: "Unsupported Media Type", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_REASONS |= {405: "Method Not Allowed", 502: "Bad Gateway", 504: "Gateway Timeout"}
+
+
+class HttpError(Exception):
+    """An answer the gateway gives itself; `close` when the connection cannot carry another request."""
+
+    def __init__(self, status: int, message: str, *, close: bool = False, linger: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.close = close or linger
+        self.linger = linger  # the client may still be sending a body we refused: read and drop it first
+
+
+@dataclass
+class Request:
+    """One parsed request: `headers` keep their raw lines for forwarding."""
+
+    method: bytes
+    target: bytes
+    version: bytes
+    headers: list[tuple[bytes, bytes, bytes]]  # (lower-case name, value, raw line)
+    body: bytes = b""
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of header `name` (lower case); HttpError when it is given twice with different values."""
+        values = {v for n, v, _ in self.headers if n == name}
+        if len(values) > 1:
+            raise HttpError(400, f"header {name.decode()} is given more than once with different values", close=True)
+        return values.pop() if values else None
+
+
+def error_response(status: int, message: str, *, close: bool) -> bytes:
+    """A Triton-style JSON error answer."""
+    body = json.dumps({"error": message}).encode()
+    head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    return head.encode() + body
+
+
+async def read_head(reader: asyncio.StreamReader, timeout_s: float) -> bytes | None:
+    """The request line and headers, without the blank line; None on a clean end of the connection."""
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout_s)
+    except asyncio.IncompleteReadError as e:
+        if not e.partial.strip():
+            return None
+        raise HttpError(400, "the request ended before its headers did", close=True) from None
+    except asyncio.LimitOverrunError:
+        first = await reader.read(MAX_HEAD_BYTES)
+        if b"\r\n" not in first[: MAX_TARGET_BYTES + 64]:
+            raise HttpError(414, f"request line longer than {MAX_TARGET_BYTES} bytes", linger=True) from None
+        raise HttpError(431, f"request headers longer than {MAX_HEAD_BYTES} bytes", linger=True) from None
+    return head.lstrip(b"\r\n")[:-4]
+
+
+def parse_head(head: bytes) -> Request:
+    """Request line and header lines, strictly (RFC 9112), or HttpError 400/414."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[0].isupper():
+        raise HttpError(400, "malformed request line: expected 'METHOD /target HTTP/1.1'", close=True)
+    method, target, version = parts
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        shown = version.decode("ascii", "replace")[:20]
+        raise HttpError(400, f"unsupported HTTP version '{shown}': this server speaks HTTP/1.1", close=True)
+    if len(target) > MAX_TARGET_BYTES:
+        raise HttpError(414, f"request target longer than {MAX_TARGET_BYTES} bytes", close=True)
+    if not target.startswith(b"/") or _BAD_TARGET.search(target):
+        raise HttpError(400, "malformed request target: expected a path with no spaces or control bytes", close=True)
+    if len(lines) - 1 > MAX_HEADERS:
+        raise HttpError(431, f"more than {MAX_HEADERS} header lines", close=True)
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not _TOKEN.fullmatch(name):
+            raise HttpError(400, "malformed header line: expected 'Name: value'", close=True)
+        value = value.strip(b" \t")
+        if _BAD_VALUE.search(value):
+            raise HttpError(400, f"header {name.decode()} holds a control byte (NUL, CR, LF...)", close=True)
+        headers.append((name.lower(), value, line))
+    return Request(method, target, version, headers)
+
+
+async def read_body(
+    req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cap: int, t: float
+) -> None:
+    """Read the body into `req.body`: Content-Length or chunked, at most `cap` bytes (413 before reading more)."""
+    length, coding = req.header(b"content-length"), req.header(b"transfer-encoding")
+    if coding is not None and length is not None:
+        raise HttpError(400, "a request may not have both Transfer-Encoding and Content-Length", close=True)
+    if coding is not None and coding.lower() != b"chunked":
+        raise HttpError(400, f"unsupported Transfer-Encoding '{coding.decode('latin-1')[:40]}'", close=True)
+    if length is not None and not (length.isdigit() and len(length) <= 19):
+        raise HttpError(400, f"Content-Length '{length.decode('latin-1')[:40]}' is not a byte count", close=True)
+    size = int(length) if length is not None else 0
+    if size > cap:
+        raise HttpError(413, f"request body of {size} bytes is over this server's limit of {cap} bytes", linger=True)
+    if (coding is not None or size) and (req.header(b"expect") or b"").lower() == b"100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    try:
+        if coding is not None:
+            req.body = await asyncio.wait_for(_read_chunked(reader, cap), t)
+        elif size:
+            req.body = await asyncio.wait_for(reader.readexactly(size), t)
+    except asyncio.IncompleteReadError as e:
+        raise HttpError(400, f"the body ended after {len(e.partial)} of its {size} bytes", close=True) from None
+    except asyncio.LimitOverrunError:
+        raise HttpError(400, "malformed chunked body: a chunk-size line is too long", close=True) from None
+    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+        raise HttpError(408, f"the request body did not arrive within {t:.0f} s", close=True) from None
+
+
+async def _read_chunked(reader: asyncio.StreamReader, cap: int) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        size_text = line[:-2].split(b";", 1)[0].strip()
+        if not size_text or len(size_text) > 16 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+            raise HttpError(400, "malformed chunked body: bad chunk size", close=True)
+        size = int(size_text, 16)
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers: read and dropped
+                pass
+            return b"".join(parts)
+        total += size
+        if total > cap:
+            raise HttpError(413, f"request body over this server's limit of {cap} bytes", linger=True)
+        parts.append(await reader.readexactly(size))
+        if await reader.readexactly(2) != b"\r\n":
+            raise HttpError(400, "malformed chunked body: a chunk does not end with CRLF", close=True)
+
+
+def check_infer(req: Request, model: bytes, version: bytes | None, cap: int) -> None:
+    """Refuse an inference request Triton would mis-serve, answer 500 to, or die of (Refusal)."""
+    if version is not None:
+        check_version(urllib.parse.unquote(version.decode("latin-1")), allow_empty=False)
+    body = req.body
+    encoding = (req.header(b"content-encoding") or b"identity").lower()
+    if encoding in (b"gzip", b"deflate"):
+        body = _inflate(body, cap)
+    elif encoding not in (b"identity", b""):
+        raise HttpError(415, f"Content-Encoding '{encoding.decode('latin-1')[:20]}': use gzip, deflate or identity")
+    length = req.header(b"inference-header-content-length")
+    if length is None:
+        if not body:
+            raise Refusal("the request body is empty: an inference request needs a JSON body")
+        header, payload = body, None
+    else:
+        text = length.decode("latin-1")[:24]
+        if not length.isdigit():
+            raise Refusal(f"Inference-Header-Content-Length '{text}' is not a byte count")
+        n = int(length)
+        if not 0 < n <= len(body):
+            raise Refusal(
+                f"Inference-Header-Content-Length {text} is not within the body's {len(body)} bytes (0 excluded)"
+            )
+        header, payload = body[:n], memoryview(body)[n:]
+    check_infer_request(header, urllib.parse.unquote(model.decode("latin-1")), payload=payload, cap=cap)
+
+
+def _inflate(body: bytes, cap: int) -> bytes:
+    """The decompressed body, at most `cap` bytes (a small gzip body may inflate to gigabytes inside Triton)."""
+    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # zlib or gzip header, told apart by zlib
+    try:
+        out = inflater.decompress(body, cap + 1)
+    except zlib.error as e:
+        raise Refusal(f"the body is not valid gzip/deflate data: {e}") from None
+    if len(out) > cap or inflater.unconsumed_tail:
+        raise Refusal(f"the decompressed body is over this server's limit of {cap} bytes", too_large=True)
+    return out
+
+
+def upstream_head(req: Request) -> bytes:
+    """The request line and headers to send to Triton: hop-by-hop headers dropped, Content-Length set."""
+    lines = [req.method + b" " + req.target + b" HTTP/1.1"]
+    lines += [raw for name, _, raw in req.headers if name not in _HOP_BY_HOP]
+    if req.body or req.method in (b"POST", b"PUT"):
+        lines.append(b"Content-Length: %d" % len(req.body))
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def client_head(status_line: bytes, headers: list[tuple[bytes, bytes]], body_len: int, close: bool) -> bytes:
+    """Triton's answer head for the client: hop-by-hop headers dropped, Content-Length set."""
+    lines = [status_line] + [raw for name, raw in headers if name not in _HOP_BY_HOP]
+    lines.append(b"Content-Length: %d" % body_len)
+    if close:
+        lines.append(b"Connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def remap_parse_500(status_line: bytes, body: bytes) -> bytes:
+    """HTTP 500 from Triton's JSON reader becomes 400: the request, not the server, was at fault."""
+    if status_line.split(b" ", 2)[1:2] == [b"500"] and _PARSE_500.search(body[:200]):
+        return b"HTTP/1.1 400 Bad Request"
+    return status_line

@@ -1,0 +1,251 @@
+"""The gateway's HTTP proxy: one asyncio task per client connection, pooled keep-alive connections to Triton.
+
+Framing and checks live in `_gateway_http`; this module only moves bytes. Requests on one connection are
+served in order (pipelining works, one at a time). A refused body is read and dropped for a few seconds
+after the answer ("lingering close"), so a client still sending it sees the 413 instead of a reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from ._gateway_http import (
+    INFER_ROUTE,
+    LINGER_BYTES,
+    LINGER_S,
+    HttpError,
+    Request,
+    check_infer,
+    client_head,
+    error_response,
+    parse_head,
+    read_body,
+    read_head,
+    remap_parse_500,
+    upstream_head,
+)
+from ._gateway_rules import Refusal
+
+log = logging.getLogger(__name__)
+
+_INFER_PREFIX = b"/v2/models/"
+
+
+@dataclass
+class Response:
+    """Triton's answer, read whole."""
+
+    status_line: bytes
+    headers: list[tuple[bytes, bytes]]  # (lower-case name, raw line)
+    body: bytes
+    reusable: bool
+
+
+async def read_response(reader: asyncio.StreamReader) -> Response:
+    """One HTTP/1.1 response (interim 1xx answers skipped), body framed by Content-Length, chunks or EOF."""
+    while True:
+        lines = (await reader.readuntil(b"\r\n\r\n"))[:-4].split(b"\r\n")
+        code = int(lines[0].split(b" ", 2)[1])
+        if not 100 <= code < 200:
+            break
+    headers = [(line.partition(b":")[0].strip().lower(), line) for line in lines[1:]]
+    values = {name: line.partition(b":")[2].strip().lower() for name, line in headers}
+    reusable = lines[0].startswith(b"HTTP/1.1") and values.get(b"connection") != b"close"
+    if code in (204, 304):
+        body = b""
+    elif values.get(b"transfer-encoding") == b"chunked":
+        parts = []
+        while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16):
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        while await reader.readuntil(b"\r\n") != b"\r\n":
+            pass
+        body = b"".join(parts)
+    elif b"content-length" in values:
+        body = await reader.readexactly(int(values[b"content-length"]))
+    else:
+        body, reusable = await reader.read(), False
+    return Response(lines[0], headers, body, reusable)
+
+
+class _Unanswered(Exception):
+    """Triton gave no answer: `sent` when the request may have reached it."""
+
+    def __init__(self, status: int, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.sent = sent
+
+
+class Upstream:
+    """Keep-alive connections to Triton's HTTP port, reused by whichever request comes next."""
+
+    def __init__(self, host: str, port: int, *, timeout_s: float, retry_s: float = 15.0, max_idle: int = 64) -> None:
+        self.host = host
+        self.port = port
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.max_idle = max_idle
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def exchange(self, head: bytes, body: bytes, *, idempotent: bool) -> Response:
+        """Send one request and read its answer.
+
+        While Triton is away (the supervisor restarts it in a few seconds), the request waits and is sent
+        again for up to `retry_s`: always when it could not be delivered, and when Triton dropped it
+        unanswered only if it is `idempotent` (GET, inference), which is what a direct client would retry.
+
+        Raises:
+            HttpError: 503 when Triton cannot be reached, 502 when it breaks off, 504 past the timeout.
+        """
+        deadline, delay = time.monotonic() + self.retry_s, 0.05
+        while True:
+            try:
+                return await self._attempt(head, body)
+            except _Unanswered as e:
+                if (e.sent and not idempotent) or time.monotonic() + delay > deadline:
+                    raise HttpError(e.status, e.message) from None
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    async def _attempt(self, head: bytes, body: bytes) -> Response:
+        for _ in range(2):
+            fresh = not self._idle
+            if fresh:
+                try:
+                    conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20), 10)
+                except (OSError, asyncio.TimeoutError) as e:
+                    raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
+            else:
+                conn = self._idle.pop()
+            reader, writer = conn
+            try:
+                writer.write(head + body if len(body) < 4096 else head)
+                if len(body) >= 4096:
+                    writer.write(body)
+                await writer.drain()
+                resp = await asyncio.wait_for(read_response(reader), self.timeout_s)
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                writer.close()
+                if fresh or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
+                    raise _Unanswered(
+                        502, "the inference server closed the connection without an answer", True
+                    ) from None
+                continue  # an idle keep-alive connection the server had closed: once more on a fresh one
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+                writer.close()
+                raise HttpError(504, f"no answer from the inference server within {self.timeout_s:.0f} s") from None
+            if resp.reusable and len(self._idle) < self.max_idle:
+                self._idle.append(conn)
+            else:
+                writer.close()
+            return resp
+        raise _Unanswered(502, "the inference server closed the connection without an answer", True)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        while self._idle:
+            self._idle.pop()[1].close()
+
+
+class HttpFront:
+    """Serves client connections: `handle` is the asyncio.start_server callback."""
+
+    def __init__(self, upstream: Upstream, *, max_request_bytes: int, idle_timeout_s: float = 75.0) -> None:
+        self.upstream = upstream
+        self.cap = max_request_bytes
+        self.idle_timeout_s = idle_timeout_s
+        self.body_timeout_s = 60.0
+        self.inflight = 0
+        self.closing = False
+        self.refused = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one client connection until it closes, errs, idles out, or the gateway stops."""
+        self._writers.add(writer)
+        try:
+            while not self.closing:
+                try:
+                    head = await read_head(reader, self.idle_timeout_s)
+                    if head is None:
+                        return
+                    req = parse_head(head)
+                    await read_body(req, reader, writer, self.cap, self.body_timeout_s)
+                except HttpError as e:
+                    await self._refuse(reader, writer, e)
+                    return
+                self.inflight += 1
+                try:
+                    keep = await self._serve(req, writer)
+                finally:
+                    self.inflight -= 1
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _serve(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+        """Check, forward and answer one request; False when the connection must close afterwards."""
+        try:
+            connection = (req.header(b"connection") or b"").lower()
+            close = connection == b"close" or (req.version == b"HTTP/1.0" and connection != b"keep-alive")
+            if req.method == b"HEAD":
+                raise HttpError(405, "method HEAD is not served; use GET")
+            match = None
+            if req.method == b"POST" and req.target.startswith(_INFER_PREFIX):
+                match = INFER_ROUTE.fullmatch(req.target.split(b"?", 1)[0])
+                if match:
+                    check_infer(req, match.group(1), match.group(2), self.cap)
+            idempotent = match is not None or req.method == b"GET"
+            resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=idempotent)
+        except Refusal as e:
+            self.refused += 1
+            writer.write(error_response(413 if e.too_large else 400, e.message, close=False))
+            await writer.drain()
+            return True
+        except HttpError as e:
+            self.refused += 1
+            writer.write(error_response(e.status, e.message, close=e.close))
+            await writer.drain()
+            return not e.close
+        status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
+        writer.write(client_head(status_line, resp.headers, len(resp.body), close))
+        writer.write(resp.body)
+        await writer.drain()
+        return not close
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, e: HttpError) -> None:
+        """Answer a framing error, then (lingering close) drop what the client still sends, for a while."""
+        self.refused += 1
+        writer.write(error_response(e.status, e.message, close=True))
+        await writer.drain()
+        if not e.linger:
+            return
+        writer.write_eof()
+        deadline, dropped = time.monotonic() + LINGER_S, 0
+        while dropped < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+            try:
+                chunk = await asyncio.wait_for(reader.read(1 << 20), left)
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+                return
+            if not chunk:
+                return
+            dropped += len(chunk)
+
+    async def drain_and_close(self, grace_s: float) -> None:
+        """Stop taking requests, wait up to `grace_s` for those in progress, then close every connection."""
+        self.closing = True
+        deadline = time.monotonic() + grace_s
+        while self.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for writer in list(self._writers):
+            writer.close()
+        self.upstream.close()

@@ -1,0 +1,392 @@
+"""The validating gateway (`ServerConfig(gateway=True)`): valid traffic passes through unchanged, on both protocols.
+
+The malformed side is the bad-input campaign's (test_bad_input.py runs it through the gateway too); here:
+the client library through the gateway on gRPC and HTTP, the admin key reaching Triton for a gRPC upload,
+system shared memory registered and used through it, answers equal to Triton's own byte for byte, HTTP
+framing that legitimate clients use (keep-alive, pipelining, chunked bodies, Expect: 100-continue, gzip),
+the size cap on both protocols, and what a client sees while Triton is not there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import re
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as sysshm
+from conftest import GEN, ZOO
+from model_zoo import run_reference
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.utils import InferenceServerException
+
+import mslite_triton as mslite
+from mslite_triton import _admin_key
+from mslite_triton._gateway import GatewayProcess
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+pytestmark = pytest.mark.integration
+
+CAP = 4 << 20
+GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
+
+
+@pytest.fixture(scope="module")
+def gw(repository: Path):
+    config = ServerConfig(
+        model_repository=repository, load_models=("tiny", "multi_io"), gateway=True, max_request_bytes=CAP
+    )
+    with EmbeddedServer(config) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("gateway_files")
+    (d / "tiny.onnx").write_bytes(GEN.build_tiny().SerializeToString())
+    (d / "variable_seq.onnx").write_bytes(ZOO["variable_seq"]().SerializeToString())
+    return d
+
+
+def _address(url: str) -> str:
+    return url.split("://", 1)[1]
+
+
+def _context(url: str) -> mslite.Context:
+    ctx = mslite.Context()
+    ctx.server_url = url
+    ctx.cpu.thread_num = 1
+    ctx.parallel.workers_num = 1
+    return ctx
+
+
+def test_triton_listens_privately_behind_the_gateway(gw):
+    assert gw.gateway is not None and gw.gateway.is_running() and gw.is_running()
+    assert {gw.triton_http_port, gw.triton_grpc_port}.isdisjoint({gw.http_port, gw.grpc_port})
+    for url in (gw.http_url, gw.triton_http_url):
+        with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=5) as r:
+            assert r.status == 200
+    # the key files name the public ports: that is where clients come
+    assert _admin_key.key_for(gw.grpc_url) == gw.admin_key == _admin_key.key_for(gw.http_url)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_client_library_uploads_and_predicts_through_the_gateway(gw, files, protocol):
+    url = gw.grpc_url if protocol == "grpc" else gw.http_url
+    model = mslite.Model()
+    model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, _context(url))  # keyed upload
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    (y,) = model.predict([x])
+    np.testing.assert_array_equal(y.get_data_to_numpy(), x * 2 + 1)
+
+
+def test_grpc_upload_needs_the_key_and_the_key_passes_through(gw, files):
+    client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
+    config = json.dumps({"name": "keyed", "backend": "mslite"})
+    model = {"file:1/model.onnx": (files / "tiny.onnx").read_bytes()}
+    try:
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.load_model("keyed", config=config, files=model)
+        client.load_model("keyed", config=config, files=model, headers={GRPC_KEY: gw.admin_key})
+        assert client.is_model_ready("keyed")
+        client.unload_model("keyed", headers={GRPC_KEY: gw.admin_key})
+    finally:
+        client.close()
+
+
+def test_shared_memory_inputs_through_the_gateway(gw, files):
+    """The client library registers a region (keyed, through the gateway) for inputs of 64 KiB and more."""
+    model = mslite.Model()
+    model.build_from_file(str(files / "variable_seq.onnx"), mslite.ModelType.MINDIR, _context(gw.grpc_url))
+    x = np.random.default_rng(5).standard_normal((1, 32768), dtype=np.float32)  # 128 KiB
+    outputs = model.predict([x])
+    expected = run_reference(ZOO["variable_seq"](), {"tokens": x})
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got.get_data_to_numpy(), want, rtol=1e-5)
+    client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
+    try:
+        status = client.get_system_shared_memory_status(headers={GRPC_KEY: gw.admin_key}, as_json=True)
+    finally:
+        client.close()
+    assert any(r.startswith("mslite_client_") for r in status.get("regions", {})), status
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_tritonclient_shared_memory_register_infer_unregister(gw, protocol):
+    mod = grpcclient if protocol == "grpc" else httpclient
+    key = {GRPC_KEY: gw.admin_key} if protocol == "grpc" else {_admin_key.HEADER: gw.admin_key}
+    client = mod.InferenceServerClient(_address(gw.grpc_url if protocol == "grpc" else gw.http_url))
+    name = f"gw_test_{protocol}"
+    handle = sysshm.create_shared_memory_region(name, "/" + name, 64)
+    try:
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        sysshm.set_shared_memory_region(handle, [x])
+        client.register_system_shared_memory(name, "/" + name, 64, headers=key)
+        item = mod.InferInput("x", [2, 4], "FP32")
+        item.set_shared_memory(name, 32)
+        np.testing.assert_array_equal(client.infer("tiny", [item]).as_numpy("y"), x * 2 + 1)
+        item = mod.InferInput("x", [2, 4], "FP32")
+        item.set_shared_memory(name, 16)  # shape says 32 bytes
+        with pytest.raises(InferenceServerException, match="byte size mismatch"):
+            client.infer("tiny", [item])
+    finally:
+        try:
+            client.unregister_system_shared_memory(name, headers=key)
+        finally:
+            sysshm.destroy_shared_memory_region(handle)
+            client.close()
+
+
+def _http(
+    url: str, path: str, body: bytes | None, headers: dict[str, str], method: str = "POST"
+) -> tuple[int, bytes, str | None]:
+    host, port = _address(url).rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read(), resp.getheader("Inference-Header-Content-Length")
+    finally:
+        conn.close()
+
+
+def test_answers_equal_tritons_own_byte_for_byte(gw):
+    x = np.arange(12, dtype=np.float32)
+    header = json.dumps(
+        {
+            "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "parameters": {"binary_data_size": 48}}],
+            "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    requests = [
+        (header + x.tobytes(), {"Inference-Header-Content-Length": str(len(header))}),
+        (json.dumps({"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "data": x.tolist()}]}).encode(), {}),
+        (b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[[NaN,Infinity,-Infinity,1e-40]]}]}', {}),
+    ]
+    for body, headers in requests:
+        direct = _http(gw.triton_http_url, "/v2/models/tiny/infer", body, headers)
+        fronted = _http(gw.http_url, "/v2/models/tiny/infer", body, headers)
+        assert direct[0] == 200 and fronted == direct
+    request = pb.ModelInferRequest(model_name="tiny")
+    request.inputs.add(name="x", datatype="FP32", shape=[3, 4])
+    request.raw_input_contents.append(x.tobytes())
+    answers = []
+    for url in (f"127.0.0.1:{gw.triton_grpc_port}", _address(gw.grpc_url)):
+        with grpc.insecure_channel(url) as channel:
+            answers.append(
+                channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(request.SerializeToString())
+            )
+    assert answers[0] == answers[1]
+    assert pb.ModelInferResponse.FromString(answers[1]).outputs[0].name == "y"
+
+
+def _raw_exchange(url: str, data: bytes, answers: int) -> list[bytes]:
+    """Write `data` on a fresh socket, half-close, and return the status lines read until EOF."""
+    host, port = _address(url).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := s.recv(1 << 16):
+            received += chunk
+    lines = re.findall(rb"HTTP/1\.1 \d{3} [^\r\n]*", received)
+    assert len(lines) == answers, received[:2000]
+    return lines
+
+
+def test_http_keep_alive_pipelining_chunked_and_expect(gw):
+    body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
+    infer = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    ready = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert _raw_exchange(gw.http_url, infer + ready + infer, 3) == [b"HTTP/1.1 200 OK"] * 3
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:])) + b"0\r\n\r\n"
+    head = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert _raw_exchange(gw.http_url, head + chunked, 1) == [b"HTTP/1.1 200 OK"]
+    expect = infer.replace(b"Host: x\r\n", b"Host: x\r\nExpect: 100-continue\r\n")
+    assert _raw_exchange(gw.http_url, expect, 2) == [b"HTTP/1.1 100 Continue", b"HTTP/1.1 200 OK"]
+
+
+def test_http_gzip_bodies_are_checked_decompressed(gw):
+    client = httpclient.InferenceServerClient(_address(gw.http_url))
+    try:
+        x = np.ones((2, 4), np.float32)
+        item = httpclient.InferInput("x", [2, 4], "FP32")
+        item.set_data_from_numpy(x)
+        result = client.infer("tiny", [item], request_compression_algorithm="gzip")
+        np.testing.assert_array_equal(result.as_numpy("y"), x * 2 + 1)
+    finally:
+        client.close()
+    bomb = gzip.compress(b'{"inputs":[' + b" " * (CAP + 1024) + b"]}")
+    status, answer, _ = _http(gw.http_url, "/v2/models/tiny/infer", bomb, {"Content-Encoding": "gzip"})
+    assert status == 413 and b"decompressed body" in answer, (status, answer)
+
+
+def test_size_cap_on_both_protocols(gw):
+    big = np.zeros((1, CAP // 4 + 1024), np.float32)
+    status, answer, _ = _http(gw.http_url, "/v2/models/tiny/infer", big.tobytes(), {})
+    assert status == 413 and str(CAP).encode() in answer, (status, answer)
+    header = json.dumps({"inputs": [{"name": "x", "shape": [1 << 20, 1 << 20], "datatype": "FP32", "data": [1]}]})
+    status, answer, _ = _http(gw.http_url, "/v2/models/tiny/infer", header.encode(), {})
+    assert status == 413 and b"over this server's limit" in answer, (status, answer)
+    client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
+    try:
+        item = grpcclient.InferInput("x", list(big.shape), "FP32")
+        item.set_data_from_numpy(big)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("tiny", [item])
+        assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        assert client.is_server_live()
+    finally:
+        client.close()
+
+
+def test_grpc_streaming_is_refused_and_garbage_is_invalid(gw):
+    with grpc.insecure_channel(_address(gw.grpc_url)) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.RpcError) as info:
+            list(stream(iter([b""]), timeout=10))
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED and "ModelInfer" in info.value.details()
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        with pytest.raises(grpc.RpcError) as info:
+            infer(b"\xff\xfe not a protobuf", timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "ModelInferRequest" in info.value.details()
+
+
+def test_http_requests_wait_out_a_server_restart(gw):
+    """Triton restarting (what the supervisor does when a worker dies): HTTP requests wait instead of failing."""
+    body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            statuses.append(_http(gw.http_url, "/v2/models/tiny/infer", body, {})[0])
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        gw.restart()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join()
+    assert len(statuses) > 10 and set(statuses) == {200}, statuses
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_triton_unreachable_is_503_and_unavailable(tmp_path):
+    http_port, grpc_port = _free_port(), _free_port()
+    gateway = GatewayProcess(
+        host="127.0.0.1",
+        http_port=http_port,
+        grpc_port=grpc_port,
+        upstream_http=f"127.0.0.1:{_free_port()}",  # nothing listens there
+        upstream_grpc=f"127.0.0.1:{_free_port()}",
+        grace_s=1,
+        upstream_retry_s=0.5,
+        log_path=tmp_path / "gateway.log",
+    )
+    gateway.start()
+    try:
+        status, answer, _ = _http(f"http://127.0.0.1:{http_port}", "/v2/health/ready", None, {}, "GET")
+        assert status == 503 and b"not reachable" in answer
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        with pytest.raises(InferenceServerException) as info:
+            client.is_server_live(client_timeout=5)
+        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        client.close()
+    finally:
+        pid = gateway.pid
+        gateway.stop()
+    assert not gateway.is_running()
+    time.sleep(0.1)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+# -- the checks alone (no server) ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("header", "problem"),
+    [
+        (b'{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32","data":[[1],[2,3]]}]}', "ragged"),
+        (b'{"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2,3,4]]}]}', "nested as [1, 4]"),
+        (b'{"inputs":[{"name":"x","shape":[1,4],"shape":[9,4],"datatype":"FP32","data":[1,2,3,4]}]}', "twice"),
+        (b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"FP32","data":[1e999]}]}', "out of range"),
+        (b'{"inputs":[{"name":"x","shape":[1,1],"datatype":"INT8","data":[300]}]}', "out of range for INT8"),
+        (b'{"inputs":[{"name":"x","shape":[1,2],"datatype":"INT32","data":[1,true]}]}', "bool"),
+        (b'{"inputs":[{"name":"x","shape":[4294967297,4],"datatype":"FP32","data":[1]}]}', "dim 0"),
+        (
+            b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}],"parameters":{"priority":-1}}',
+            "priority",
+        ),
+        (b'{"inputs":[{"name":"x\xff","shape":[1],"datatype":"FP32","data":[1]}]}', "UTF-8"),
+    ],
+)
+def test_json_checks_name_the_problem(header, problem):
+    from mslite_triton._gateway_json import check_infer_request
+    from mslite_triton._gateway_rules import Refusal
+
+    with pytest.raises(Refusal, match=re.escape(problem)):
+        check_infer_request(header, "m", payload=None, cap=CAP)
+
+
+def test_json_checks_pass_what_triton_serves():
+    from mslite_triton._gateway_json import check_infer_request
+
+    for header in (
+        b'{"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[NaN,Infinity],[-Infinity,1]]}]}',
+        b'{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["a","bc"]}],"id":"7"}',
+        b'{"inputs":[{"name":"b","shape":[0,3],"datatype":"BOOL","data":[]}],"outputs":[{"name":"y"}]}',
+    ):
+        check_infer_request(header, "m", payload=None, cap=CAP)
+    binary = b'{"inputs":[{"name":"b","shape":[3],"datatype":"BOOL","parameters":{"binary_data_size":3}}]}'
+    check_infer_request(binary, "m", payload=memoryview(b"\x00\x01\x01"), cap=CAP)
+    with pytest.raises(Exception, match="BOOL data holds bytes other than 0 and 1"):
+        check_infer_request(binary, "m", payload=memoryview(b"\x00\x02\x01"), cap=CAP)
+
+
+def test_grpc_scan_accepts_exactly_what_protobuf_parses():
+    """The fast path (tensor bytes set aside, no copy) and a full parse agree on every corruption of a request."""
+    from mslite_triton._gateway_grpc import check_model_infer
+    from mslite_triton._gateway_rules import Refusal
+
+    request = pb.ModelInferRequest(model_name="tiny", model_version="1")
+    request.inputs.add(name="x", datatype="FP32", shape=[2, 4])
+    request.inputs.add(name="m", datatype="BOOL", shape=[2])
+    request.raw_input_contents.extend([bytes(32), b"\x01\x00"])
+    good = request.SerializeToString()
+    check_model_infer(good, CAP)
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        data = bytearray(good)
+        for k in rng.integers(0, len(data), int(rng.integers(1, 4))):
+            data[int(k)] = int(rng.integers(256))
+        data = data[: int(rng.integers(1, len(data) + 1))] if rng.random() < 0.3 else data
+        try:
+            pb.ModelInferRequest.FromString(bytes(data))
+            parses = True
+        except Exception:
+            parses = False
+        try:
+            check_model_infer(bytes(data), CAP)
+            unparsable = False
+        except Refusal as e:
+            unparsable = "not a valid ModelInferRequest" in e.message
+        assert unparsable == (not parses), bytes(data)
