@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import model_zoo  # noqa: E402
 
 import mslite_triton as mslite  # noqa: E402
+from mslite_triton._supervisor import workers_of  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
 
 BARS = {"pss_ratio": 1.5, "latency_ratio": 1.10, "update_s": 1.0}
@@ -63,20 +64,8 @@ def pss_mib(pid: int) -> dict[str, float]:
 
 
 def worker_pids(server: EmbeddedServer, model: str) -> list[int]:
-    """The stub processes (children of tritonserver) serving an instance of `model`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if args[0].endswith(b"triton_python_backend_stub") and parent == server.process.pid:
-            if any(a.decode(errors="replace").startswith(model + "_") for a in args):
-                found.append(int(proc.name))
-    return sorted(found)
+    """This server's worker processes serving an instance of `model`."""
+    return sorted(w.pid for w in workers_of(server.process.pid) if w.instance.startswith(model + "_"))
 
 
 def versions(server: EmbeddedServer, model: str) -> dict[str, int]:

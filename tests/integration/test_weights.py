@@ -14,6 +14,7 @@ import pytest
 from onnx import numpy_helper
 
 import mslite_triton as mslite
+from mslite_triton._supervisor import workers_of
 from mslite_triton.errors import InvalidInputError
 
 pytestmark = pytest.mark.integration
@@ -58,20 +59,8 @@ def _unload(server, *runners: mslite.ModelParallelRunner) -> None:
 
 
 def _worker_pids(server, model: str) -> list[int]:
-    """This server's stub processes serving an instance of `model`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if args[0].endswith(b"triton_python_backend_stub") and parent == server.process.pid:
-            if any(a.decode(errors="replace").startswith(model + "_") for a in args):
-                found.append(int(proc.name))
-    return found
+    """This server's worker processes serving an instance of `model`."""
+    return sorted(w.pid for w in workers_of(server.process.pid) if w.instance.startswith(model + "_"))
 
 
 def _pss_mib(pid: int) -> float:
