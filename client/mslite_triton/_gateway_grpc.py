@@ -33,6 +33,7 @@ from ._gateway_rules import (
     check_version,
     element_count,
 )
+from ._onnx_io import read_varint
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +68,6 @@ def _parse(kind: Any, data: bytes) -> Any:
         raise Refusal(f"the request is not a valid {kind.__name__} protobuf message: {e}") from None
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while shift < 70:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("varint longer than 10 bytes")
-
-
 def _split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]]:
     """The message without its raw_input_contents, and views of those (no copy of the tensor bytes).
 
@@ -90,16 +79,16 @@ def _split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]]:
     raw: list[memoryview] = []
     pos, end = 0, len(data)
     while pos < end:
-        key, start = _varint(data, pos)
+        key, start = read_varint(data, pos)
         wire = key & 7
         if wire == 0:
-            stop = _varint(data, start)[1]
+            stop = read_varint(data, start)[1]
         elif wire == 1:
             stop = start + 8
         elif wire == 5:
             stop = start + 4
         elif wire == 2:
-            length, start = _varint(data, start)
+            length, start = read_varint(data, start)
             stop = start + length
         else:
             raise ValueError(f"wire type {wire}")

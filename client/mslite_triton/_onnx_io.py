@@ -16,28 +16,35 @@ _TYPE_TENSOR, _TENSOR_SHAPE, _SHAPE_DIM, _DIM_VALUE = 1, 2, 1, 1
 _TENSOR_NAME = 8
 
 
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A protobuf varint at `pos`: (value, position after it).
+
+    Raises:
+        ValueError: longer than 10 bytes.
+        IndexError: the buffer ends inside it.
+    """
     value = shift = 0
-    while True:
+    while shift < 70:
         byte = buf[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
             return value, pos
         shift += 7
+    raise ValueError("varint longer than 10 bytes")
 
 
 def _fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
     """(field number, wire type, value) of each field of one message."""
     pos = 0
     while pos < len(buf):
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         number, wire = key >> 3, key & 7
         if wire == 0:
-            value, pos = _varint(buf, pos)
+            value, pos = read_varint(buf, pos)
             yield number, wire, value
         elif wire == 2:
-            length, pos = _varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             yield number, wire, buf[pos : pos + length]
             pos += length
         elif wire == 1:
