@@ -71,10 +71,5 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(repository: Path):
-    srv = EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240))
-    srv.start()
-    try:
+    with EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240)) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.remove_workspace()

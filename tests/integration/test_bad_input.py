@@ -70,13 +70,8 @@ def kind(request) -> str:
 
 @pytest.fixture(scope="module")
 def gateway_server(repository):
-    srv = EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240, gateway=True))
-    srv.start()
-    try:
+    with EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240, gateway=True)) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.remove_workspace()
 
 
 @pytest.fixture(scope="module")
@@ -204,13 +199,8 @@ def test_rss_of_server_and_workers_grows_under_10_percent(campaign):
 @pytest.fixture(scope="module")
 def scratch(repository, kind):
     config = ServerConfig(model_repository=repository, load_models=("tiny", "variable_seq"), gateway=kind == "gateway")
-    srv = EmbeddedServer(config)
-    srv.start()
-    try:
+    with EmbeddedServer(config) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.remove_workspace()
 
 
 def _shm_mib(srv: EmbeddedServer) -> int:

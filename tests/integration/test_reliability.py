@@ -25,7 +25,7 @@ import mslite_triton as mslite
 from mslite_triton import _admin_key
 from mslite_triton._supervisor import workers_of
 from mslite_triton.errors import ExecutionTimeoutError
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_triton.server import EmbeddedServer, ServerConfig, _check_port
 
 pytestmark = pytest.mark.integration
 
@@ -177,11 +177,7 @@ def _server_prefix(cli_pid: int) -> str:
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _check_port("127.0.0.1", 0, "free")
 
 
 def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path):
