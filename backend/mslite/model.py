@@ -191,7 +191,8 @@ class TritonPythonModel:
         responses: list[Any] = [None] * len(requests)
         served = []
         for i, request in enumerate(requests):
-            params = json.loads(request.parameters() or "{}")
+            raw = request.parameters()
+            params = json.loads(raw) if raw and UPDATE_PARAMETER in raw else {}  # parse only what may be an update
             if UPDATE_PARAMETER not in params:
                 served.append(i)
             else:

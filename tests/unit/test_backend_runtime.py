@@ -376,6 +376,40 @@ def test_bool_inputs_must_be_zero_or_one(tmp_path: Path) -> None:
     np.testing.assert_array_equal(results[1]["mask_out"], ~good)
 
 
+def test_a_remembered_layout_still_checks_bool_values(tmp_path: Path) -> None:
+    rt = _load(tmp_path, zoo.mixed_dtypes())
+    ids, h = np.zeros((1, 5), np.int64), np.zeros((1, 5), np.float16)
+    good = np.array([[True, False, True, False, True]])
+    bad = np.array([[0, 1, 9, 0, 1]], dtype=np.uint8).view(np.bool_)
+    for _ in range(2):  # the second time, the layout (names, dtypes, shapes) is already known to be valid
+        (ok,) = rt.execute([{"ids": ids, "mask": good, "h": h}])
+        np.testing.assert_array_equal(ok["mask_out"], ~good)
+        (refused,) = rt.execute([{"ids": ids, "mask": bad, "h": h}])
+        assert isinstance(refused, RequestError) and "'mask'" in str(refused)
+
+
+@pytest.mark.parametrize("case", list(_bad_requests()))
+def test_a_bad_single_request_after_good_ones_is_still_refused(tmp_path: Path, case: str) -> None:
+    runtime = _load(tmp_path, zoo.multi_io(), max_batch_size=4)
+    for n in (1, 2):
+        (good,) = runtime.execute([_feeds("multi_io", n)])
+        assert not isinstance(good, RequestError)
+    bad, words = _bad_requests()[case]
+    for _ in range(2):
+        (result,) = runtime.execute([bad])
+        assert isinstance(result, RequestError) and all(w in str(result) for w in words), str(result)
+
+
+def test_merged_outputs_are_split_in_request_order(tmp_path: Path) -> None:
+    model = zoo.multi_io()
+    runtime = _load(tmp_path, model, max_batch_size=8)
+    requests = [_feeds("multi_io", n) for n in (3, 1, 2)]
+    results = runtime.execute(requests)
+    for feeds, result in zip(requests, results):
+        _assert_same(_ok(result), zoo.run_reference(model, feeds), ["sum", "prod"])
+        assert _ok(result)["sum"].shape[0] == next(iter(feeds.values())).shape[0]
+
+
 def test_request_size_cap(tmp_path: Path) -> None:
     rt = _load(tmp_path, zoo.variable_seq(), max_request_bytes="4096")
     (small,) = rt.execute([{"tokens": np.ones((1, 1024), np.float32)}])

@@ -13,12 +13,14 @@ from .batching import Feeds, Result, run_batched
 from .buckets import run_in_buckets
 from .config import BackendConfig, InstanceInfo, TensorSpec
 from .dtypes import TRITON_TO_NUMPY, short_name
-from .errors import ModelLoadError, RequestError
+from .errors import BackendError, ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .providers import apply_env
 from .session import OrtSession, providers_for
 from .weight_store import WeightStore, store_directory
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
+
+ACCEPTED_CACHE_SIZE = 1024  # distinct input layouts remembered as valid (variable lengths make many)
 
 
 class ModelRuntime:
@@ -45,6 +47,10 @@ class ModelRuntime:
         graph_dims = {t.name: t.dims for t in io.inputs}
         self._expected = {s.name: (_numpy_dtype(cfg, s), _merged_dims(cfg, s, graph_dims[s.name])) for s in cfg.inputs}
         self._required = {s.name for s in cfg.inputs if not s.optional}
+        self._bool_inputs = {name for name, (dtype, _) in self._expected.items() if dtype == np.bool_}
+        # (name, dtype, shape) of every input of requests that passed: the checks depend on nothing else,
+        # except BOOL contents, which are checked on every request
+        self._accepted: set[tuple] = set()
 
     @classmethod
     def load(cls, version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -> ModelRuntime:
@@ -101,11 +107,29 @@ class ModelRuntime:
             self.run(feeds, weights)
 
     def validate(self, feeds: Feeds) -> None:
-        """Check one request's inputs: names, dtypes, ranks, fixed dims, batch size.
+        """Check one request's inputs: names, dtypes, ranks, fixed dims, batch size, BOOL values.
 
         Raises:
             RequestError: naming the tensor, what was expected and what arrived.
         """
+        key = tuple([(name, arr.dtype, arr.shape) for name, arr in feeds.items()])
+        if key not in self._accepted:
+            self._check_layout(feeds)
+            if len(self._accepted) >= ACCEPTED_CACHE_SIZE:
+                self._accepted.clear()
+            self._accepted.add(key)
+        if not self._bool_inputs:
+            return
+        for name in self._bool_inputs & feeds.keys():
+            arr = feeds[name]
+            if arr.size and arr.view(np.uint8).max() > 1:
+                raise RequestError(
+                    f"model '{self.cfg.model_name}', input '{name}': BOOL values must be 0 or 1 "
+                    "(bytes other than 0/1 found)"
+                )
+
+    def _check_layout(self, feeds: Feeds) -> None:
+        """Everything `validate` checks that follows from the names, dtypes and shapes alone."""
         where = f"model '{self.cfg.model_name}'"
         missing = sorted(self._required - feeds.keys())
         if missing:
@@ -121,8 +145,6 @@ class ModelRuntime:
         batch = None
         for name, arr in feeds.items():
             dtype, dims = self._expected[name]
-            if arr.dtype == np.bool_ and arr.size and arr.view(np.uint8).max() > 1:
-                raise RequestError(f"{where}, input '{name}': BOOL values must be 0 or 1 (bytes other than 0/1 found)")
             if arr.dtype != dtype:
                 raise RequestError(
                     f"{where}, input '{name}': data type expected {_triton_name(dtype)}, got {_triton_name(arr.dtype)}"
@@ -163,6 +185,12 @@ class ModelRuntime:
         The updatable weights are read once, so every request of the batch sees the same version.
         """
         weights = self.weights.snapshot().arrays if self.weights is not None else None
+        if len(requests) == 1:  # the common case on CPU, kept short: it runs once per request
+            try:
+                self.validate(requests[0])
+                return [self.run(requests[0], weights)]
+            except BackendError as e:
+                return [e]
         results: list[Result | None] = [None] * len(requests)
         valid: list[int] = []
         for i, feeds in enumerate(requests):
