@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from . import paired
+from .paired import Round
 
 PASS, SHORT, MISSING = "PASS", "FALL SHORT", "MISSING"
 
@@ -27,99 +31,114 @@ def _at(points: list[dict[str, Any]], concurrency: int) -> dict[str, Any] | None
     return next((p for p in points if p["concurrency"] == concurrency), None)
 
 
-def _best(points: list[dict[str, Any]], levels: tuple[int, ...] = (4, 8, 16)) -> dict[str, Any] | None:
-    cands = [p for p in points if p["concurrency"] in levels]
-    return max(cands, key=lambda p: p["infer_s"]) if cands else None
-
-
 def _f(d: dict[str, Any] | None, key: str) -> float | None:
     """`d[key]`, or None when the measurement is missing (its step failed or was not run)."""
     return None if d is None or d.get(key) is None else float(d[key])
 
 
-def _ratio_bar(name: str, num: float | None, den: float | None, bound: float, unit: str, *, most: bool = False) -> Bar:
-    """`num / den` against `>= bound` (or `<= bound` when `most`); `unit` names the figures compared."""
-    target = f"{'<=' if most else '>='} {bound:.2f} x"
-    if num is None or not den:
+def _get(key: str, name: str) -> Callable[[Round], float | None]:
+    return lambda one: paired.value(one, key, name)
+
+
+def _c8(one: Round) -> float | None:
+    """Worker CPU per image at c=8: the round's best-level gRPC point when that level is 8."""
+    point = one.get("grpc")
+    key = "grpc" if isinstance(point, dict) and point.get("concurrency") == 8 else "grpc_c8"
+    return paired.value(one, key, "worker_cpu_ms_per_img")
+
+
+def _inproc_cpu(one: Round) -> float | None:
+    """In-process CPU per image with the served workers' layout (the ceiling cell when it is that layout)."""
+    return paired.value(one, "layout", "cpu_ms_per_img") or paired.value(one, "ceiling", "cpu_ms_per_img")
+
+
+def _paired_bar(
+    name: str,
+    rounds: list[Round],
+    num: Callable[[Round], float | None],
+    den: Callable[[Round], float | None],
+    bound: float,
+    unit: str,
+    *,
+    most: bool = False,
+    diff: bool = False,
+) -> Bar:
+    """The median over rounds of `num / den` (or `num - den` with `diff`, in ms) against the bound."""
+    if diff:
+        target = f"<= {bound:+.2f} ms"
+        values = paired.differences(rounds, num, den)
+    else:
+        target = f"{'<=' if most else '>='} {bound:.2f} x"
+        values = paired.ratios(rounds, num, den)
+    if not values:
         return Bar(name, None, target, MISSING, "not measured")
-    r = num / den
-    ok = r <= bound if most else r >= bound
-    shown = "%.2f" if unit == "ms" else "%.0f"
-    return Bar(name, r, target, PASS if ok else SHORT, f"{shown % num} vs {shown % den} {unit}")
+    m = statistics.median(values)
+    ok = m <= bound if (most or diff) else m >= bound
+    fmt = "%.2f" if unit == "ms" else "%.0f"
+    a, b = paired.median([num(r) for r in rounds]), paired.median([den(r) for r in rounds])
+    figures = f"{fmt % a} vs {fmt % b} {unit}" if a is not None and b is not None else ""
+    each = ", ".join(("%+.2f" if diff else "%.2f") % v for v in values)
+    return Bar(name, m, target, PASS if ok else SHORT, f"{figures} (rounds: {each})")
 
 
 def compute(results: dict[str, Any]) -> list[Bar]:
-    """Every bar of issue 4, in the issue's order."""
-    ceiling = _f(results["ceiling"]["best"], "img_s")
-    single = results["ceiling"]["single"]
-    served = results["served"]["mslite"]
-    client = results["client"]
-    c1, c8 = _at(served["grpc"], 1), _at(served["grpc"], 8)
+    """Every bar of issue 4, in the issue's order; all but the scaling bar from the paired rounds."""
+    mob, cli, tiny = (results["rounds"][k] for k in ("mobilenet", "client", "tiny"))
+    ceiling = _get("ceiling", "img_s")
     bars = [
-        _ratio_bar(
-            "Worker efficiency: worker CPU/img at c=8 vs in-process CPU/img",
-            _f(c8, "worker_cpu_ms_per_img"), _f(single, "cpu_ms_per_img"), 1.10, "ms", most=True,
-        ),
-        _ratio_bar(
-            "Served MobileNetV2 gRPC, best of c=4/8/16 vs in-process ceiling",
-            _f(_best(served["grpc"]), "infer_s"), ceiling, 0.75, "img/s",
-        ),
-        _ratio_bar(
-            "Served MobileNetV2 shm, best of c=4/8/16 vs in-process ceiling",
-            _f(_best(served["shm"]), "infer_s"), ceiling, 0.83, "img/s",
-        ),
+        _paired_bar("Worker efficiency: worker CPU/img at c=8 vs in-process CPU/img", mob,
+                    _c8, _inproc_cpu, 1.10, "ms", most=True),
+        _paired_bar("Served MobileNetV2 gRPC, best of c=4/8/16 vs in-process ceiling", mob,
+                    _get("grpc", "infer_s"), ceiling, 0.75, "img/s"),
+        _paired_bar("Served MobileNetV2 shm, best of c=4/8/16 vs in-process ceiling", mob,
+                    _get("shm", "infer_s"), ceiling, 0.83, "img/s"),
+        _paired_bar("p50 at c=1 minus in-process p50 (1 session, same threads)", mob,
+                    _get("c1", "p50_ms"), _get("single", "p50_ms"), 1.5, "ms", diff=True),
+        _paired_bar("Tiny model req/s at c=8 vs naive baseline", tiny,
+                    _get("mslite_c8", "infer_s"), _get("naive_c8", "infer_s"), 0.95, "req/s"),
+        _paired_bar("Python client (runner) vs raw tritonclient, 8 threads, batch 1", cli,
+                    _get("runner", "img_s"), _get("raw", "img_s"), 0.95, "img/s"),
+        _paired_bar("Batch-8 input via the runner: shared memory vs plain gRPC", cli,
+                    _get("batch8_shm", "img_s"), _get("batch8_plain", "img_s"), 1.2, "img/s"),
     ]  # fmt: skip
-    served_p50, inproc_p50 = _f(c1, "p50_ms"), _f(single, "p50_ms")
-    name = "p50 at c=1 minus in-process p50 (1 session, same threads)"
-    if served_p50 is None or inproc_p50 is None:
-        bars.append(Bar(name, None, "<= +1.50 ms", MISSING, "not measured"))
+    scale_num, scale_den = _f(results["scaling"]["2x1"], "infer_s"), _f(results["scaling"]["1x1"], "infer_s")
+    target = ">= 1.60 x"
+    if scale_num is None or not scale_den:
+        bars.append(Bar("2 workers x 1 thread vs 1 x 1, throughput at c=8", None, target, MISSING, "not measured"))
     else:
-        extra = served_p50 - inproc_p50
-        verdict = PASS if extra <= 1.5 else SHORT
-        bars.append(Bar(name, extra, "<= +1.50 ms", verdict, f"{served_p50:.2f} vs {inproc_p50:.2f} ms"))
-    b8 = client["batch8"]
-    bars += [
-        _ratio_bar(
-            "Tiny model req/s at c=8 vs naive baseline",
-            _f(_at(results["tiny"]["mslite"], 8), "infer_s"), _f(_at(results["tiny"]["naive"], 8), "infer_s"),
-            0.95, "req/s",
-        ),
-        _ratio_bar(
-            "Python client (runner) vs raw tritonclient, 8 threads, batch 1",
-            _f(client["runner"], "img_s"), _f(client["raw"], "img_s"), 0.95, "img/s",
-        ),
-        _ratio_bar(
-            "Batch-8 input via the runner: shared memory vs plain gRPC",
-            _f(b8["shm"], "img_s"), _f(b8["plain"], "img_s"), 1.2, "img/s",
-        ),
-        _ratio_bar(
-            "2 workers x 1 thread vs 1 x 1, throughput at c=8",
-            _f(results["scaling"]["2x1"], "infer_s"), _f(results["scaling"]["1x1"], "infer_s"), 1.6, "img/s",
-        ),
-    ]  # fmt: skip
-    if not b8["shm_available"]:
-        bars[-2] = Bar(bars[-2].name, None, bars[-2].target, MISSING, "the client has no shared-memory path yet")
+        r = scale_num / scale_den
+        verdict = PASS if r >= 1.6 else SHORT
+        detail = f"{scale_num:.0f} vs {scale_den:.0f} img/s (sweep)"
+        bars.append(Bar("2 workers x 1 thread vs 1 x 1, throughput at c=8", r, target, verdict, detail))
     return bars
 
 
 def context_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
-    """Figures for comparison, not bars: the naive baseline on the same run, the runner without shared memory."""
-    ceiling = _f(results["ceiling"]["best"], "img_s")
-    single = results["ceiling"]["single"]
-    naive = results["served"]["naive"]
-    client = results["client"]
-    ratios = [
-        ("naive served gRPC, best c=4/8/16 vs ceiling", _f(_best(naive["grpc"]), "infer_s"), ceiling),
-        ("naive served shm, best c=4/8/16 vs ceiling", _f(_best(naive["shm"]), "infer_s"), ceiling),
-        ("naive worker CPU/img at c=8 vs in-process",
-         _f(_at(naive["grpc"], 8), "worker_cpu_ms_per_img"), _f(single, "cpu_ms_per_img")),
-        ("runner with MSLITE_TRITON_SHM=0 vs raw tritonclient, 8 threads",
-         _f(client["runner_plain"], "img_s"), _f(client["raw"], "img_s")),
-    ]  # fmt: skip
-    rows = [(name, f"{num / den:.2f} x") for name, num, den in ratios if num is not None and den]
-    naive_p50, inproc_p50 = _f(_at(naive["grpc"], 1), "p50_ms"), _f(single, "p50_ms")
-    if naive_p50 is not None and inproc_p50 is not None:
-        rows.append(("naive p50 at c=1 minus in-process p50", f"{naive_p50 - inproc_p50:+.2f} ms"))
+    """Figures for comparison, not bars: the naive baseline in the same rounds, the runner without shm."""
+    mob, cli = results["rounds"]["mobilenet"], results["rounds"]["client"]
+    rows = []
+    for name, rounds, num, den in (
+        ("naive served gRPC, best c=4/8/16 vs ceiling", mob, _get("naive_grpc", "infer_s"), _get("ceiling", "img_s")),
+        ("naive worker CPU/img (same level) vs in-process", mob,
+         _get("naive_grpc", "worker_cpu_ms_per_img"), _inproc_cpu),
+        ("ours worker CPU/img at c=8 vs in-process single session", mob, _c8, _get("single", "cpu_ms_per_img")),
+        ("runner with MSLITE_TRITON_SHM=0 vs raw tritonclient, 8 threads", cli,
+         _get("runner_plain", "img_s"), _get("raw", "img_s")),
+    ):  # fmt: skip
+        m = paired.median(list(paired.ratios(rounds, num, den)))
+        if m is not None:
+            rows.append((name, f"{m:.2f} x (median of rounds)"))
+    m = paired.median(list(paired.differences(mob, _get("naive_c1", "p50_ms"), _get("single", "p50_ms"))))
+    if m is not None:
+        rows.append(("naive p50 at c=1 minus in-process p50", f"{m:+.2f} ms (median of rounds)"))
+    for key, who in (("c1", "ours"), ("naive_c1", "naive")):
+        split = [
+            one[key]["breakdown_us"] for one in mob if isinstance(one.get(key), dict) and "breakdown_us" in one[key]
+        ]
+        if split:
+            avg = {k: statistics.median(s.get(k, 0.0) for s in split) / 1000 for k in split[0]}
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in avg.items())
+            rows.append((f"{who} c=1 average latency split (ms, perf_analyzer)", shown))
     return rows
 
 

@@ -22,6 +22,7 @@ class GridCell:
     threads: int
     batch: int
     img_s: float
+    cpu_ms_per_img: float  # CPU time of this process (all its threads) per image
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,8 +63,8 @@ def image_batch(batch: int, seed: int = 0) -> np.ndarray:
     return rng.uniform(-1.0, 1.0, size=(batch, 3, 224, 224)).astype(np.float32)
 
 
-def drive(sessions: list[Any], batch: int, seconds: float) -> float:
-    """Run each session from its own thread for `seconds`; returns images per second over all."""
+def drive(sessions: list[Any], batch: int, seconds: float) -> tuple[float, float]:
+    """Run each session from its own thread for `seconds`; returns (images per second, CPU ms per image)."""
     name = sessions[0].get_inputs()[0].name
     feed = {name: image_batch(batch)}
     for s in sessions:
@@ -82,12 +83,20 @@ def drive(sessions: list[Any], batch: int, seconds: float) -> float:
     for w in workers:
         w.start()
     start.wait()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     time.sleep(seconds)
     stop.set()
     for w in workers:
         w.join()
-    return sum(counts) * batch / (time.perf_counter() - t0)
+    images = max(1, sum(counts) * batch)
+    return images / (time.perf_counter() - t0), (time.process_time() - cpu0) * 1e3 / images
+
+
+def grid_cell(path: str, sessions: int, threads: int, batch: int, seconds: float, cores: int) -> GridCell:
+    """`sessions` sessions of `threads` threads, each driven by its own caller thread at `batch`."""
+    spinning = sessions * threads <= cores  # the backend's rule
+    pool = [make_session(path, threads, spinning=spinning) for _ in range(sessions)]
+    return GridCell(sessions, threads, batch, *drive(pool, batch, seconds))
 
 
 def single_session(path: str, threads: int, seconds: float) -> SingleSession:

@@ -51,10 +51,23 @@ class PerfPoint:
     worker_cpu_ms_per_img: float
     server_cpu_ms_per_img: float  # tritonserver's own threads (gRPC, queue, copies)
     client_cpu_ms_per_img: float  # perf_analyzer
+    breakdown_us: dict[str, float]  # perf_analyzer's average latency split (BREAKDOWN), microseconds
     command: str  # the perf_analyzer command line (its -f CSV path left out)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# perf_analyzer's CSV columns that split the average latency: client and network, then Triton's own timers
+BREAKDOWN = {
+    "Client Send": "client_send",
+    "Network+Server Send/Recv": "network",
+    "Server Queue": "queue",
+    "Server Compute Input": "compute_input",
+    "Server Compute Infer": "compute_infer",
+    "Server Compute Output": "compute_output",
+    "Client Recv": "client_recv",
+}
 
 
 class PerfError(RuntimeError):
@@ -96,6 +109,7 @@ def measure(
         worker_cpu_ms_per_img=(work1 - work0) * per_img,
         server_cpu_ms_per_img=(srv1 - srv0) * per_img,
         client_cpu_ms_per_img=(kids1 - kids0) * per_img,
+        breakdown_us={key: float(row[col]) for col, key in BREAKDOWN.items() if row.get(col)},
         command=command,
     )
 

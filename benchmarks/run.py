@@ -18,8 +18,8 @@ from typing import Any, TextIO
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bars  # noqa: E402
-from benchmarks.scenarios import ROOT, Bench, make_plan  # noqa: E402
+from benchmarks import bars, paired  # noqa: E402
+from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
 from benchmarks.tools import ToolsError, ensure_tools  # noqa: E402
 
 
@@ -56,52 +56,73 @@ class Progress:
         return time.monotonic() - self.t0
 
 
+def _row(label: str, img_s: float | None, p50: float | None, p99: float | None, cpu: str) -> tuple[str, ...]:
+    def show(v: float | None, fmt: str) -> str:
+        return "-" if v is None else fmt % v
+
+    return (label, show(img_s, "%.0f"), show(p50, "%.2f"), show(p99, "%.2f"), cpu)
+
+
 def figures_table(results: dict[str, Any]) -> str:
-    """Every measured point, one row each."""
+    """Every measured point, one row each; for measurements repeated in rounds, the median of the rounds."""
     rows: list[tuple[str, ...]] = []
     for c in results["ceiling"]["grid"]:
-        rows.append(
-            (f"in-process {c['sessions']}s x {c['threads']}t batch {c['batch']}", f"{c['img_s']:.0f}", "", "", "")
-        )
+        label = f"in-process {c['sessions']}s x {c['threads']}t batch {c['batch']}"
+        rows.append(_row(label, c["img_s"], None, None, f"{c['cpu_ms_per_img']:.2f}"))
     single = results["ceiling"]["single"]
     if single:
+        cpu = f"{single['cpu_ms_per_img']:.2f}"
         rows.append(
-            (
-                "in-process 1 session, batch 1, sequential",
-                f"{single['img_s']:.0f}",
-                f"{single['p50_ms']:.2f}",
-                f"{single['p99_ms']:.2f}",
-                f"{single['cpu_ms_per_img']:.2f}",
-            )
+            _row("in-process 1 session, batch 1, sequential", single["img_s"], single["p50_ms"], single["p99_ms"], cpu)
         )
-    groups = [(f"{b} {proto}", pts) for b, d in results["served"].items() for proto, pts in d.items()]
-    groups += [(f"tiny {b}", pts) for b, pts in results["tiny"].items()]
+    groups = [(f"sweep {b} {proto}", pts) for b, d in results["served"].items() for proto, pts in d.items()]
     if results["scaling"]["1x1"]:
         groups.append(("mobilenetv2 1x1", [results["scaling"]["1x1"]]))
     for label, points in groups:
         for p in points:
             flag = "" if p["stable"] else " *"
-            rows.append(
-                (
-                    f"{label} c={p['concurrency']}{flag}",
-                    f"{p['infer_s']:.0f}",
-                    f"{p['p50_ms']:.2f}",
-                    f"{p['p99_ms']:.2f}",
-                    f"{p['worker_cpu_ms_per_img']:.2f}",
-                )
-            )
-    client = results["client"]
-    for label, r in (
-        ("client runner 8 threads", client["runner"]),
-        ("client runner 8 threads, MSLITE_TRITON_SHM=0", client["runner_plain"]),
-        ("client raw tritonclient 8 threads", client["raw"]),
-        ("client runner batch 8, plain", client["batch8"]["plain"]),
-        ("client runner batch 8, shm", client["batch8"]["shm"]),
-    ):
-        if r:
-            cpu = r["client_cpu_ms_per_req"] / r["batch"]
-            rows.append((label, f"{r['img_s']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{cpu:.2f} (client)"))
+            cpu = f"{p['worker_cpu_ms_per_img']:.2f}"
+            rows.append(_row(f"{label} c={p['concurrency']}{flag}", p["infer_s"], p["p50_ms"], p["p99_ms"], cpu))
+    tiny = results["rounds"]["tiny"]
+    for key in sorted({k for one in tiny for k in one if k.startswith(("mslite_", "naive_"))}):
+        req_s, p50, p99, worker = _medians(tiny, key, ("infer_s", "p50_ms", "p99_ms", "worker_cpu_ms_per_img"))
+        cpu = "-" if worker is None else f"{worker:.2f}"
+        rows.append(_row(f"tiny {key.replace('_c', ' c=')} (median of {len(tiny)})", req_s, p50, p99, cpu))
+    client = results["rounds"]["client"]
+    for key, mode, threads, batch, shm in CLIENT_CASES:
+        img_s, p50, p99, cpu_req = _medians(client, key, ("img_s", "p50_ms", "p99_ms", "client_cpu_ms_per_req"))
+        label = f"client {mode} {threads or results['meta']['workers']} threads batch {batch}"
+        label += f", MSLITE_TRITON_SHM={shm}" if shm is not None else ""
+        cpu = "-" if cpu_req is None else f"{cpu_req / batch:.2f} (client)"
+        rows.append(_row(f"{label} (median of {len(client)})", img_s, p50, p99, cpu))
     return bars.format_table(("measurement", "img/s", "p50 ms", "p99 ms", "CPU ms/img"), rows)
+
+
+def _medians(rounds: list[dict[str, Any]], key: str, names: tuple[str, ...]) -> list[float | None]:
+    return [paired.median([paired.value(one, key, n) for one in rounds]) for n in names]
+
+
+def rounds_table(results: dict[str, Any]) -> str:
+    """One row per MobileNetV2 round: the figures the bars are made of."""
+    cols = (
+        ("ceiling img/s", "ceiling", "img_s", "%.0f"),
+        ("in-proc CPU/img", "ceiling", "cpu_ms_per_img", "%.2f"),
+        ("single p50", "single", "p50_ms", "%.2f"),
+        ("gRPC img/s", "grpc", "infer_s", "%.0f"),
+        ("worker CPU/img", "grpc", "worker_cpu_ms_per_img", "%.2f"),
+        ("shm img/s", "shm", "infer_s", "%.0f"),
+        ("c=1 p50", "c1", "p50_ms", "%.2f"),
+        ("naive gRPC img/s", "naive_grpc", "infer_s", "%.0f"),
+        ("naive c=1 p50", "naive_c1", "p50_ms", "%.2f"),
+    )
+    rows = []
+    for one in results["rounds"]["mobilenet"]:
+        cells = []
+        for _, key, name, fmt in cols:
+            v = paired.value(one, key, name)
+            cells.append("-" if v is None else fmt % v)
+        rows.append((str(one["round"]), *cells))
+    return bars.format_table(("round", *(c[0] for c in cols)), rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +196,9 @@ def _report(results: dict[str, Any], computed: list[bars.Bar]) -> str:
         "",
         figures_table(results),
         "(* = windows never agreed within the stability bound)",
+        "",
+        "MobileNetV2 rounds (levels from the sweep; every other round in reverse order; ms unless noted):",
+        rounds_table(results),
         "",
         bars.bars_table(computed),
         "",

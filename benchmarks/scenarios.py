@@ -6,6 +6,7 @@ summary for the progress display.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -19,13 +20,14 @@ from typing import Any
 
 from mslite_triton._model_config import local_cores, plan_workers
 
-from . import inprocess
+from . import inprocess, paired
 from .perf import PerfSettings, measure
 from .serving import BenchServer, ModelSpec, compose_repository, worker_pids
 from .tools import Tools
 
 ROOT = Path(__file__).resolve().parent.parent
 MOBILENET = "mobilenetv2"
+MODEL_PATH = str(ROOT / "model_repository" / MOBILENET / "1" / "model.onnx")
 
 
 @dataclass(frozen=True)
@@ -40,14 +42,15 @@ class Plan:
     served_levels: tuple[int, ...]
     shm_levels: tuple[int, ...]
     tiny_levels: tuple[int, ...] = (1, 8)
+    rounds: int = 3  # paired rounds per bar (paired.py)
     ceiling_s: float = 3.0
-    single_s: float = 4.0
-    client_warmup_s: float = 2.0
-    client_s: float = 8.0
+    single_s: float = 3.0
+    client_warmup_s: float = 1.5
+    client_s: float = 5.0
 
 
 def make_plan(quick: bool) -> Plan:
-    """The full run, or a short one with the levels the bars need and 1 s windows."""
+    """The full run, or a short one: the levels the bars need, 1 s windows, one round."""
     from mslite_triton import Context
 
     cores = local_cores()
@@ -61,6 +64,7 @@ def make_plan(quick: bool) -> Plan:
             PerfSettings(interval_ms=1000, max_trials=4, stability_pct=50),
             served_levels=(1, 8),
             shm_levels=(8,),
+            rounds=1,
             ceiling_s=1.0,
             single_s=1.5,
             client_warmup_s=1.0,
@@ -89,15 +93,14 @@ def model_specs(plan: Plan) -> list[ModelSpec]:
     ]
 
 
-def client_has_shm() -> bool:
-    """Whether the client library knows the `MSLITE_TRITON_SHM` switch (its shared-memory path)."""
-    import mslite_triton
-
-    pkg = Path(str(mslite_triton.__file__)).parent
-    return any("MSLITE_TRITON_SHM" in p.read_text(errors="replace") for p in pkg.glob("*.py"))
-
-
 Step = tuple[str, Callable[[], str]]
+CLIENT_CASES = (  # key, client_bench mode, threads (None: the workers), batch, MSLITE_TRITON_SHM
+    ("runner", "runner", 8, 1, None),
+    ("raw", "raw", 8, 1, None),
+    ("runner_plain", "runner", 8, 1, "0"),
+    ("batch8_plain", "runner", None, 8, "0"),
+    ("batch8_shm", "runner", None, 8, "1"),
+)
 
 
 @dataclass
@@ -119,12 +122,7 @@ class Bench:
             },
             ceiling={"grid": [], "best": None, "single": None},
             served={b: {"grpc": [], "shm": []} for b in ("mslite", "naive")},
-            tiny={"mslite": [], "naive": []},
-            client={
-                "runner": None,
-                "raw": None,
-                "batch8": {"plain": None, "shm": None, "shm_available": client_has_shm()},
-            },
+            rounds={"mobilenet": [], "client": [], "tiny": []},
             scaling={"1x1": None, "2x1": None},
             errors=[],
         )
@@ -132,6 +130,7 @@ class Bench:
     # -- steps -----------------------------------------------------------------------------------
     def steps(self) -> list[Step]:
         p = self.plan
+        naive = f"{MOBILENET}_naive"
         steps: list[Step] = [
             (f"in-process ceiling: {s} session(s) x {t} thread(s), batch 1 and 8", self._grid(s, t))
             for s in sorted({1, p.cores})
@@ -139,22 +138,25 @@ class Bench:
         ]
         steps.append((f"in-process single session, {p.threads} thread(s), batch 1", self._single))
         steps.append(("start tritonserver (composed repository, mslite + naive backends)", self._start))
-        for backend, name in (("mslite", MOBILENET), ("naive", f"{MOBILENET}_naive")):
-            steps.append((f"load {name} ({p.workers} workers x {p.threads} thread)", self._load(name)))
+        for backend, name in (("mslite", MOBILENET), ("naive", naive)):
+            steps.append((f"load only {name} ({p.workers} workers x {p.threads} thread)", self._load(name)))
             served = self.results["served"][backend]
             steps += [
-                (f"{name} gRPC c={c}", self._perf(name, c, False, served["grpc"].append)) for c in p.served_levels
+                (f"sweep: {name} gRPC c={c}", self._perf(name, c, False, served["grpc"].append))
+                for c in p.served_levels
             ]
-            steps += [(f"{name} shm c={c}", self._perf(name, c, True, served["shm"].append)) for c in p.shm_levels]
-            if backend == "mslite":
-                steps += self._client_steps()
-        for backend, name in (("mslite", "tiny"), ("naive", "tiny_naive")):
-            steps.append((f"load {name}", self._load(name)))
             steps += [
-                (f"{name} gRPC c={c}", self._perf(name, c, False, self.results["tiny"][backend].append))
-                for c in p.tiny_levels
+                (f"sweep: {name} shm c={c}", self._perf(name, c, True, served["shm"].append)) for c in p.shm_levels
             ]
-        steps.append((f"load {MOBILENET}_1x1 (1 worker x 1 thread)", self._load(f"{MOBILENET}_1x1")))
+        steps.append((f"load {MOBILENET} and {naive} together, for the rounds", self._load(MOBILENET, naive)))
+        for r in range(p.rounds):
+            steps.append((f"round {r + 1}/{p.rounds}: in-process vs served {MOBILENET}", self._mobilenet_round(r)))
+        for r in range(p.rounds):
+            steps.append((f"round {r + 1}/{p.rounds}: Python client vs raw tritonclient", self._client_round(r)))
+        steps.append(("load tiny and tiny_naive together", self._load("tiny", "tiny_naive")))
+        for r in range(p.rounds):
+            steps.append((f"round {r + 1}/{p.rounds}: tiny, ours vs naive, c={p.tiny_levels}", self._tiny_round(r)))
+        steps.append((f"load only {MOBILENET}_1x1 (1 worker x 1 thread)", self._load(f"{MOBILENET}_1x1")))
         steps.append((f"{MOBILENET}_1x1 gRPC c=8", self._perf(f"{MOBILENET}_1x1", 8, False, self._store_scaling)))
         return steps
 
@@ -168,14 +170,11 @@ class Bench:
         return run
 
     def _grid_cells(self, sessions: int, threads: int) -> list[inprocess.GridCell]:
-        path = str(ROOT / "model_repository" / MOBILENET / "1" / "model.onnx")
-        spinning = sessions * threads <= self.plan.cores
-        pool = [inprocess.make_session(path, threads, spinning=spinning) for _ in range(sessions)]
-        return [inprocess.GridCell(sessions, threads, b, inprocess.drive(pool, b, self.plan.ceiling_s)) for b in (1, 8)]
+        p = self.plan
+        return [inprocess.grid_cell(MODEL_PATH, sessions, threads, b, p.ceiling_s, p.cores) for b in (1, 8)]
 
     def _single(self) -> str:
-        path = str(ROOT / "model_repository" / MOBILENET / "1" / "model.onnx")
-        s = inprocess.single_session(path, self.plan.threads, self.plan.single_s)
+        s = inprocess.single_session(MODEL_PATH, self.plan.threads, self.plan.single_s)
         self.results["ceiling"]["single"] = s.as_dict()
         return f"p50 {s.p50_ms:.2f} ms, p99 {s.p99_ms:.2f} ms, {s.img_s:.0f} img/s, CPU {s.cpu_ms_per_img:.2f} ms/img"
 
@@ -187,29 +186,38 @@ class Bench:
         lifted = ", ".join(f"{k}={v}" for k, v in self.server.lifted.items()) or "defaults"
         return f"gRPC on {self.server.grpc_address}, pid {self.server.pid}, ServerConfig: {lifted}"
 
-    def _load(self, name: str) -> Callable[[], str]:
+    def _load(self, *names: str) -> Callable[[], str]:
+        """Make `names` the loaded models (CPU is accounted per model, so idle neighbours do not count)."""
+
         def run() -> str:
             assert self.server is not None
-            self.server.only(name)
-            want = next(s.workers for s in model_specs(self.plan) if s.name == name)
-            pids = worker_pids(self.server.pid, name)
-            if len(pids) != want:
-                raise RuntimeError(f"{name}: expected {want} worker processes, found {len(pids)}")
-            return f"{len(pids)} worker processes {pids}"
+            self.server.only(*names)
+            found = []
+            for name in names:
+                want = next(s.workers for s in model_specs(self.plan) if s.name == name)
+                pids = worker_pids(self.server.pid, name)
+                if len(pids) != want:
+                    raise RuntimeError(f"{name}: expected {want} worker processes, found {len(pids)}")
+                found.append(f"{name}: {pids}")
+            return "worker processes " + ", ".join(found)
 
         return run
+
+    def _point(self, name: str, concurrency: int, shm: bool) -> dict[str, Any]:
+        assert self.server is not None
+        return measure(self.tools, self.server, name, concurrency, shm=shm, settings=self.plan.perf).as_dict()
 
     def _perf(
         self, name: str, concurrency: int, shm: bool, store: Callable[[dict[str, Any]], None]
     ) -> Callable[[], str]:
         def run() -> str:
-            assert self.server is not None
-            pt = measure(self.tools, self.server, name, concurrency, shm=shm, settings=self.plan.perf)
-            store(pt.as_dict())
+            pt = self._point(name, concurrency, shm)
+            store(pt)
             return (
-                f"{pt.infer_s:.0f} infer/s, p50 {pt.p50_ms:.2f} ms, p99 {pt.p99_ms:.2f} ms, batch {pt.avg_batch:.2f}, "
-                f"CPU/img worker {pt.worker_cpu_ms_per_img:.2f} server {pt.server_cpu_ms_per_img:.2f} "
-                f"perf_analyzer {pt.client_cpu_ms_per_img:.2f} ms" + ("" if pt.stable else " (UNSTABLE windows)")
+                f"{pt['infer_s']:.0f} infer/s, p50 {pt['p50_ms']:.2f} ms, p99 {pt['p99_ms']:.2f} ms, "
+                f"batch {pt['avg_batch']:.2f}, CPU/img worker {pt['worker_cpu_ms_per_img']:.2f} "
+                f"server {pt['server_cpu_ms_per_img']:.2f} perf_analyzer {pt['client_cpu_ms_per_img']:.2f} ms"
+                + ("" if pt["stable"] else " (UNSTABLE windows)")
             )
 
         return run
@@ -219,76 +227,92 @@ class Bench:
         grpc = self.results["served"]["mslite"]["grpc"]
         self.results["scaling"]["2x1"] = next((q for q in grpc if q["concurrency"] == 8), None)
 
-    # -- the Python client -----------------------------------------------------------------------
-    def _client_steps(self) -> list[Step]:
-        c, b8 = self.results["client"], self.results["client"]["batch8"]
-        steps: list[Step] = [
-            (
-                "client: ModelParallelRunner.predict, 8 threads, batch 1",
-                self._client(c, "runner", "runner", 8, 1, None),
-            ),
-            ("client: raw tritonclient.grpc, 8 threads, batch 1", self._client(c, "raw", "raw", 8, 1, None)),
-            (
-                f"client: runner, batch 8, {self.plan.workers} threads, MSLITE_TRITON_SHM=0",
-                self._client(b8, "plain", "runner", self.plan.workers, 8, "0"),
-            ),
-        ]
-        if b8["shm_available"]:  # the runner above used its default (shared memory on loopback): isolate it
-            steps.append(
-                (
-                    "client: ModelParallelRunner.predict, 8 threads, batch 1, MSLITE_TRITON_SHM=0",
-                    self._client(c, "runner_plain", "runner", 8, 1, "0"),
-                )
-            )
-            steps.append(
-                (
-                    f"client: runner, batch 8, {self.plan.workers} threads, shared memory",
-                    self._client(b8, "shm", "runner", self.plan.workers, 8, "1"),
-                )
-            )
-        return steps
+    # -- paired rounds (paired.py says why) --------------------------------------------------------
+    def _best_level(self, backend: str, proto: str) -> int:
+        """The concurrency among 4/8/16 with the most throughput in the sweep (8 when the sweep has none)."""
+        points = [q for q in self.results["served"][backend][proto] if q["concurrency"] in (4, 8, 16)]
+        return max(points, key=lambda q: q["infer_s"])["concurrency"] if points else 8
 
-    def _client(
-        self, into: dict[str, Any], key: str, mode: str, threads: int, batch: int, shm: str | None
-    ) -> Callable[[], str]:
+    def _mobilenet_round(self, index: int) -> Callable[[], str]:
+        """In-process ceiling cell and single session, then ours over gRPC (best level and c=8), shm, c=1, and naive."""
+
         def run() -> str:
-            assert self.server is not None
-            env = dict(os.environ)
-            if shm is not None:
-                env["MSLITE_TRITON_SHM"] = shm
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.client_bench",
-                mode,
-                "--url",
-                self.server.server.grpc_url,
-                "--model",
-                MOBILENET,
-                "--threads",
-                str(threads),
-                "--batch",
-                str(batch),
-                "--warmup-s",
-                str(self.plan.client_warmup_s),
-                "--seconds",
-                str(self.plan.client_s),
+            p, best = self.plan, self.results["ceiling"]["best"]
+            layout = (p.workers, p.threads, 1)  # the served workers' sessions x threads, batch 1
+            cell = (best["sessions"], best["threads"], best["batch"]) if best else layout
+            lg, ls = self._best_level("mslite", "grpc"), self._best_level("mslite", "shm")
+            ln = self._best_level("naive", "grpc")
+            naive = f"{MOBILENET}_naive"
+            items: list[tuple[str, paired.Measure]] = [
+                ("ceiling", functools.partial(self._cell, *cell)),
+                ("single", lambda: inprocess.single_session(MODEL_PATH, p.threads, p.single_s).as_dict()),
+                ("grpc", functools.partial(self._point, MOBILENET, lg, False)),
+                ("shm", functools.partial(self._point, MOBILENET, ls, True)),
+                ("c1", functools.partial(self._point, MOBILENET, 1, False)),
+                ("naive_grpc", functools.partial(self._point, naive, ln, False)),
+                ("naive_c1", functools.partial(self._point, naive, 1, False)),
             ]
-            limit = self.plan.client_warmup_s + self.plan.client_s + 90
-            out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
-            if out.returncode != 0:
-                raise RuntimeError(f"client_bench exit {out.returncode}: {out.stderr[-1500:]}")
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            shown = [f"MSLITE_TRITON_SHM={shm}"] if shm is not None else []
-            r["command"] = shlex.join([*shown, "python", *cmd[1:]])
-            into[key] = r
-            return (
-                f"{r['img_s']:.0f} img/s ({r['req_s']:.0f} req/s), p50 {r['p50_ms']:.2f} ms, "
-                f"p99 {r['p99_ms']:.2f} ms, client CPU {r['client_cpu_ms_per_req']:.2f} ms/request, "
-                f"errors {r['errors']}"
-            )
+            if cell != layout:  # in-process CPU per image is taken with the served workers' layout
+                items.insert(1, ("layout", functools.partial(self._cell, *layout)))
+            if lg != 8:  # worker efficiency is measured at c=8
+                items.append(("grpc_c8", functools.partial(self._point, MOBILENET, 8, False)))
+            one = paired.run_round(items, index)
+            self.results["rounds"]["mobilenet"].append(one)
+            ceiling = paired.value(one, "ceiling", "img_s")
+            parts = [f"ceiling {ceiling:.0f} img/s" if ceiling else "ceiling -"]
+            for key, label in (("grpc", f"gRPC c={lg}"), ("shm", f"shm c={ls}"), ("naive_grpc", f"naive c={ln}")):
+                v = paired.value(one, key, "infer_s")
+                parts.append(f"{label} {v:.0f}" if v else f"{label} -")
+            return ", ".join(parts) + _failed(one)
 
         return run
+
+    def _cell(self, sessions: int, threads: int, batch: int) -> dict[str, Any]:
+        return inprocess.grid_cell(MODEL_PATH, sessions, threads, batch, self.plan.ceiling_s, self.plan.cores).as_dict()
+
+    def _client_round(self, index: int) -> Callable[[], str]:
+        """Each client case in its own process: the runner vs raw tritonclient, and batch 8 with and without shm."""
+
+        def run() -> str:
+            items: list[tuple[str, paired.Measure]] = []
+            for key, mode, threads, batch, shm in CLIENT_CASES:
+                n = threads or self.plan.workers
+                items.append((key, functools.partial(self._client, mode, n, batch, shm)))
+            one = paired.run_round(items, index)
+            self.results["rounds"]["client"].append(one)
+            shown = [f"{k} {paired.value(one, k, 'img_s') or 0:.0f}" for k, *_ in CLIENT_CASES]
+            return "img/s: " + ", ".join(shown) + _failed(one)
+
+        return run
+
+    def _tiny_round(self, index: int) -> Callable[[], str]:
+        def run() -> str:
+            items: list[tuple[str, paired.Measure]] = []
+            for c in self.plan.tiny_levels:
+                items.append((f"mslite_c{c}", functools.partial(self._point, "tiny", c, False)))
+                items.append((f"naive_c{c}", functools.partial(self._point, "tiny_naive", c, False)))
+            one = paired.run_round(items, index)
+            self.results["rounds"]["tiny"].append(one)
+            shown = [f"{k} {paired.value(one, k, 'infer_s') or 0:.0f}" for k, _ in items]
+            return "req/s: " + ", ".join(shown) + _failed(one)
+
+        return run
+
+    def _client(self, mode: str, threads: int, batch: int, shm: str | None) -> dict[str, Any]:
+        assert self.server is not None
+        env = dict(os.environ)
+        if shm is not None:
+            env["MSLITE_TRITON_SHM"] = shm
+        args = ["-m", "benchmarks.client_bench", mode, "--url", self.server.server.grpc_url, "--model", MOBILENET]
+        args += ["--threads", str(threads), "--batch", str(batch)]
+        args += ["--warmup-s", str(self.plan.client_warmup_s), "--seconds", str(self.plan.client_s)]
+        limit = self.plan.client_warmup_s + self.plan.client_s + 90
+        out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+        if out.returncode != 0:
+            raise RuntimeError(f"client_bench exit {out.returncode}: {out.stderr[-1500:]}")
+        r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        r["command"] = shlex.join([*([f"MSLITE_TRITON_SHM={shm}"] if shm is not None else []), "python", *args])
+        return r
 
     def close(self) -> None:
         """Stop the server and remove the composed repository (safe to call twice)."""
@@ -300,3 +324,8 @@ class Bench:
 
             shutil.rmtree(self.repo_dir, ignore_errors=True)
             self.repo_dir = None
+
+
+def _failed(one: paired.Round) -> str:
+    errs = paired.errors(one)
+    return f"; FAILED {'; '.join(errs)}" if errs else ""

@@ -134,12 +134,13 @@ class BenchServer:
         self._post(f"/v2/repository/models/{name}/unload")
         self.loaded.discard(name)
 
-    def only(self, name: str) -> None:
-        """Make `name` the only loaded model, so every worker process belongs to it."""
-        for other in sorted(self.loaded - {name}):
+    def only(self, *names: str) -> None:
+        """Make `names` the loaded models (nothing else keeps worker processes alive)."""
+        for other in sorted(self.loaded - set(names)):
             self.unload(other)
-        if name not in self.loaded:
-            self.load(name)
+        for name in names:
+            if name not in self.loaded:
+                self.load(name)
 
     def inference_count(self, name: str) -> tuple[int, int]:
         """(inferences, executions) from Triton's statistics: images served and worker `execute` calls."""

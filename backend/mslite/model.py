@@ -119,6 +119,8 @@ class TritonPythonModel:
             auto_complete_model_config.set_max_batch_size(plan.max_batch_size)
         if plan.dynamic_batching:
             auto_complete_model_config.set_dynamic_batching()
+            # pb_utils has no setter for these: as_dict() is the live config that goes back to Triton
+            auto_complete_model_config.as_dict()["dynamic_batching"].update(plan.batcher_defaults)
         for entry in plan.inputs:
             auto_complete_model_config.add_input(entry)
         for entry in plan.outputs:

@@ -51,8 +51,17 @@ def build_repository(repo: Path) -> None:
     _add(repo, "tiny", GEN.build_tiny(), (ROOT / "model_repository" / "tiny" / "config.pbtxt").read_text())
     for name, build in ZOO.items():
         _add(repo, name, build())
-    # one instance, so concurrent requests queue up and the dynamic batcher merges them
-    _add(repo, "batched", GEN.build_tiny(), MINIMAL + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n")
+    # one instance, so concurrent requests queue up, and the backend merges them into one run
+    _add(
+        repo,
+        "batched",
+        GEN.build_tiny(),
+        MINIMAL
+        + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n"
+        + "dynamic_batching { preferred_batch_size: [ 16 ] max_queue_delay_microseconds: 5000 }\n"
+        + 'parameters { key: "merge_requests" value { string_value: "true" } }\n',
+    )
+    _add(repo, "cpu_defaults", GEN.build_tiny(), MINIMAL + "instance_group [ { kind: KIND_CPU, count: 2 } ]\n")
     _add(repo, "corrupt", model_zoo.broken_bytes())
     _add(
         repo,

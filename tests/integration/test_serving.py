@@ -79,6 +79,16 @@ def test_concurrent_requests_are_batched_and_exact(server):
     assert executions < 32, "no request was merged with another"
 
 
+def test_minimal_config_gets_a_bounded_queue_and_two_requests_per_execute_on_cpu(server):
+    client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
+    try:
+        batching = client.get_model_config("cpu_defaults")["dynamic_batching"]
+    finally:
+        client.close()
+    assert int(batching["default_queue_policy"]["max_queue_size"]) == 1000
+    assert [int(v) for v in batching["preferred_batch_size"]] == [2]
+
+
 def _stats(server, model):
     client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
     try:

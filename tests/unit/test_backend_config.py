@@ -270,6 +270,7 @@ def test_every_known_key_is_accepted_without_warning() -> None:
         "precision_mode": "enforce_fp32",
         "warmup": "0",
         "batch_buckets": "1,2,4",
+        "merge_requests": "auto",
         "max_request_bytes": "1048576",
         "metrics": "0",
         "ascend_device_ids": "0,1",
@@ -278,6 +279,19 @@ def test_every_known_key_is_accepted_without_warning() -> None:
     }
     assert set(values) == KNOWN_KEYS
     assert _parse(values).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "cpu", "gpu"), [(None, False, True), ("auto", False, True), ("true", True, True), ("off", False, False)]
+)
+def test_merge_requests_default_and_values(raw: str | None, cpu: bool, gpu: bool) -> None:
+    cfg = _parse({"merge_requests": raw} if raw else {})
+    assert (cfg.merges_for("CPU"), cfg.merges_for("GPU"), cfg.merges_for("MODEL")) == (cpu, gpu, gpu)
+
+
+def test_merge_requests_rejects_other_words() -> None:
+    with pytest.raises(ConfigError, match="merge_requests.*auto"):
+        _parse({"merge_requests": "sometimes"})
 
 
 def test_parameters_in_plain_form_are_accepted() -> None:

@@ -17,6 +17,7 @@ from mslite_backend.graph import (
     DEFAULT_MAX_BATCH_SIZE,
     GraphIO,
     GraphTensor,
+    batcher_defaults,
     check_config_against_graph,
     plan_auto_complete,
     read_graph_io,
@@ -145,6 +146,39 @@ def test_minimal_config_of_a_batchable_model_turns_batching_on(tmp_path: Path) -
         {"name": "sum", "data_type": "TYPE_FP32", "dims": [3]},
         {"name": "prod", "data_type": "TYPE_FP32", "dims": [3]},
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}]},
+         {"default_queue_policy": {"max_queue_size": 1000}, "preferred_batch_size": [2]}),
+        ({"instance_group": [{"kind": "KIND_CPU"}, {"kind": "KIND_GPU"}]},
+         {"default_queue_policy": {"max_queue_size": 1000}}),
+        ({"instance_group": [{"kind": "KIND_CPU"}],
+          "dynamic_batching": {"preferred_batch_size": [4], "default_queue_policy": {"max_queue_size": 7}}},
+         {}),
+        ({"instance_group": [{"kind": "KIND_CPU"}],
+          "dynamic_batching": {"default_queue_policy": {"timeout_action": "DELAY"}}},
+         {"default_queue_policy": {"timeout_action": "DELAY", "max_queue_size": 1000}, "preferred_batch_size": [2]}),
+    ],
+)  # fmt: skip
+def test_batcher_defaults_fill_only_what_the_config_leaves_out(config: dict, expected: dict) -> None:
+    assert batcher_defaults({"name": "m", **config}, 64) == expected
+
+
+def test_batcher_defaults_keep_preferred_sizes_within_max_batch_size() -> None:
+    fill = batcher_defaults({"name": "m", "instance_group": [{"kind": "KIND_CPU"}]}, 1)
+    assert fill == {"default_queue_policy": {"max_queue_size": 1000}}
+
+
+def test_batcher_defaults_follow_the_gpu_when_no_group_is_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mslite_backend import graph
+
+    monkeypatch.setattr(graph, "_gpu_visible", lambda: True)
+    assert "preferred_batch_size" not in batcher_defaults({"name": "m"}, 64)
+    monkeypatch.setattr(graph, "_gpu_visible", lambda: False)
+    assert batcher_defaults({"name": "m"}, 64)["preferred_batch_size"] == [2]
 
 
 def test_minimal_config_keeps_dynamic_non_batch_dims(tmp_path: Path) -> None:

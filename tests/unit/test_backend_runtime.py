@@ -152,7 +152,7 @@ def test_no_batch_model_rejects_a_batch_dimension(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["multi_io", "mixed_dtypes", "variable_seq"])
 def test_merged_requests_equal_single_runs_exactly(tmp_path: Path, name: str) -> None:
     model = getattr(zoo, name)()
-    runtime = _load(tmp_path, model)
+    runtime = _load(tmp_path, model, merge_requests="true")
     requests = [_feeds(name, n) for n in (2, 1, 4, 1)]
     calls = _count_runs(runtime)
     merged = runtime.execute(requests)
@@ -166,9 +166,22 @@ def test_merged_requests_equal_single_runs_exactly(tmp_path: Path, name: str) ->
         _assert_same(got, zoo.run_reference(model, feeds), names)
 
 
+@pytest.mark.parametrize("name", ["multi_io", "mixed_dtypes", "variable_seq"])
+def test_cpu_workers_run_each_request_alone_by_default(tmp_path: Path, name: str) -> None:
+    model = getattr(zoo, name)()
+    runtime = _load(tmp_path, model)
+    requests = [_feeds(name, n) for n in (2, 1, 4)]
+    calls = _count_runs(runtime)
+    results = runtime.execute(requests)
+    assert [next(iter(c.values())).shape[0] for c in calls] == [2, 1, 4]
+    names = [o.name for o in model.graph.output]
+    for feeds, result in zip(requests, results):
+        _assert_same(_ok(result), zoo.run_reference(model, feeds), names)
+
+
 def test_different_sequence_lengths_in_one_call(tmp_path: Path) -> None:
     model = zoo.variable_seq()
-    runtime = _load(tmp_path, model)
+    runtime = _load(tmp_path, model, merge_requests="true")
     lengths = [3, 5, 3, 1, 5]
     requests = [{"tokens": RNG.standard_normal((2, t), dtype=np.float32)} for t in lengths]
     calls = _count_runs(runtime)
@@ -202,7 +215,7 @@ def _bad_requests() -> dict[str, tuple[dict[str, np.ndarray], list[str]]]:
 @pytest.mark.parametrize("case", list(_bad_requests()))
 def test_a_bad_request_fails_alone(tmp_path: Path, case: str) -> None:
     model = zoo.multi_io()
-    runtime = _load(tmp_path, model, max_batch_size=4)
+    runtime = _load(tmp_path, model, max_batch_size=4, merge_requests="true")
     bad, words = _bad_requests()[case]
     good = [_feeds("multi_io", 1), _feeds("multi_io", 2)]
     calls = _count_runs(runtime)
@@ -232,7 +245,7 @@ def _gather_model() -> onnx.ModelProto:
 
 
 def test_a_request_failing_inside_ort_does_not_fail_its_merged_neighbours(tmp_path: Path) -> None:
-    runtime = _load(tmp_path, _gather_model())
+    runtime = _load(tmp_path, _gather_model(), merge_requests="true")
     requests = [{"idx": np.array([[1], [4]])}, {"idx": np.array([[7]])}, {"idx": np.array([[0]])}]
     calls = _count_runs(runtime)
     results = runtime.execute(requests)
@@ -252,7 +265,7 @@ def test_run_batched_with_fake_runs() -> None:
         return {"y": feeds["x"] * 2}
 
     requests = [{"x": np.array([[1.0]])}, {"x": np.array([[-1.0]])}, {"x": np.array([[2.0], [3.0]])}]
-    results = run_batched(requests, double, batched=True)
+    results = run_batched(requests, double, merge=True)
     assert results[0]["y"].tolist() == [[2.0]]
     assert isinstance(results[1], InferenceFailure)
     assert results[2]["y"].tolist() == [[4.0], [6.0]]
@@ -265,7 +278,7 @@ def test_run_batched_does_not_split_outputs_without_a_batch_dimension() -> None:
         runs.append(len(feeds["x"]))
         return {"s": np.array(feeds["x"].sum())}
 
-    results = run_batched([{"x": np.ones((2, 1))}, {"x": np.ones((3, 1))}], total, batched=True)
+    results = run_batched([{"x": np.ones((2, 1))}, {"x": np.ones((3, 1))}], total, merge=True)
     assert runs == [5, 2, 3]  # the merged output cannot be split, so each request runs alone
     assert [float(r["s"]) for r in results] == [2.0, 3.0]
 

@@ -46,7 +46,7 @@ def _context(target: str) -> mslite.Context:
 
 def test_cpu_prefers_batches_of_one_gpu_merges():
     cpu = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=True)
-    assert cpu["max_batch_size"] == 64 and cpu["dynamic_batching"]["preferred_batch_size"] == [1]
+    assert cpu["max_batch_size"] == 64 and cpu["dynamic_batching"]["preferred_batch_size"] == [2]
     gpu = build_model_config("m", _context("gpu"), WorkerPlan(2, 1, 1), batchable=True)
     assert gpu["max_batch_size"] == 64 and "preferred_batch_size" not in gpu["dynamic_batching"]
     fixed = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=False)

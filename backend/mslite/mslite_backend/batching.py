@@ -24,13 +24,13 @@ def signature(feeds: Feeds) -> tuple:
     return tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in feeds.items()))
 
 
-def run_batched(requests: list[Feeds], run: RunFn, *, batched: bool) -> list[Result]:
-    """Run every request, merging compatible ones when the model has a batch dimension.
+def run_batched(requests: list[Feeds], run: RunFn, *, merge: bool) -> list[Result]:
+    """Run every request, merging compatible ones when `merge`.
 
     Args:
         requests: validated inputs of each request, in arrival order.
         run: runs one (possibly merged) set of inputs; raises BackendError on failure.
-        batched: whether axis 0 is the batch dimension (model max_batch_size > 0).
+        merge: concatenate compatible requests on axis 0 (only for models whose axis 0 is the batch).
 
     Returns:
         One entry per request, in order: its outputs, or the BackendError that failed it.
@@ -38,7 +38,7 @@ def run_batched(requests: list[Feeds], run: RunFn, *, batched: bool) -> list[Res
     results: list[Result | None] = [None] * len(requests)
     groups: dict[tuple, list[int]] = {}
     for i, feeds in enumerate(requests):
-        key = signature(feeds) if batched else ("single", i)
+        key = signature(feeds) if merge else ("single", i)
         groups.setdefault(key, []).append(i)
     for members in groups.values():
         if len(members) > 1:

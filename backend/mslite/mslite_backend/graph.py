@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config import BackendConfig, TensorSpec
@@ -72,6 +72,11 @@ class AutoCompletePlan:
     dynamic_batching: bool
     inputs: tuple[dict[str, Any], ...]
     outputs: tuple[dict[str, Any], ...]
+    batcher_defaults: dict[str, Any] = field(default_factory=dict)  # missing dynamic_batching fields to fill
+
+
+MAX_QUEUE_SIZE = 1000  # MindSpore Lite's task queue bound: beyond it requests are refused at once
+CPU_PREFERRED_BATCH = (2,)  # requests per execute on CPU workers (batcher_defaults); the client uses the same
 
 
 def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoCompletePlan:
@@ -96,12 +101,41 @@ def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoComplet
         dims = list(t.dims[1:] if batched else t.dims)
         return {"name": t.name, "data_type": t.data_type, "dims": dims}
 
+    dynamic = batched and "sequence_batching" not in model_config
     return AutoCompletePlan(
         max_batch_size=mbs_new,
-        dynamic_batching=batched and "sequence_batching" not in model_config,
+        dynamic_batching=dynamic,
+        batcher_defaults=batcher_defaults(model_config, mbs_new or mbs) if dynamic else {},
         inputs=tuple(entry(t) for t in io.inputs if t.name not in have_in),
         outputs=tuple(entry(t) for t in io.outputs if t.name not in have_out),
     )
+
+
+def batcher_defaults(model_config: dict[str, Any], max_batch_size: int) -> dict[str, Any]:
+    """The dynamic batcher fields the config leaves out that we set: a bounded queue, and on CPU batches of 2.
+
+    The queue holds MAX_QUEUE_SIZE requests; beyond that Triton refuses at once (the client's overload
+    error). On CPU workers, each request runs alone (`merge_requests`), and handing a worker two queued
+    requests per `execute` keeps it busy across the hand-off to Triton without starving the other workers
+    (measured in README, "Concurrency defaults"). A model with any non-CPU instance group keeps Triton's
+    default sizes; without instance groups, Triton puts the instances on GPUs when it sees any. A
+    `max_queue_size` of 0 reads as absent in Triton's JSON, so it gets the bound too.
+    """
+    current = model_config.get("dynamic_batching") or {}
+    fill: dict[str, Any] = {}
+    if not (current.get("default_queue_policy") or {}).get("max_queue_size"):
+        fill["default_queue_policy"] = {**(current.get("default_queue_policy") or {}), "max_queue_size": MAX_QUEUE_SIZE}
+    groups = model_config.get("instance_group") or [{"kind": "KIND_GPU" if _gpu_visible() else "KIND_CPU"}]
+    cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups)
+    fitting = [b for b in CPU_PREFERRED_BATCH if b <= max_batch_size]  # Triton refuses sizes above it
+    if cpu_only and fitting and not current.get("preferred_batch_size"):
+        fill["preferred_batch_size"] = fitting
+    return fill
+
+
+def _gpu_visible() -> bool:
+    """Whether an NVIDIA device is present (where Triton places instances when the config names none)."""
+    return os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("-1", "none")
 
 
 def check_config_against_graph(cfg: BackendConfig, io: GraphIO) -> None:

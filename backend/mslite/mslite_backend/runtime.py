@@ -36,9 +36,11 @@ class ModelRuntime:
         shared: bool = False,
         notes: tuple[str, ...] = (),
         buckets: tuple[int, ...] = (),
+        merge: bool = False,
     ) -> None:
         self.cfg = cfg
         self.buckets = buckets  # fixed batch sizes the session runs at (GPU: one shape per bucket), or none
+        self.merge = merge  # concatenate the requests of one execute into one run (BackendConfig.merges_for)
         self.session = session
         self.weights = weights  # the updatable weights' shared store, when the model has any
         self.shared = shared  # True when the constant weights are one file-backed copy for all workers
@@ -86,6 +88,7 @@ class ModelRuntime:
             shared=prepared.shared and not notes,
             notes=prepared.notes + notes,
             buckets=cfg.buckets_for(instance.kind),
+            merge=cfg.merges_for(instance.kind),
         )
         try:
             if cfg.warmup:
@@ -199,7 +202,7 @@ class ModelRuntime:
                 valid.append(i)
             except RequestError as e:
                 results[i] = e
-        ran = run_batched([requests[i] for i in valid], lambda f: self.run(f, weights), batched=self.cfg.batched)
+        ran = run_batched([requests[i] for i in valid], lambda f: self.run(f, weights), merge=self.merge)
         for i, r in zip(valid, ran):
             results[i] = r
         return [r for r in results if r is not None]
