@@ -57,7 +57,7 @@ def build_repository(repo: Path) -> None:
         "batched",
         GEN.build_tiny(),
         MINIMAL
-        + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n"
+        + "max_batch_size: 64\ninstance_group [ { kind: KIND_CPU, count: 1 } ]\n"
         + "dynamic_batching { preferred_batch_size: [ 16 ] max_queue_delay_microseconds: 5000 }\n"
         + 'parameters { key: "merge_requests" value { string_value: "true" } }\n',
     )
