@@ -66,10 +66,10 @@ def _paired_bar(
     """The median over rounds of `num / den` (or `num - den` with `diff`, in ms) against the bound."""
     if diff:
         target = f"<= {bound:+.2f} ms"
-        values = paired.differences(rounds, num, den)
+        values = [a - b for a, b in paired.pairs(rounds, num, den)]
     else:
         target = f"{'<=' if most else '>='} {bound:.2f} x"
-        values = paired.ratios(rounds, num, den)
+        values = [a / b for a, b in paired.pairs(rounds, num, den) if b]
     if not values:
         return Bar(name, None, target, MISSING, "not measured")
     m = statistics.median(values)
@@ -125,10 +125,10 @@ def context_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         ("runner with MSLITE_TRITON_SHM=0 vs raw tritonclient, 8 threads", cli,
          _get("runner_plain", "img_s"), _get("raw", "img_s")),
     ):  # fmt: skip
-        m = paired.median(list(paired.ratios(rounds, num, den)))
+        m = paired.median([a / b for a, b in paired.pairs(rounds, num, den) if b])
         if m is not None:
             rows.append((name, f"{m:.2f} x (median of rounds)"))
-    m = paired.median(list(paired.differences(mob, _get("naive_c1", "p50_ms"), _get("single", "p50_ms"))))
+    m = paired.median([a - b for a, b in paired.pairs(mob, _get("naive_c1", "p50_ms"), _get("single", "p50_ms"))])
     if m is not None:
         rows.append(("naive p50 at c=1 minus in-process p50", f"{m:+.2f} ms (median of rounds)"))
     for key, who in (("c1", "ours"), ("naive_c1", "naive")):

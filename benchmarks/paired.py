@@ -48,25 +48,9 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(kept) if kept else None
 
 
-def ratios(
+def pairs(
     rounds: list[Round], num: Callable[[Round], float | None], den: Callable[[Round], float | None]
-) -> list[float]:
-    """`num / den` for every round where both were measured."""
-    out = []
-    for one in rounds:
-        a, b = num(one), den(one)
-        if a is not None and b:
-            out.append(a / b)
-    return out
-
-
-def differences(
-    rounds: list[Round], num: Callable[[Round], float | None], den: Callable[[Round], float | None]
-) -> list[float]:
-    """`num - den` for every round where both were measured."""
-    out = []
-    for one in rounds:
-        a, b = num(one), den(one)
-        if a is not None and b is not None:
-            out.append(a - b)
-    return out
+) -> list[tuple[float, float]]:
+    """`(num, den)` of every round where both were measured."""
+    both = ((num(one), den(one)) for one in rounds)
+    return [(a, b) for a, b in both if a is not None and b is not None]

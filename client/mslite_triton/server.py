@@ -93,16 +93,26 @@ def _triton_dir() -> Path:
     return Path(pytriton.__file__).parent / "tritonserver"
 
 
-def _check_port(host: str, port: int, what: str) -> int:
-    """Return `port`, or a free one when it is 0; raise naming the port when it is taken."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise ServerStartError(
-                f"{what} port {port} on {host} is already in use; choose another with --{what}-port"
-            ) from e
-        return int(s.getsockname()[1])
+def _pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
+    """For each (host, port, what): `port`, or a free one when it is 0; raise naming a port that is taken.
+
+    Every socket stays bound until all are picked, so two free ports are never the same one.
+    """
+    held: list[socket.socket] = []
+    try:
+        for host, port, what in wanted:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            try:
+                s.bind((host, port))
+            except OSError as e:
+                raise ServerStartError(
+                    f"{what} port {port} on {host} is already in use; choose another with --{what}-port"
+                ) from e
+        return [int(s.getsockname()[1]) for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 class EmbeddedServer:
@@ -159,13 +169,13 @@ class EmbeddedServer:
         cfg = self.config
         if not Path(cfg.model_repository).is_dir():
             raise ServerStartError(f"model repository '{cfg.model_repository}' is not a directory")
-        self.http_port = _check_port(cfg.host, cfg.http_port, "http")
-        self.grpc_port = _check_port(cfg.host, cfg.grpc_port, "grpc")
-        self.metrics_port = _check_port(cfg.host, cfg.metrics_port, "metrics")
-        self.triton_http_port, self.triton_grpc_port = self.http_port, self.grpc_port
-        if cfg.gateway:
-            self.triton_http_port = _check_port(LOOPBACK, 0, "http")
-            self.triton_grpc_port = _check_port(LOOPBACK, 0, "grpc")
+        wanted = [(cfg.host, cfg.http_port, "http"), (cfg.host, cfg.grpc_port, "grpc")]
+        wanted += [(cfg.host, cfg.metrics_port, "metrics")]
+        if cfg.gateway:  # Triton's own ports, private, behind the gateway's
+            wanted += [(LOOPBACK, 0, "http"), (LOOPBACK, 0, "grpc")]
+        ports = _pick_ports(wanted)
+        self.http_port, self.grpc_port, self.metrics_port = ports[:3]
+        self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]
         self._binary = self._compose_workspace()
         if cfg.restrict_admin:
             self.admin_key = _admin_key.new_key()

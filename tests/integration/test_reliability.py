@@ -25,7 +25,7 @@ import mslite_triton as mslite
 from mslite_triton import _admin_key
 from mslite_triton._supervisor import workers_of
 from mslite_triton.errors import ExecutionTimeoutError
-from mslite_triton.server import EmbeddedServer, ServerConfig, _check_port
+from mslite_triton.server import EmbeddedServer, ServerConfig, _pick_ports
 
 pytestmark = pytest.mark.integration
 
@@ -177,7 +177,7 @@ def _server_prefix(cli_pid: int) -> str:
 
 
 def _free_port() -> int:
-    return _check_port("127.0.0.1", 0, "free")
+    return _pick_ports([("127.0.0.1", 0, "free")])[0]
 
 
 def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path):

@@ -485,3 +485,18 @@ def test_model_name_characters(tmp_path: Path, filename: str) -> None:
 def test_model_name_of_an_odd_file_name(tmp_path: Path) -> None:
     name = model_name(str(tmp_path / "my model:v1.onnx"), {"file:1/model.onnx": b"\x08\x08"}, {})
     assert name.startswith("my_model_v1_")
+
+
+def test_free_ports_picked_together_are_distinct() -> None:
+    from mslite_triton.server import ServerStartError, _pick_ports
+
+    for _ in range(50):
+        ports = _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", 0, "grpc"), ("127.0.0.1", 0, "metrics")])
+        assert len(set(ports)) == 3
+    taken = _pick_ports([("127.0.0.1", 0, "x")])[0]
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", taken))
+        with pytest.raises(ServerStartError, match=f"grpc port {taken} on 127.0.0.1 is already in use"):
+            _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", taken, "grpc")])

@@ -1,0 +1,92 @@
+"""How the CPU batching defaults were chosen: MobileNetV2 served with different dynamic-batcher settings.
+
+`python -m benchmarks.batching_variants [--levels 8,16] [--rounds 2] [--variants p1_merge,p2_alone,...]`
+
+Every variant is the repository's `mobilenetv2` (2 workers x 1 thread) with another `dynamic_batching`
+section and `merge_requests` value; `naive` is the naive baseline. All are loaded at once and measured by
+perf_analyzer over gRPC in alternation (the order reversed every other round, paired.py says why); the
+last lines give each variant's median throughput, p50, p99 and its ratio to the first variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import tempfile
+from pathlib import Path
+
+from .perf import PerfPoint, PerfSettings, measure
+from .serving import BenchServer, ModelSpec, compose_repository
+from .tools import ensure_tools
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "default_queue_policy { max_queue_size: 1000 }"
+MERGE = 'parameters { key: "merge_requests" value { string_value: "true" } }\n'
+VARIANTS = {  # name -> what replaces the config's dynamic_batching section
+    "p1_merge": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n" + MERGE,
+    "p1_alone": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n",
+    "p2_alone": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n",
+    "p4_alone": f"dynamic_batching {{ preferred_batch_size: [ 4 ] {QUEUE} }}\n",
+    "all_alone": f"dynamic_batching {{ {QUEUE} }}\n",
+    "all_merge": f"dynamic_batching {{ {QUEUE} }}\n" + MERGE,
+}
+
+
+def compose(root: Path, names: list[str]) -> None:
+    """One model directory per variant (the naive baseline as `naive`)."""
+    specs = [ModelSpec(n, "mobilenetv2", "naive" if n == "naive" else "mslite", 2, 1) for n in names]
+    compose_repository(root, ROOT / "model_repository", specs)
+    for name in names:
+        if name == "naive":
+            continue
+        path = root / name / "config.pbtxt"
+        text = re.sub(r"(?ms)^dynamic_batching \{.*?^\}\n", "", path.read_text())
+        path.write_text(text + VARIANTS[name])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variants", default="p1_merge,p2_alone,all_alone,naive")
+    p.add_argument("--levels", default="8,16", help="perf_analyzer concurrencies")
+    p.add_argument("--rounds", type=int, default=2)
+    a = p.parse_args()
+    names = a.variants.split(",")
+    unknown = [n for n in names if n != "naive" and n not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)} and naive")
+    levels = [int(c) for c in a.levels.split(",")]
+    tools = ensure_tools(ROOT)
+    settings = PerfSettings(interval_ms=2000, max_trials=5, stability_pct=25)
+    with tempfile.TemporaryDirectory(prefix="bench-variants-") as tmp:
+        compose(Path(tmp), names)
+        server = BenchServer(Path(tmp)).start()
+        try:
+            server.only(*names)
+            found: dict[tuple[str, int], list[PerfPoint]] = {}
+            for r in range(a.rounds):
+                for c in levels:
+                    for name in names if r % 2 == 0 else names[::-1]:
+                        pt = measure(tools, server, name, c, shm=False, settings=settings)
+                        found.setdefault((name, c), []).append(pt)
+                        print(
+                            f"round {r + 1} {name} c={c}: {pt.infer_s:.0f} img/s, p50 {pt.p50_ms:.1f} ms, "
+                            f"p99 {pt.p99_ms:.1f} ms, {pt.avg_batch:.2f} requests per execute",
+                            flush=True,
+                        )
+        finally:
+            server.stop()
+    for c in levels:
+        base = found[(names[0], c)]
+        for name in names:
+            pts = found[(name, c)]
+            ratio = statistics.median(x.infer_s / y.infer_s for x, y in zip(pts, base))
+            print(
+                f"c={c} {name}: median {statistics.median(x.infer_s for x in pts):.0f} img/s, "
+                f"p50 {statistics.median(x.p50_ms for x in pts):.1f} ms, "
+                f"p99 {statistics.median(x.p99_ms for x in pts):.1f} ms, {ratio:.3f} x {names[0]}"
+            )
+
+
+if __name__ == "__main__":
+    main()
