@@ -1,11 +1,12 @@
 """How the CPU batching defaults were chosen: MobileNetV2 served with different dynamic-batcher settings.
 
-`python -m benchmarks.batching_variants [--levels 8,16] [--rounds 2] [--variants p1_merge,p2_alone,...]`
+`python -m benchmarks.batching_variants [--model tiny] [--levels 8,16] [--rounds 2] [--variants p1_merge,...]`
 
-Every variant is the repository's `mobilenetv2` (2 workers x 1 thread) with another `dynamic_batching`
-section and `merge_requests` value; `naive` is the naive baseline. All are loaded at once and measured by
-perf_analyzer over gRPC in alternation (the order reversed every other round, paired.py says why); the
-last lines give each variant's median throughput, p50, p99 and its ratio to the first variant.
+Every variant is a repository model (`mobilenetv2` unless `--model`; 2 workers x 1 thread) with another
+`dynamic_batching` section and `merge_requests` value; `naive` is the naive baseline. All are loaded at
+once and measured by perf_analyzer over gRPC in alternation (the order reversed every other round,
+paired.py says why); the last lines give each variant's median throughput, p50, p99 and its ratio to the
+first variant.
 """
 
 from __future__ import annotations
@@ -27,27 +28,32 @@ VARIANTS = {  # name -> what replaces the config's dynamic_batching section
     "p1_merge": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n" + MERGE,
     "p1_alone": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n",
     "p2_alone": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n",
+    "p2_merge": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n" + MERGE,
     "p4_alone": f"dynamic_batching {{ preferred_batch_size: [ 4 ] {QUEUE} }}\n",
     "all_alone": f"dynamic_batching {{ {QUEUE} }}\n",
     "all_merge": f"dynamic_batching {{ {QUEUE} }}\n" + MERGE,
+    "all_alone_unbounded": "dynamic_batching { }\n",
 }
 
 
-def compose(root: Path, names: list[str]) -> None:
-    """One model directory per variant (the naive baseline as `naive`)."""
-    specs = [ModelSpec(n, "mobilenetv2", "naive" if n == "naive" else "mslite", 2, 1) for n in names]
+def compose(root: Path, names: list[str], source: str = "mobilenetv2") -> None:
+    """One model directory per variant of the repository's `source` model (the naive baseline as `naive`)."""
+    specs = [ModelSpec(n, source, "naive" if n == "naive" else "mslite", 2, 1) for n in names]
     compose_repository(root, ROOT / "model_repository", specs)
     for name in names:
         if name == "naive":
             continue
         path = root / name / "config.pbtxt"
         text = re.sub(r"(?ms)^dynamic_batching \{.*?^\}\n", "", path.read_text())
+        if "max_batch_size" not in text:  # Triton checks preferred sizes against it before auto-complete
+            text += "max_batch_size: 64\n"
         path.write_text(text + VARIANTS[name])
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variants", default="p1_merge,p2_alone,all_alone,naive")
+    p.add_argument("--model", default="mobilenetv2", help="a model of model_repository/ (e.g. tiny)")
     p.add_argument("--levels", default="8,16", help="perf_analyzer concurrencies")
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
@@ -59,7 +65,7 @@ def main() -> None:
     tools = ensure_tools(ROOT)
     settings = PerfSettings(interval_ms=2000, max_trials=5, stability_pct=25)
     with tempfile.TemporaryDirectory(prefix="bench-variants-") as tmp:
-        compose(Path(tmp), names)
+        compose(Path(tmp), names, a.model)
         server = BenchServer(Path(tmp)).start()
         try:
             server.only(*names)
