@@ -34,7 +34,7 @@ unit: $(STAMP)
 serve: models
 	$(VENV)/bin/mslite-triton serve --model-repository model_repository
 
-## Issue 4's benchmark (not part of `make test`; ~10 min, BENCH_ARGS=--quick ~2 min): benchmarks/results/.
+## Issue 4's benchmark (not part of `make test`; ~13 min, BENCH_ARGS=--quick ~2 min): benchmarks/results/.
 bench: models
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
