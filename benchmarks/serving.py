@@ -36,8 +36,11 @@ class ModelSpec:
 
 
 def ours_config(source_text: str, workers: int, threads: int) -> str:
-    """The repository's config.pbtxt with the instance count and `thread_num` set; the rest kept as is."""
+    """The repository's config.pbtxt with the instance count and `thread_num` set; the rest kept as is
+    (but the queue bound for one worker)."""
     text = re.sub(r"(?m)^instance_group.*\n?", "", source_text)
+    if workers < 2:  # no queue bound for one worker, as the defaults do (the backend's graph.batcher_defaults)
+        text = re.sub(r"(?m)^\s*default_queue_policy.*\n?", "", text)
     text = re.sub(r'(?m)^parameters \{ key: "(thread_num|intra_op_thread_count)".*\n?', "", text)
     return (
         text.rstrip("\n")

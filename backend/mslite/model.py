@@ -191,25 +191,27 @@ class TritonPythonModel:
         Weights updates are applied first, so the other requests of the batch already see them.
         """
         responses: list[Any] = [None] * len(requests)
-        served = []
+        served: list[int] = []
+        feeds = []
         for i, request in enumerate(requests):
             raw = request.parameters()
-            params = json.loads(raw) if raw and UPDATE_PARAMETER in raw else {}  # parse only what may be an update
-            if UPDATE_PARAMETER not in params:
-                served.append(i)
-            else:
-                responses[i] = self._update(request, str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER))
-        feeds = [{t.name(): t.as_numpy() for t in requests[i].inputs()} for i in served]
+            if raw and UPDATE_PARAMETER in raw:  # parse only what may be an update
+                params = json.loads(raw)
+                if UPDATE_PARAMETER in params:
+                    responses[i] = self._update(request, str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER))
+                    continue
+            served.append(i)
+            feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
+        if not feeds:
+            return responses
         started = time.perf_counter()
         try:
             results = self.runtime.execute(feeds)
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
             results = [InferenceFailure("internal error in the mslite backend")] * len(served)
-        if feeds:
-            batched = self.runtime.cfg.batched
-            samples = sum(next(iter(f.values())).shape[0] if batched and f else 1 for f in feeds)
-            self.metrics.record((time.perf_counter() - started) * 1000.0, samples)
+        samples = sum(len(next(iter(f.values()))) for f in feeds if f) if self.runtime.cfg.batched else len(feeds)
+        self.metrics.record((time.perf_counter() - started) * 1000.0, samples)
         for i, result in zip(served, results):
             if isinstance(result, BackendError):
                 self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
@@ -251,7 +253,10 @@ class TritonPythonModel:
         if isinstance(result, BackendError):
             code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(result), "INTERNAL"))
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(result)), code))
-        wanted = request.requested_output_names() or self.output_names
+        # with one output there is nothing to choose (and Triton checks requested names before we run)
+        wanted = (
+            self.output_names if len(self.output_names) == 1 else request.requested_output_names() or self.output_names
+        )
         tensors = [pb_utils.Tensor(name, result[name]) for name in wanted if name in result]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 

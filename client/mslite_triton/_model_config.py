@@ -141,7 +141,7 @@ def build_model_config(
         "name": name,
         "backend": "mslite",
         "instance_group": groups,
-        "dynamic_batching": _dynamic_batching(batching),
+        "dynamic_batching": _dynamic_batching(batching, bounded=plan.workers >= 2),
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
     }
     dynamic = config["dynamic_batching"]
@@ -169,8 +169,14 @@ def _int(section: dict[str, str], key: str) -> int:
     return value
 
 
-def _dynamic_batching(section: dict[str, str]) -> dict[str, Any]:
-    """Triton's dynamic batcher from the `[dynamic_batching]` section; the queue is always bounded."""
+def _dynamic_batching(section: dict[str, str], *, bounded: bool) -> dict[str, Any]:
+    """Triton's dynamic batcher from the `[dynamic_batching]` section.
+
+    The queue holds the section's `max_queue_size`, else MAX_QUEUE_SIZE requests. With one worker
+    (`bounded` False) it is bounded only when the section says so: Triton 2.51 given a queue policy and
+    one instance holds requests for 500 ms now and then (the backend's graph.batcher_defaults has the
+    measurement).
+    """
     unknown = sorted(set(section) - set(BATCHING_KEYS))
     if unknown:
         raise ValueError(f"[{BATCHING_SECTION}] unknown keys {unknown}; known: {list(BATCHING_KEYS)}")
@@ -178,10 +184,10 @@ def _dynamic_batching(section: dict[str, str]) -> dict[str, Any]:
         "max_queue_delay_microseconds": _int(section, "max_queue_delay_microseconds")
         if "max_queue_delay_microseconds" in section
         else 0,
-        "default_queue_policy": {
-            "max_queue_size": _int(section, "max_queue_size") if "max_queue_size" in section else MAX_QUEUE_SIZE
-        },
     }
+    if "max_queue_size" in section or bounded:
+        size = _int(section, "max_queue_size") if "max_queue_size" in section else MAX_QUEUE_SIZE
+        batching["default_queue_policy"] = {"max_queue_size": size}
     if section.get("preferred_batch_size"):
         try:
             batching["preferred_batch_size"] = [int(v) for v in section["preferred_batch_size"].split(",")]

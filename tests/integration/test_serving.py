@@ -83,10 +83,12 @@ def test_minimal_config_gets_a_bounded_queue_and_two_requests_per_execute_on_cpu
     client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
     try:
         batching = client.get_model_config("cpu_defaults")["dynamic_batching"]
+        single = client.get_model_config("tiny")["dynamic_batching"]  # no instance groups: one worker
     finally:
         client.close()
     assert int(batching["default_queue_policy"]["max_queue_size"]) == 1000
     assert [int(v) for v in batching["preferred_batch_size"]] == [2]
+    assert not int((single.get("default_queue_policy") or {}).get("max_queue_size", 0))
 
 
 def _stats(server, model):

@@ -153,14 +153,15 @@ def test_minimal_config_of_a_batchable_model_turns_batching_on(tmp_path: Path) -
     [
         ({"instance_group": [{"kind": "KIND_CPU", "count": 2}]},
          {"default_queue_policy": {"max_queue_size": 1000}, "preferred_batch_size": [2]}),
-        ({"instance_group": [{"kind": "KIND_CPU"}, {"kind": "KIND_GPU"}]},
-         {"default_queue_policy": {"max_queue_size": 1000}}),
-        ({"instance_group": [{"kind": "KIND_CPU"}],
-          "dynamic_batching": {"preferred_batch_size": [4], "default_queue_policy": {"max_queue_size": 7}}},
-         {}),
-        ({"instance_group": [{"kind": "KIND_CPU"}],
+        ({"instance_group": [{"kind": "KIND_CPU"}, {"kind": "KIND_CPU"}],
           "dynamic_batching": {"default_queue_policy": {"timeout_action": "DELAY"}}},
          {"default_queue_policy": {"timeout_action": "DELAY", "max_queue_size": 1000}, "preferred_batch_size": [2]}),
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}],
+          "dynamic_batching": {"preferred_batch_size": [4], "default_queue_policy": {"max_queue_size": 7}}},
+         {}),
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_GPU"}]}, {}),
+        ({"instance_group": [{"kind": "KIND_CPU"}]}, {}),  # one worker
+        ({}, {}),  # no groups: Triton makes one instance
     ],
 )  # fmt: skip
 def test_batcher_defaults_fill_only_what_the_config_leaves_out(config: dict, expected: dict) -> None:
@@ -168,17 +169,8 @@ def test_batcher_defaults_fill_only_what_the_config_leaves_out(config: dict, exp
 
 
 def test_batcher_defaults_keep_preferred_sizes_within_max_batch_size() -> None:
-    fill = batcher_defaults({"name": "m", "instance_group": [{"kind": "KIND_CPU"}]}, 1)
+    fill = batcher_defaults({"name": "m", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}, 1)
     assert fill == {"default_queue_policy": {"max_queue_size": 1000}}
-
-
-def test_batcher_defaults_follow_the_gpu_when_no_group_is_declared(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mslite_backend import graph
-
-    monkeypatch.setattr(graph, "_gpu_visible", lambda: True)
-    assert "preferred_batch_size" not in batcher_defaults({"name": "m"}, 64)
-    monkeypatch.setattr(graph, "_gpu_visible", lambda: False)
-    assert batcher_defaults({"name": "m"}, 64)["preferred_batch_size"] == [2]
 
 
 def test_minimal_config_keeps_dynamic_non_batch_dims(tmp_path: Path) -> None:

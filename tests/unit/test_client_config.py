@@ -500,3 +500,13 @@ def test_free_ports_picked_together_are_distinct() -> None:
         s.bind(("127.0.0.1", taken))
         with pytest.raises(ServerStartError, match=f"grpc port {taken} on 127.0.0.1 is already in use"):
             _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", taken, "grpc")])
+
+
+def test_one_worker_gets_no_queue_bound_unless_asked() -> None:
+    context = _context(mode=0, cores=[])
+    config = build_model_config("net_one", context, WorkerPlan(1, 1, 1))
+    assert "default_queue_policy" not in config["dynamic_batching"]
+    asked = build_model_config(
+        "net_one", context, WorkerPlan(1, 1, 1), sections={"dynamic_batching": {"max_queue_size": "8"}}
+    )
+    assert asked["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 8

@@ -44,9 +44,12 @@ def _context(target: str) -> mslite.Context:
     return ctx
 
 
-def test_cpu_prefers_batches_of_one_gpu_merges():
+def test_cpu_workers_take_two_requests_at_a_time_gpu_batches_freely():
     cpu = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=True)
     assert cpu["max_batch_size"] == 64 and cpu["dynamic_batching"]["preferred_batch_size"] == [2]
+    one = build_model_config("m", _context("cpu"), WorkerPlan(1, 1, 1), batchable=True)
+    assert one["dynamic_batching"]["preferred_batch_size"] == [2]
+    assert "default_queue_policy" not in one["dynamic_batching"]  # one worker: no queue policy by default
     gpu = build_model_config("m", _context("gpu"), WorkerPlan(2, 1, 1), batchable=True)
     assert gpu["max_batch_size"] == 64 and "preferred_batch_size" not in gpu["dynamic_batching"]
     fixed = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=False)

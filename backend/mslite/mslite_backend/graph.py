@@ -112,30 +112,30 @@ def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoComplet
 
 
 def batcher_defaults(model_config: dict[str, Any], max_batch_size: int) -> dict[str, Any]:
-    """The dynamic batcher fields the config leaves out that we set: a bounded queue, and on CPU batches of 2.
+    """The dynamic batcher fields the config leaves out that we set, for models of two or more CPU workers.
 
-    The queue holds MAX_QUEUE_SIZE requests; beyond that Triton refuses at once (the client's overload
-    error). On CPU workers, each request runs alone (`merge_requests`), and handing a worker two queued
-    requests per `execute` keeps it busy across the hand-off to Triton without starving the other workers
-    (measured in README, "Concurrency defaults"). A model with any non-CPU instance group keeps Triton's
-    default sizes; without instance groups, Triton puts the instances on GPUs when it sees any. A
+    A queue bounded at MAX_QUEUE_SIZE requests (beyond it Triton refuses at once: the client's overload
+    error), and two requests per `execute`: each runs alone (`merge_requests`), and handing a worker two
+    queued requests keeps it busy across the hand-off to Triton without starving the others (README,
+    "Concurrency defaults"). Models with one worker (as without instance groups: Triton makes one
+    instance) get neither: there is no other worker to starve, and Triton 2.51 given a queue policy and
+    one instance holds requests for 500 ms now and then (measured: p99 501 ms at any concurrency, against
+    1 ms without the policy or with two instances). Models on GPUs keep Triton's defaults. A
     `max_queue_size` of 0 reads as absent in Triton's JSON, so it gets the bound too.
     """
+    groups = model_config.get("instance_group") or []
+    workers = sum(int(g.get("count", 1) or 1) for g in groups)
+    if workers < 2 or not all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups):
+        return {}
     current = model_config.get("dynamic_batching") or {}
     fill: dict[str, Any] = {}
-    if not (current.get("default_queue_policy") or {}).get("max_queue_size"):
-        fill["default_queue_policy"] = {**(current.get("default_queue_policy") or {}), "max_queue_size": MAX_QUEUE_SIZE}
-    groups = model_config.get("instance_group") or [{"kind": "KIND_GPU" if _gpu_visible() else "KIND_CPU"}]
-    cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups)
+    policy = current.get("default_queue_policy") or {}
+    if not policy.get("max_queue_size"):
+        fill["default_queue_policy"] = {**policy, "max_queue_size": MAX_QUEUE_SIZE}
     fitting = [b for b in CPU_PREFERRED_BATCH if b <= max_batch_size]  # Triton refuses sizes above it
-    if cpu_only and fitting and not current.get("preferred_batch_size"):
+    if fitting and not current.get("preferred_batch_size"):
         fill["preferred_batch_size"] = fitting
     return fill
-
-
-def _gpu_visible() -> bool:
-    """Whether an NVIDIA device is present (where Triton places instances when the config names none)."""
-    return os.path.exists("/dev/nvidiactl") and os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("-1", "none")
 
 
 def check_config_against_graph(cfg: BackendConfig, io: GraphIO) -> None:

@@ -91,7 +91,7 @@ class OrtSession:
             InferenceFailure: any other runtime failure.
         """
         try:
-            return list(self._session.run(output_names, feeds))
+            return self._session.run(output_names, feeds)  # type: ignore[no-any-return]
         except Exception as e:
             kind = type(e).__name__
             msg = client_message(str(e))
