@@ -159,7 +159,10 @@ def test_minimal_config_of_a_batchable_model_turns_batching_on(tmp_path: Path) -
         ({"instance_group": [{"kind": "KIND_CPU", "count": 2}],
           "dynamic_batching": {"preferred_batch_size": [4], "default_queue_policy": {"max_queue_size": 7}}},
          {}),
-        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_GPU"}]}, {}),
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_GPU"}]},
+         {"default_queue_policy": {"max_queue_size": 1000}}),
+        ({"instance_group": [{"kind": "KIND_GPU", "count": 1, "gpus": [0, 1]}]},
+         {"default_queue_policy": {"max_queue_size": 1000}}),
         ({"instance_group": [{"kind": "KIND_CPU"}]}, {}),  # one worker
         ({}, {}),  # no groups: Triton makes one instance
     ],

@@ -112,28 +112,29 @@ def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoComplet
 
 
 def batcher_defaults(model_config: dict[str, Any], max_batch_size: int) -> dict[str, Any]:
-    """The dynamic batcher fields the config leaves out that we set, for models of two or more CPU workers.
+    """The dynamic batcher fields the config leaves out that we set, for models of two or more workers.
 
     A queue bounded at MAX_QUEUE_SIZE requests (beyond it Triton refuses at once: the client's overload
-    error), and two requests per `execute`: each runs alone (`merge_requests`), and handing a worker two
-    queued requests keeps it busy across the hand-off to Triton without starving the others (README,
-    "Concurrency defaults"). Models with one worker (as without instance groups: Triton makes one
-    instance) get neither: there is no other worker to starve, and Triton 2.51 given a queue policy and
-    one instance holds requests for 500 ms now and then (measured: p99 501 ms at any concurrency, against
-    1 ms without the policy or with two instances). Models on GPUs keep Triton's defaults. A
-    `max_queue_size` of 0 reads as absent in Triton's JSON, so it gets the bound too.
+    error), and on CPU two requests per `execute`: each runs alone (`merge_requests`), and handing a
+    worker two queued requests keeps it busy across the hand-off to Triton without starving the others
+    (README, "Concurrency defaults"); accelerators keep Triton's batch sizes. Models with one worker (as
+    without instance groups: Triton makes one instance) get neither: there is no other worker to starve,
+    and Triton 2.51 given a queue policy and one instance holds requests for 500 ms now and then
+    (measured: p99 501 ms at any concurrency, against 1 ms without the policy or with two instances).
+    A `max_queue_size` of 0 reads as absent in Triton's JSON, so it gets the bound too.
     """
     groups = model_config.get("instance_group") or []
-    workers = sum(int(g.get("count", 1) or 1) for g in groups)
-    if workers < 2 or not all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups):
+    workers = sum(int(g.get("count", 1) or 1) * max(1, len(g.get("gpus") or [])) for g in groups)
+    if workers < 2:
         return {}
     current = model_config.get("dynamic_batching") or {}
     fill: dict[str, Any] = {}
     policy = current.get("default_queue_policy") or {}
     if not policy.get("max_queue_size"):
         fill["default_queue_policy"] = {**policy, "max_queue_size": MAX_QUEUE_SIZE}
+    cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups)
     fitting = [b for b in CPU_PREFERRED_BATCH if b <= max_batch_size]  # Triton refuses sizes above it
-    if fitting and not current.get("preferred_batch_size"):
+    if cpu_only and fitting and not current.get("preferred_batch_size"):
         fill["preferred_batch_size"] = fitting
     return fill
 
