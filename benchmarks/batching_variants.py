@@ -1,6 +1,9 @@
 """How the CPU batching defaults were chosen: MobileNetV2 served with different dynamic-batcher settings.
 
-`python -m benchmarks.batching_variants [--model tiny] [--levels 8,16] [--rounds 2] [--variants p1_merge,...]`
+`python -m benchmarks.batching_variants [--model tiny] [--workers 2] [--levels 8,16] [--rounds 2] [--variants ...]`
+
+With `--model tiny --workers 1 --variants all_alone,all_alone_unbounded --levels 1,8` it shows Triton
+2.51's stall with a queue policy on one instance (p99 ~501 ms with the bound, ~1 ms without).
 
 Every variant is a repository model (`mobilenetv2` unless `--model`; 2 workers x 1 thread) with another
 `dynamic_batching` section and `merge_requests` value; `naive` is the naive baseline. All are loaded at
@@ -38,9 +41,9 @@ VARIANTS = {  # name -> what replaces the config's dynamic_batching section
 }
 
 
-def compose(root: Path, names: list[str], source: str = "mobilenetv2") -> None:
+def compose(root: Path, names: list[str], source: str = "mobilenetv2", workers: int = 2) -> None:
     """One model directory per variant of the repository's `source` model (the naive baseline as `naive`)."""
-    specs = [ModelSpec(n, source, "naive" if n == "naive" else "mslite", 2, 1) for n in names]
+    specs = [ModelSpec(n, source, "naive" if n == "naive" else "mslite", workers, 1) for n in names]
     compose_repository(root, ROOT / "model_repository", specs)
     for name in names:
         if name == "naive":
@@ -56,6 +59,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variants", default="p1_merge,p2_alone,all_alone,naive")
     p.add_argument("--model", default="mobilenetv2", help="a model of model_repository/ (e.g. tiny)")
+    p.add_argument("--workers", type=int, default=2, help="instances of every variant (1 x 1 thread each)")
     p.add_argument("--levels", default="8,16", help="perf_analyzer concurrencies")
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
@@ -67,7 +71,7 @@ def main() -> None:
     tools = ensure_tools(ROOT)
     settings = PerfSettings(interval_ms=2000, max_trials=5, stability_pct=25)
     with tempfile.TemporaryDirectory(prefix="bench-variants-") as tmp:
-        compose(Path(tmp), names, a.model)
+        compose(Path(tmp), names, a.model, a.workers)
         server = BenchServer(Path(tmp)).start()
         try:
             server.only(*names)
