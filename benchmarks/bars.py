@@ -27,10 +27,6 @@ class Bar:
         return asdict(self)
 
 
-def _at(points: list[dict[str, Any]], concurrency: int) -> dict[str, Any] | None:
-    return next((p for p in points if p["concurrency"] == concurrency), None)
-
-
 def _f(d: dict[str, Any] | None, key: str) -> float | None:
     """`d[key]`, or None when the measurement is missing (its step failed or was not run)."""
     return None if d is None or d.get(key) is None else float(d[key])

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._checkparam import check_isinstance
 from ._model_config import merge_sections, parse_config_file
 from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from ._remote import RemoteModel
 
 
 def check_config_dict(config_dict: Any) -> dict[str, dict[str, str]]:
@@ -72,6 +75,21 @@ def check_weights(weights: Any) -> list[Tensor]:
                 raise TypeError(f"weights element's element must be Tensor, but got {type(t)} at {i},{j}.")
             flat.append(t)
     return flat
+
+
+def send_weights(remote: RemoteModel | None, weights: Any, aliases: dict[str, str], not_built: str) -> None:
+    """The body of `Model.update_weights` and `ModelParallelRunner.update_weights`, checks in MindSpore Lite's order.
+
+    Raises:
+        TypeError: `weights` is not a list of lists of Tensor.
+        RuntimeError: not built (`not_built` says how), no weights given, or the update failed.
+    """
+    tensors = check_weights(weights)
+    if remote is None:
+        raise RuntimeError(f"update weight failed! Error is kLiteError: {not_built}")
+    if not tensors:
+        raise RuntimeError("update weight failed! Error is kLiteInputParamInvalid: no weights given")
+    remote.update_weights(tensors, aliases)
 
 
 def fill_outputs(outputs: list[Tensor], results: list[Tensor]) -> list[Tensor]:

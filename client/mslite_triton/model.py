@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._build import check_config_dict, check_weights, fill_outputs, input_arrays, load_sections, weight_sections
+from ._build import check_config_dict, fill_outputs, input_arrays, load_sections, send_weights, weight_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
@@ -188,14 +188,7 @@ class Model:
             ValueError: a tensor is not a declared weight, or its dtype or shape differs (InvalidInputError).
             RuntimeError: the model is not built, a tensor has no data, or the server failed.
         """
-        tensors = check_weights(weights)
-        if self._remote is None:
-            raise RuntimeError(
-                "update weight failed! Error is kLiteError: the model is not built; call build_from_file first"
-            )
-        if not tensors:
-            raise RuntimeError("update weight failed! Error is kLiteInputParamInvalid: no weights given")
-        self._remote.update_weights(tensors, self._weight_aliases)
+        send_weights(self._remote, weights, self._weight_aliases, "the model is not built; call build_from_file first")
 
     def get_model_info(self, key: str) -> str:
         """Model information by key (`current_pid`, `input_shape`, ...); unknown keys give "" and a warning.

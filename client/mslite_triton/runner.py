@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ._build import check_weights, fill_outputs, input_arrays, load_sections, weight_sections
+from ._build import fill_outputs, input_arrays, load_sections, send_weights, weight_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
@@ -108,9 +108,4 @@ class ModelParallelRunner:
             ValueError: a tensor is not a declared weight, or its dtype or shape differs (InvalidInputError).
             RuntimeError: the runner is not built, a tensor has no data, or the server failed.
         """
-        tensors = check_weights(weights)
-        if self._remote is None:
-            raise RuntimeError("update weight failed! Error is kLiteError: call build_from_file first")
-        if not tensors:
-            raise RuntimeError("update weight failed! Error is kLiteInputParamInvalid: no weights given")
-        self._remote.update_weights(tensors, self._weight_aliases)
+        send_weights(self._remote, weights, self._weight_aliases, "call build_from_file first")
