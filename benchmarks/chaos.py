@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "model_repository"))
 import generate_models  # noqa: E402
 
 import mslite_triton as mslite  # noqa: E402
-from mslite_triton._supervisor import workers_of  # noqa: E402
+from mslite_triton._workers import workers_of  # noqa: E402
 from mslite_triton.errors import ServiceDenyError  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import model_zoo  # noqa: E402
 
 import mslite_triton as mslite  # noqa: E402
-from mslite_triton._supervisor import workers_of  # noqa: E402
+from mslite_triton._workers import workers_of  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
 
 BARS = {"pss_ratio": 1.5, "latency_ratio": 1.10, "update_s": 1.0}

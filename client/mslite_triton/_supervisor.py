@@ -20,42 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ._transport import Transport
+from ._workers import workers_of
 from .errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
-
-_STUB = "triton_python_backend_stub"
-
-
-@dataclass(frozen=True)
-class Worker:
-    """One worker process of the server."""
-
-    pid: int
-    state: str
-    instance: str  # empty for a zombie: its command line is gone
-    model_dir: str
-
-
-def workers_of(server_pid: int) -> list[Worker]:
-    """The python-backend stub processes whose parent is `server_pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if int(rest[1]) != server_pid or not _STUB.startswith(comm):
-            continue
-        # argv: stub, <model dir>/<version>/model.py, shm region, ..., instance name (8), runtime dir
-        instance = args[8].decode() if len(args) > 8 else ""
-        model_dir = os.path.dirname(os.path.dirname(args[1].decode())) if len(args) > 1 else ""
-        found.append(Worker(int(entry.name), rest[0], instance, model_dir))
-    return found
 
 
 @dataclass(frozen=True)
@@ -99,6 +67,7 @@ class Supervisor(threading.Thread):
         if process is None or process.poll() is not None:
             return
         workers = workers_of(process.pid)
+        self.server.note_model_dirs(w.model_dir for w in workers if w.state != "Z")
         for w in workers:
             if w.instance and w.state != "Z":
                 self._dirs[w.instance] = w.model_dir

@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any
 from . import _admin_key
 from ._gateway import GatewayError, GatewayProcess
 from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
+from ._workers import remove_upload_copies, upload_copies, workers_of
 from .errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,7 @@ class EmbeddedServer:
         self._binary: Path | None = None
         self._supervisor: Any = None
         self._stop_lock = threading.Lock()
+        self._upload_copies: set[str] = set()  # Triton's copies of uploaded models our workers ran from
 
     # -- addresses -------------------------------------------------------------------------------
     @property
@@ -324,6 +327,7 @@ class EmbeddedServer:
             code = None
             if proc is not None:
                 if proc.poll() is None:
+                    self.note_model_dirs(w.model_dir for w in workers_of(proc.pid))
                     proc.send_signal(signal.SIGTERM)
                 wait_s = timeout_s if timeout_s is not None else self.config.exit_timeout_s + 5
                 try:
@@ -335,8 +339,15 @@ class EmbeddedServer:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+                # a clean stop removes them, a killed server (or an upload over HTTP) leaves them in /tmp
+                remove_upload_copies(self._upload_copies)
+                self._upload_copies.clear()
             self.cleanup_shm()
             return code
+
+    def note_model_dirs(self, model_dirs: Iterable[str]) -> None:
+        """Remember the upload copies among the model directories of this server's workers (removed after it exits)."""
+        self._upload_copies |= upload_copies(model_dirs)
 
     def restart(self) -> None:
         """Kill the server and every worker, remove their shm regions, and start it again on the same ports.

@@ -11,7 +11,7 @@ import tritonclient.http as httpclient
 from conftest import GEN
 
 import mslite_triton as mslite
-from mslite_triton._supervisor import workers_of
+from mslite_triton._workers import workers_of
 from mslite_triton.errors import ServiceDenyError
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_triton import _admin_key
-from mslite_triton._supervisor import workers_of
+from mslite_triton._workers import workers_of
 from mslite_triton.errors import ExecutionTimeoutError
 from mslite_triton.server import EmbeddedServer, ServerConfig, _pick_ports
 

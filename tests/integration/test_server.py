@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError
 
 pytestmark = pytest.mark.integration
@@ -82,3 +83,24 @@ def test_dead_server_fails_fast_with_log_tail(tmp_path: Path):
     assert time.monotonic() - started < 30
     assert "no-such-flag" in str(info.value)  # the log tail says what was wrong
     srv.remove_workspace()
+
+
+@pytest.mark.parametrize("ending", ["stop", "kill"])
+def test_upload_copies_do_not_outlive_the_server(repository: Path, tmp_path: Path, ending: str):
+    """Triton copies uploaded models to /tmp/folderXXXXXX; a killed server (or an HTTP upload) left them there."""
+    import mslite_triton as mslite
+
+    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path, load_models=()))
+    with srv:
+        copies = set()
+        for url in (srv.http_url, srv.grpc_url):
+            ctx = mslite.Context()
+            ctx.server_url = url
+            ctx.cpu.thread_num = 1 if url == srv.http_url else 2  # two configs: two uploads
+            mslite.Model().build_from_file(str(repository / "tiny" / "1" / "model.onnx"), mslite.ModelType.MINDIR, ctx)
+        copies = {w.model_dir for w in workers_of(srv.process.pid)}
+        assert len(copies) == 2 and all(c.startswith("/tmp/folder") for c in copies), copies
+        if ending == "kill":
+            srv.process.kill()
+            srv.process.wait()
+    assert not [c for c in copies if Path(c).exists()]

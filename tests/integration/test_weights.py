@@ -14,7 +14,7 @@ import pytest
 from onnx import numpy_helper
 
 import mslite_triton as mslite
-from mslite_triton._supervisor import workers_of
+from mslite_triton._workers import workers_of
 from mslite_triton.errors import InvalidInputError
 
 pytestmark = pytest.mark.integration

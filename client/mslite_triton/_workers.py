@@ -1,0 +1,66 @@
+"""The worker processes of a tritonserver, read from /proc, and the upload copies they run from.
+
+Triton's load API writes the files of an uploaded model to a fresh `/tmp/folderXXXXXX` and removes it
+when the model is unloaded or the server stops cleanly; a killed server, or a model uploaded over HTTP,
+leaves the copy behind. The worker processes name their model's directory on their command line, which
+is how `EmbeddedServer` learns which copies are its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+_UPLOAD_COPY = re.compile(r"/tmp/folder[A-Za-z0-9]{6}")  # libtritonserver's mkdtemp template (not $TMPDIR)
+
+_STUB = "triton_python_backend_stub"
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker process of the server."""
+
+    pid: int
+    state: str
+    instance: str  # empty for a zombie: its command line is gone
+    model_dir: str
+
+
+def workers_of(server_pid: int) -> list[Worker]:
+    """The python-backend stub processes whose parent is `server_pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if int(rest[1]) != server_pid or not _STUB.startswith(comm):
+            continue
+        # argv: stub, <model dir>/<version>/model.py, shm region, ..., instance name (8), runtime dir
+        instance = args[8].decode() if len(args) > 8 else ""
+        model_dir = os.path.dirname(os.path.dirname(args[1].decode())) if len(args) > 1 else ""
+        found.append(Worker(int(entry.name), rest[0], instance, model_dir))
+    return found
+
+
+def upload_copies(model_dirs: Iterable[str]) -> set[str]:
+    """The directories among `model_dirs` that are Triton's copies of uploaded models."""
+    return {d for d in model_dirs if _UPLOAD_COPY.fullmatch(d)}
+
+
+def remove_upload_copies(dirs: Iterable[str]) -> list[str]:
+    """Delete the given upload copies (call only once the server that used them has exited)."""
+    removed = []
+    for d in sorted(upload_copies(dirs)):
+        if os.path.isdir(d):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
