@@ -31,6 +31,7 @@ VARIANTS = {  # name -> what replaces the config's dynamic_batching section
     "p1_merge": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n" + MERGE,
     "p1_alone": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n",
     "p2_alone": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n",
+    "p2_alone_unbounded": "dynamic_batching { preferred_batch_size: [ 2 ] }\n",
     "p2_merge": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n" + MERGE,
     "p4_alone": f"dynamic_batching {{ preferred_batch_size: [ 4 ] {QUEUE} }}\n",
     "all_alone": f"dynamic_batching {{ {QUEUE} }}\n",

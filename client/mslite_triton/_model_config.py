@@ -175,7 +175,8 @@ def _dynamic_batching(section: dict[str, str], *, bounded: bool) -> dict[str, An
     The queue holds the section's `max_queue_size`, else MAX_QUEUE_SIZE requests. With one worker
     (`bounded` False) it is bounded only when the section says so: Triton 2.51 given a queue policy and
     one instance holds requests for 500 ms now and then (the backend's graph.batcher_defaults has the
-    measurement).
+    measurement). `max_queue_size` 0 lifts the bound (no queue policy is sent): Triton then forms the next
+    batches while the workers are busy, 7-26 % more throughput on CPU here (README, "Concurrency defaults").
     """
     unknown = sorted(set(section) - set(BATCHING_KEYS))
     if unknown:
@@ -187,7 +188,8 @@ def _dynamic_batching(section: dict[str, str], *, bounded: bool) -> dict[str, An
     }
     if "max_queue_size" in section or bounded:
         size = _int(section, "max_queue_size") if "max_queue_size" in section else MAX_QUEUE_SIZE
-        batching["default_queue_policy"] = {"max_queue_size": size}
+        if size:
+            batching["default_queue_policy"] = {"max_queue_size": size}
     if section.get("preferred_batch_size"):
         try:
             batching["preferred_batch_size"] = [int(v) for v in section["preferred_batch_size"].split(",")]

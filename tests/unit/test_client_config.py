@@ -510,3 +510,13 @@ def test_one_worker_gets_no_queue_bound_unless_asked() -> None:
         "net_one", context, WorkerPlan(1, 1, 1), sections={"dynamic_batching": {"max_queue_size": "8"}}
     )
     assert asked["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 8
+
+
+def test_max_queue_size_zero_lifts_the_bound_of_several_workers() -> None:
+    context = _context(mode=0, cores=[])
+    bounded = build_model_config("net_two", context, WorkerPlan(2, 1, 1))
+    assert bounded["dynamic_batching"]["default_queue_policy"] == {"max_queue_size": MAX_QUEUE_SIZE}
+    lifted = build_model_config(
+        "net_two", context, WorkerPlan(2, 1, 1), sections={"dynamic_batching": {"max_queue_size": "0"}}
+    )
+    assert "default_queue_policy" not in lifted["dynamic_batching"]
