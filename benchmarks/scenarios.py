@@ -43,13 +43,14 @@ class Plan:
     shm_levels: tuple[int, ...]
     tiny_levels: tuple[int, ...] = (1, 8)
     rounds: int = 3  # paired rounds per bar (paired.py)
+    bounded_queue: bool = True  # False: our models without the queue bound (`--unbounded-queue`)
     ceiling_s: float = 3.0
     single_s: float = 3.0
     client_warmup_s: float = 1.5
     client_s: float = 5.0
 
 
-def make_plan(quick: bool) -> Plan:
+def make_plan(quick: bool, bounded_queue: bool = True) -> Plan:
     """The full run, or a short one: the levels the bars need, 1 s windows, one round."""
     from mslite_triton import Context
 
@@ -69,6 +70,7 @@ def make_plan(quick: bool) -> Plan:
             single_s=1.5,
             client_warmup_s=1.0,
             client_s=3.0,
+            bounded_queue=bounded_queue,
         )
     return Plan(
         quick,
@@ -78,17 +80,18 @@ def make_plan(quick: bool) -> Plan:
         PerfSettings(interval_ms=3000, max_trials=6, stability_pct=20),
         served_levels=(1, 2, 4, 8, 16),
         shm_levels=(1, 2, 4, 8, 16),
+        bounded_queue=bounded_queue,
     )
 
 
 def model_specs(plan: Plan) -> list[ModelSpec]:
     """Every model the run serves; ours and the naive baseline get the same workers and threads."""
-    w, t = plan.workers, plan.threads
+    w, t, bounded = plan.workers, plan.threads, plan.bounded_queue
     return [
-        ModelSpec(MOBILENET, MOBILENET, "mslite", w, t),
+        ModelSpec(MOBILENET, MOBILENET, "mslite", w, t, bounded),
         ModelSpec(f"{MOBILENET}_naive", MOBILENET, "naive", w, t),
         ModelSpec(f"{MOBILENET}_1x1", MOBILENET, "mslite", 1, 1),
-        ModelSpec("tiny", "tiny", "mslite", w, t),
+        ModelSpec("tiny", "tiny", "mslite", w, t, bounded),
         ModelSpec("tiny_naive", "tiny", "naive", w, t),
     ]
 

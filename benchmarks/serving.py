@@ -33,13 +33,14 @@ class ModelSpec:
     backend: str  # "mslite" or "naive"
     workers: int
     threads: int
+    bounded: bool = True  # ours: keep the repository config's queue bound (always dropped for one worker)
 
 
-def ours_config(source_text: str, workers: int, threads: int) -> str:
+def ours_config(source_text: str, workers: int, threads: int, bounded: bool = True) -> str:
     """The repository's config.pbtxt with the instance count and `thread_num` set; the rest kept as is
-    (but the queue bound for one worker)."""
+    (but the queue bound for one worker, or when not `bounded`)."""
     text = re.sub(r"(?m)^instance_group.*\n?", "", source_text)
-    if workers < 2:  # no queue bound for one worker, as the defaults do (the backend's graph.batcher_defaults)
+    if workers < 2 or not bounded:  # one worker: no bound, as the defaults do (the backend's graph.batcher_defaults)
         text = re.sub(r"(?m)^\s*default_queue_policy.*\n?", "", text)
     text = re.sub(r'(?m)^parameters \{ key: "(thread_num|intra_op_thread_count)".*\n?', "", text)
     return (
@@ -86,7 +87,7 @@ def compose_repository(root: Path, source_repo: Path, specs: list[ModelSpec]) ->
         if spec.backend == "naive":
             text = naive_config(onnx_path, spec.workers, spec.threads)
         else:
-            text = ours_config((src / "config.pbtxt").read_text(), spec.workers, spec.threads)
+            text = ours_config((src / "config.pbtxt").read_text(), spec.workers, spec.threads, spec.bounded)
         (dst / "config.pbtxt").write_text(text)
     return root
 
