@@ -201,7 +201,10 @@ class Bench:
                 pids = worker_pids(self.server.pid, name)
                 if len(pids) != want:
                     raise RuntimeError(f"{name}: expected {want} worker processes, found {len(pids)}")
-                found.append(f"{name}: {pids}")
+                batcher = self.server.batcher(name)
+                self.results["meta"].setdefault("batchers", {})[name] = batcher
+                bound = batcher.get("default_queue_policy", {}).get("max_queue_size")
+                found.append(f"{name}: {pids}, queue bound {bound}")
             return "worker processes " + ", ".join(found)
 
         return run

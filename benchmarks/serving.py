@@ -42,6 +42,11 @@ def ours_config(source_text: str, workers: int, threads: int, bounded: bool = Tr
     text = re.sub(r"(?m)^instance_group.*\n?", "", source_text)
     if workers < 2 or not bounded:  # one worker: no bound, as the defaults do (the backend's graph.batcher_defaults)
         text = re.sub(r"(?m)^\s*default_queue_policy.*\n?", "", text)
+    if workers >= 2 and not bounded and not re.search(r"(?m)^dynamic_batching", text):
+        # auto-complete would add the bound: give the batcher its CPU defaults ([2]) without it, explicitly
+        if not re.search(r"(?m)^max_batch_size", text):  # Triton checks preferred sizes against it first
+            text += "max_batch_size: 64\n"
+        text += "dynamic_batching { preferred_batch_size: [ 2 ] }\n"
     text = re.sub(r'(?m)^parameters \{ key: "(thread_num|intra_op_thread_count)".*\n?', "", text)
     return (
         text.rstrip("\n")
@@ -156,6 +161,10 @@ class BenchServer:
         """(CPU seconds of `model`'s worker processes, CPU seconds of tritonserver itself), from /proc."""
         workers = sum(_cpu_s(pid) for pid in worker_pids(self.pid, model))
         return workers, _cpu_s(self.pid)
+
+    def batcher(self, name: str) -> dict[str, Any]:
+        """The dynamic_batching section `name` is served with (after auto-complete)."""
+        return dict(self._get(f"/v2/models/{name}/config").get("dynamic_batching") or {})
 
     def _headers(self) -> dict[str, str]:
         key = getattr(self.server, "admin_key", None)  # set only when the server restricts its admin API
