@@ -153,9 +153,8 @@ def bars_table(bars: list[Bar]) -> str:
     for b in bars:
         if b.measured is None:
             shown = "-"
-        elif "ms" in b.target:
-            shown = f"{b.measured:+.2f} ms"
-        else:
-            shown = f"{b.measured:.2f} x"
+        else:  # a third decimal when two would read as the target itself (e.g. 1.104 "1.10 x" FALL SHORT)
+            digits = 3 if f"{b.measured:.2f}" in b.target else 2
+            shown = f"{b.measured:+.{digits}f} ms" if "ms" in b.target else f"{b.measured:.{digits}f} x"
         rows.append((b.name, shown, b.target, b.verdict, b.detail))
     return format_table(("bar", "measured", "target", "verdict", "figures"), rows)
