@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .config import BackendConfig
+from .config import BackendConfig, group_instances
 from .errors import ConfigError
 
 
@@ -25,7 +25,7 @@ def worker_index(model_config: dict[str, Any], instance_name: str) -> int:
     """
     offset = 0
     for group in model_config.get("instance_group") or []:
-        count = int(group.get("count", 1) or 1) * max(1, len(group.get("gpus") or []))
+        count = group_instances(group)
         names = [f"{group.get('name', '')}_{k}" for k in range(count)]
         if instance_name in names:
             return offset + names.index(instance_name)

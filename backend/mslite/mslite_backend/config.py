@@ -149,9 +149,7 @@ class BackendConfig:
             if k not in KNOWN_KEYS and k not in WEIGHT_KEYS and "." not in k
         )
         cores = cores or len(os.sched_getaffinity(0))
-        groups = model_config.get("instance_group") or [{}]
-        # Triton creates `count` instances on each GPU a group lists
-        workers = max(1, sum(int(g.get("count", 1) or 1) * max(1, len(g.get("gpus") or [])) for g in groups))
+        workers = worker_count(model_config)
         get = _Getter(name, params)
 
         intra = get.aliased("intra_op_threads", int) or 0
@@ -245,6 +243,16 @@ class _Getter:
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
             raise ConfigError(f"model '{self.model}': parameter '{key}' must be >= 0, got {value}")
         return value
+
+
+def group_instances(group: dict[str, Any]) -> int:
+    """Instances Triton creates for one instance group: `count` on each GPU the group lists."""
+    return int(group.get("count", 1) or 1) * max(1, len(group.get("gpus") or []))
+
+
+def worker_count(model_config: dict[str, Any]) -> int:
+    """Instances of the model (Triton makes one when the config has no instance groups)."""
+    return max(1, sum(group_instances(g) for g in model_config.get("instance_group") or []))
 
 
 def declared_variable_weights(model_config: dict[str, Any]) -> tuple[str, ...]:

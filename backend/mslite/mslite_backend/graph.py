@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import BackendConfig, TensorSpec
+from .config import BackendConfig, TensorSpec, worker_count
 from .dtypes import short_name, triton_type_of_onnx
 from .errors import ModelLoadError
 
@@ -123,10 +123,9 @@ def batcher_defaults(model_config: dict[str, Any], max_batch_size: int) -> dict[
     (measured: p99 501 ms at any concurrency, against 1 ms without the policy or with two instances).
     A `max_queue_size` of 0 reads as absent in Triton's JSON, so it gets the bound too.
     """
-    groups = model_config.get("instance_group") or []
-    workers = sum(int(g.get("count", 1) or 1) * max(1, len(g.get("gpus") or [])) for g in groups)
-    if workers < 2:
+    if worker_count(model_config) < 2:
         return {}
+    groups = model_config.get("instance_group") or []
     current = model_config.get("dynamic_batching") or {}
     fill: dict[str, Any] = {}
     policy = current.get("default_queue_policy") or {}
