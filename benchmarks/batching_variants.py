@@ -15,13 +15,12 @@ first variant.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import tempfile
 from pathlib import Path
 
 from .perf import PerfPoint, PerfSettings, measure
-from .serving import BenchServer, ModelSpec, compose_repository
+from .serving import UNBOUNDED_CPU_BATCHER, BenchServer, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +30,7 @@ VARIANTS = {  # name -> what replaces the config's dynamic_batching section
     "p1_merge": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n" + MERGE,
     "p1_alone": f"dynamic_batching {{ preferred_batch_size: [ 1 ] {QUEUE} }}\n",
     "p2_alone": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n",
-    "p2_alone_unbounded": "dynamic_batching { preferred_batch_size: [ 2 ] }\n",
+    "p2_alone_unbounded": UNBOUNDED_CPU_BATCHER,
     "p2_merge": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n" + MERGE,
     "p4_alone": f"dynamic_batching {{ preferred_batch_size: [ 4 ] {QUEUE} }}\n",
     "all_alone": f"dynamic_batching {{ {QUEUE} }}\n",
@@ -50,10 +49,7 @@ def compose(root: Path, names: list[str], source: str = "mobilenetv2", workers: 
         if name == "naive":
             continue
         path = root / name / "config.pbtxt"
-        text = re.sub(r"(?ms)^dynamic_batching \{.*?^\}\n", "", path.read_text())
-        if "max_batch_size" not in text:  # Triton checks preferred sizes against it before auto-complete
-            text += "max_batch_size: 64\n"
-        path.write_text(text + VARIANTS[name])
+        path.write_text(with_batcher(path.read_text(), VARIANTS[name]))
 
 
 def main() -> None:

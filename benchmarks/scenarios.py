@@ -165,16 +165,12 @@ class Bench:
 
     def _grid(self, sessions: int, threads: int) -> Callable[[], str]:
         def run() -> str:
-            cells = [c.as_dict() for c in self._grid_cells(sessions, threads)]
+            cells = [self._cell(sessions, threads, b) for b in (1, 8)]
             self.results["ceiling"]["grid"] += cells
             self.results["ceiling"]["best"] = max(self.results["ceiling"]["grid"], key=lambda c: c["img_s"])
             return ", ".join(f"batch {c['batch']}: {c['img_s']:.0f} img/s" for c in cells)
 
         return run
-
-    def _grid_cells(self, sessions: int, threads: int) -> list[inprocess.GridCell]:
-        p = self.plan
-        return [inprocess.grid_cell(MODEL_PATH, sessions, threads, b, p.ceiling_s, p.cores) for b in (1, 8)]
 
     def _single(self) -> str:
         s = inprocess.single_session(MODEL_PATH, self.plan.threads, self.plan.single_s)

@@ -36,17 +36,25 @@ class ModelSpec:
     bounded: bool = True  # ours: keep the repository config's queue bound (always dropped for one worker)
 
 
+UNBOUNDED_CPU_BATCHER = "dynamic_batching { preferred_batch_size: [ 2 ] }\n"  # the CPU defaults, no queue bound
+
+
+def with_batcher(text: str, batcher: str) -> str:
+    """A config.pbtxt's text with its `dynamic_batching` block (if any) replaced by `batcher`."""
+    text = re.sub(r"(?ms)^dynamic_batching \{.*?^\}\n", "", text)
+    if not re.search(r"(?m)^max_batch_size", text):  # Triton checks preferred sizes against it before auto-complete
+        text += "max_batch_size: 64\n"
+    return text + batcher
+
+
 def ours_config(source_text: str, workers: int, threads: int, bounded: bool = True) -> str:
     """The repository's config.pbtxt with the instance count and `thread_num` set; the rest kept as is
     (but the queue bound for one worker, or when not `bounded`)."""
     text = re.sub(r"(?m)^instance_group.*\n?", "", source_text)
-    if workers < 2 or not bounded:  # one worker: no bound, as the defaults do (the backend's graph.batcher_defaults)
+    if workers < 2:  # one worker: no bound, as the defaults do (the backend's graph.batcher_defaults)
         text = re.sub(r"(?m)^\s*default_queue_policy.*\n?", "", text)
-    if workers >= 2 and not bounded and not re.search(r"(?m)^dynamic_batching", text):
-        # auto-complete would add the bound: give the batcher its CPU defaults ([2]) without it, explicitly
-        if not re.search(r"(?m)^max_batch_size", text):  # Triton checks preferred sizes against it first
-            text += "max_batch_size: 64\n"
-        text += "dynamic_batching { preferred_batch_size: [ 2 ] }\n"
+    elif not bounded:  # explicit: without a dynamic_batching block, auto-complete would add the bound
+        text = with_batcher(text, UNBOUNDED_CPU_BATCHER)
     text = re.sub(r'(?m)^parameters \{ key: "(thread_num|intra_op_thread_count)".*\n?', "", text)
     return (
         text.rstrip("\n")
