@@ -3,7 +3,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit lint models serve bench clean
+.PHONY: demo test unit lint models serve bench clean system-packages
+
+## Debian packages for the tests and the other-language clients (installed as root, else the apt line is printed).
+system-packages:
+	@sh scripts/check_system.sh
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -22,8 +26,7 @@ demo: models
 	cd examples && ../$(PY) quick_start_parallel_python.py
 
 ## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
-test: models
-	@sh scripts/check_system.sh
+test: system-packages models
 	$(PY) -m ruff check .
 	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
 	$(PY) -m pytest -q -p no:cacheprovider tests
@@ -48,10 +51,10 @@ clean:
 
 ## Clients in other languages and the container files (README "Clients in other languages", "Deployment").
 .PHONY: java-client cpp-example compose-config
-java-client:
+java-client: system-packages
 	javac -Xlint:all --release 17 -d client/java/build client/java/src/mslite/triton/*.java client/java/examples/Main.java
 
-cpp-example:
+cpp-example: system-packages
 	@mkdir -p examples/cpp/build
 	g++ -O2 -std=c++17 -Wall -Wextra -o examples/cpp/build/predict examples/cpp/predict.cc -lcurl -pthread
 

@@ -1,0 +1,44 @@
+"""The README's quick start runs as printed, against the real server, and prints MobileNetV2's outputs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import GEN, ROOT
+from model_zoo import run_reference
+
+pytestmark = pytest.mark.integration
+
+
+def _quick_start() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "README has no python block under 'Quick start'"
+    return match.group(1)
+
+
+def test_readme_quick_start_runs(server, tmp_path: Path):
+    model_dir = tmp_path / "examples" / "model"
+    model_dir.mkdir(parents=True)
+    (model_dir / "mobilenetv2.onnx").write_bytes(GEN.build_mobilenetv2().SerializeToString())
+    x = GEN.make_input_bin()
+    (model_dir / "input.bin").write_bytes(x.tobytes())
+    proc = subprocess.run(
+        [sys.executable, "-c", _quick_start()],
+        cwd=tmp_path,
+        env={**os.environ, "MSLITE_TRITON_URL": server.grpc_url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x.reshape(1, 3, 224, 224)})
+    printed = [float(v) for v in re.findall(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?", proc.stdout.split("]", 1)[1])]
+    np.testing.assert_allclose(printed, expected.flatten()[:3], rtol=1e-5)
