@@ -5,7 +5,20 @@
 
 from .context import Context
 from .model import Model
+from .model_group import ModelGroup, ModelGroupFlag
 from .runner import ModelParallelRunner
 from .tensor import DataType, Format, ModelType, Tensor, TensorMeta
 
-__all__ = ["Context", "DataType", "Format", "Model", "ModelParallelRunner", "ModelType", "Tensor", "TensorMeta"]
+# One name per line, in MindSpore Lite's order where it has one, so exports are added without churn.
+__all__ = [
+    "Context",
+    "Model",
+    "ModelParallelRunner",
+    "ModelGroup",
+    "ModelGroupFlag",
+    "ModelType",
+    "Tensor",
+    "TensorMeta",
+    "DataType",
+    "Format",
+]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._checkparam import check_isinstance
 from ._model_config import merge_sections, parse_config_file
+from .errors import InferenceError, InvalidInputError, ModelLoadError, NotFoundError, PermissionDeniedError
 from .tensor import Tensor
 
 if TYPE_CHECKING:
@@ -48,6 +50,29 @@ def load_sections(config_path: str, overrides: dict[str, dict[str, str]] | None,
         except (OSError, UnicodeDecodeError) as e:
             raise RuntimeError(f"load configuration failed! Error is {e}") from e
     return merge_sections(from_file, overrides)
+
+
+# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
+_LOAD_WRAPPING = re.compile(
+    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
+    r"|model '[^']*': )+"
+)
+_REPHRASED = (ModelLoadError, NotFoundError, PermissionDeniedError, InvalidInputError, InferenceError)
+_OWN_PREFIX = "build_from_file failed! Error is "
+
+
+def build_failed(e: Exception, who: str) -> Exception:
+    """A failed build as MindSpore Lite words it, `<who>! Error is <status>: <the server's reason>`.
+
+    The exception keeps its class; those with messages of their own (unreachable server, overload) and
+    exceptions that are not build failures come back unchanged.
+    """
+    if isinstance(e, _REPHRASED):
+        reason = _LOAD_WRAPPING.sub("", str(e).removeprefix(_OWN_PREFIX))
+        return type(e)(f"{who}! Error is {e.status}: {reason}")
+    if type(e) is RuntimeError and str(e).startswith(_OWN_PREFIX):  # raised before anything was sent
+        return RuntimeError(f"{who}! Error is {str(e).removeprefix(_OWN_PREFIX)}")
+    return e
 
 
 def input_arrays(inputs: list[Tensor]) -> list[np.ndarray]:

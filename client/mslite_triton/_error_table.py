@@ -34,12 +34,14 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
 ]
 _TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)
+# Advice Triton appends for model authors (about the model config), not for the caller of predict.
+_AUTHOR_ADVICE = re.compile(r"\s*NOTE: Setting a non-zero max_batch_size.*", re.S)
 _PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}/?")  # not inside names like "enc/layer_0/w:0"
 
 
 def clean_message(text: str) -> str:
-    """Strip what Triton appends to load errors (a traceback with server paths) from a message."""
-    text = _TRACEBACK.sub("", text or "").strip()
+    """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
+    text = _AUTHOR_ADVICE.sub("", _TRACEBACK.sub("", text or "")).strip()
     text = re.sub(r"^\[request id: [^\]]*\]\s*", "", text)
     return _PATH.sub("<path>", text)
 

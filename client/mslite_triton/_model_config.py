@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from .context import Context
+
+log = logging.getLogger(__name__)
 
 MAX_QUEUE_SIZE = 1000  # MindSpore Lite's task queue bound (kNumMaxTaskQueueSize)
 CPU_PREFERRED_BATCH = (2,)  # requests per execute on CPU workers; the backend's auto-complete uses the same
@@ -47,11 +50,13 @@ def plan_workers(context: Context, *, cores: int, workers_num: int | None = None
         raise RuntimeError(f"user set worker num {workers} is invalid: more than 5 x {cores} cores")
     if threads > cores and binding:
         raise RuntimeError("thread num more than core num, can not bind cpu core")
-    threads = min(threads, 5 * cores)
+    if threads > 5 * cores:
+        log.warning("thread num %d is more than 5 x %d cores: set to %d", threads, cores, 5 * cores)
+        threads = 5 * cores
     if threads == 0:
         threads = default_thread_num(cores)
         if workers > 0 and workers * threads > cores:
-            threads = max(1, cores // workers)
+            threads = cores // workers if cores >= workers else cores  # MindSpore Lite's rule
     if workers == 0:
         workers = max(1, cores // threads)
     inter = context.cpu.inter_op_parallel_num or 1
@@ -75,6 +80,8 @@ def parse_config_file(path: str) -> dict[str, dict[str, str]]:
                 current = sections.setdefault(line[1:-1].strip(), {})
             elif "=" in line and current is not None:
                 key, value = (s.strip() for s in line.split("=", 1))
+                if current is sections.get("execution_plan"):  # MindSpore Lite strips quotes only here
+                    value = value.replace('"', "").replace("'", "")
                 current.setdefault(key, value)
     return sections
 

@@ -91,3 +91,18 @@ def has_dynamic_batch(data: bytes) -> bool:
         return bool(tensors) and all(_first_dim(t) == -1 for t in tensors)
     except (ValueError, IndexError, UnicodeDecodeError):
         return False
+
+
+_MODEL_METADATA = 14  # ModelProto.metadata_props: repeated StringStringEntryProto {key = 1, value = 2}
+
+
+def metadata_props(data: bytes) -> dict[str, str]:
+    """The ONNX model's `metadata_props` (key -> value); {} for none or for anything it cannot read."""
+    try:
+        props = {}
+        for entry in _sub(memoryview(data), _MODEL_METADATA):
+            fields = {n: bytes(v).decode() for n, w, v in _fields(entry) if w == 2 and isinstance(v, memoryview)}
+            props[fields.get(1, "")] = fields.get(2, "")
+        return props
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return {}

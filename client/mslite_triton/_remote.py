@@ -22,7 +22,7 @@ from ._onnx_io import has_dynamic_batch
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
 from .errors import InvalidInputError
-from .tensor import DataType, Tensor, TensorMeta, from_triton_dtype
+from .tensor import DataType, Tensor, TensorMeta, _contiguous, from_triton_dtype
 
 BIND_PREFIX = "triton://"
 # The backend's side of weight updates (backend/mslite/mslite_backend/config.py and model.py): the optional
@@ -198,7 +198,7 @@ class RemoteModel:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise InvalidInputError(f"{failed}: tensor(s) {repeated} are given more than once")
-        arrays = [np.ascontiguousarray(t._array()) for t in tensors]
+        arrays = [_contiguous(t._array()) for t in tensors]  # keeps 0-d weights 0-d
         # Triton requires every non-optional input: placeholders of one sample, which the backend ignores.
         inputs = [(t.name, _placeholder(t, self.batched)) for t in self.info.inputs]
         try:

@@ -21,6 +21,7 @@ _URL_SCHEMES = ["grpc://", "http://", "https://"]
 # RunnerConfig::SetConfigInfo limits: past these a section is dropped with an error log.
 _MAX_SECTIONS = 100
 _MAX_SECTION_ENTRIES = 1000
+_WARNED: set[str] = set()  # settings already reported as having no effect (once per process)
 
 
 class _CPU:
@@ -408,6 +409,18 @@ class Context:
             if element.lower() not in _TARGETS:
                 raise ValueError(f"target elements must be in ['cpu', 'gpu', 'ascend'], but got {element.lower()}.")
         self._target = [element.lower() for element in target]
+
+    def _warn_unused_settings(self) -> None:
+        """Log once per process each setting that a build accepts but that does nothing on this server."""
+        unused = []
+        if self._group_info_file:
+            unused.append("group_info_file: distributed (pipeline) inference is not served; the file is not read")
+        if self._target[0] == "cpu" and self.cpu.precision_mode == "preferred_fp16":
+            unused.append("cpu.precision_mode 'preferred_fp16': CPU workers compute in the model's own types")
+        for message in unused:
+            if message not in _WARNED:
+                _WARNED.add(message)
+                _LOG.warning("%s (setting has no effect on this server)", message)
 
     def _devices(self) -> list[str]:
         """Device list as MindSpore Lite resolves it: cpu appended as backup after gpu/ascend."""

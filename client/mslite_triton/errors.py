@@ -3,7 +3,8 @@
 Each one also subclasses the builtin MindSpore Lite raises in the same situation
 (``RuntimeError`` for a failed build or predict, ``ValueError`` for a bad argument), so code
 written for ``mindspore_lite`` that catches those keeps working; new code can catch
-``MSLiteError`` or a specific class.
+``MSLiteError`` or a specific class. An input the server rejects is both: a ``ValueError`` by what
+it is, and a ``RuntimeError`` because that is what MindSpore Lite raises for a failed predict.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ class ServerUnavailableError(MSLiteError, RuntimeError):
 
 
 class ServiceDenyError(MSLiteError, RuntimeError):
-    """Raised when the server rejects a request because its queue is full (overload).
+    """Raised when a predict is refused for overload: it was not run and may be retried later.
 
-    MindSpore Lite returns ``kLiteServiceDeny`` when more than 1000 tasks are waiting; the
-    request was not run and may be retried later.
+    MindSpore Lite returns ``kLiteServiceDeny`` when more than 1000 tasks are waiting. Here a
+    ``Model`` or ``ModelParallelRunner`` refuses a predict itself, without asking the server, when
+    it already has that many in flight (``[runner] max_pending_predicts``); a server whose queue
+    or admission limit is full refuses with it too.
 
     Args:
         detail: What the server reported.
@@ -72,10 +75,11 @@ class InferenceError(MSLiteError, RuntimeError):
     code = -1
 
 
-class InvalidInputError(MSLiteError, ValueError):
-    """Raised when the server rejected a request's inputs (Triton ``INVALID_ARG``).
+class InvalidInputError(MSLiteError, ValueError, RuntimeError):
+    """Raised when the server rejected a request's inputs or weights (Triton ``INVALID_ARG``).
 
-    The message names the problem (input name, expected and actual shape or type).
+    The message names the problem (input name, expected and actual shape or type). Catchable as
+    ``ValueError`` and, as MindSpore Lite's failed predicts and weight updates are, ``RuntimeError``.
     """
 
     status = "kLiteInputParamInvalid"

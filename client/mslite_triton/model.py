@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._build import check_config_dict, fill_outputs, input_arrays, load_sections, send_weights, weight_sections
+from ._build import (
+    build_failed,
+    check_config_dict,
+    check_weights,
+    fill_outputs,
+    input_arrays,
+    load_sections,
+    send_weights,
+    weight_sections,
+)
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
-from ._model_config import local_cores, plan_workers
+from ._model_config import local_cores, merge_sections, plan_workers
+from ._onnx_io import metadata_props
+from ._pending import PendingLimit, take_runner_section
 from ._remote import RemoteModel
 from .context import Context
 from .tensor import ModelType, Tensor, TensorMeta
+
+if TYPE_CHECKING:
+    from .model_group import ModelGroup
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +49,8 @@ class Model:
         self._remote: RemoteModel | None = None
         self._inputs: list[Tensor] = []
         self._weight_aliases: dict[str, str] = {}
+        self._pending = PendingLimit()
+        self._group: ModelGroup | None = None  # set by ModelGroup.add_model
 
     def __str__(self) -> str:
         return f"model_path: {self.model_path_}."
@@ -50,36 +68,58 @@ class Model:
     ) -> None:
         """Upload the ONNX file (or bind to `triton://<name>`) and build it with the context's settings.
 
+        Checks run in MindSpore Lite's order: argument types, the model file, the config file, `config_dict`,
+        then the decryption arguments.
+
         Raises:
             TypeError: an argument has the wrong type.
+            KeyError: the config file names a `variable_weights_file` and `config_dict` has no `ascend_context`.
             ValueError: `dec_mode` is empty.
-            RuntimeError: missing file or config file, not an ONNX file, server unreachable, load failure.
+            RuntimeError: missing file or config file, not an ONNX file, encrypted model, server unreachable,
+                load failure (`build_from_file failed! Error is ...`).
         """
         check_isinstance("model_path", model_path, str)
         check_isinstance("model_type", model_type, ModelType)
         context = Context() if context is None else check_isinstance("context", context, Context)
         check_isinstance("config_path", config_path, str)
-        overrides = check_config_dict(config_dict)
-        if dec_key is not None:
-            check_isinstance("dec_key", dec_key, bytes)
-            check_isinstance("dec_mode", dec_mode, str)
-            if not dec_mode:
-                raise ValueError("dec_mode must not be empty string!")
-            check_isinstance("dec_num_parallel", dec_num_parallel, int)
-            raise RuntimeError("build_from_file failed! Error is kLiteNotSupport: encrypted models are not supported")
         if not model_path.startswith("triton://") and not os.path.exists(model_path):
             raise RuntimeError("build_from_file failed, model_path does not exist!")
-        sections = load_sections(config_path, overrides, "build_from_file failed")
+        from_file = load_sections(config_path, None, "build_from_file failed")
+        if (
+            "variable_weights_file" in from_file.get("ascend_context", {})
+            and isinstance(config_dict, dict)
+            and "ascend_context" not in config_dict
+        ):
+            raise KeyError("ascend_context")  # MindSpore Lite adds the weight list to config_dict['ascend_context']
+        overrides = check_config_dict(config_dict)
+        if dec_key:
+            check_isinstance("dec_key", dec_key, bytes)
+            check_isinstance("dec_mode", dec_mode, str)
+            check_isinstance("dec_num_parallel", dec_num_parallel, int)
+            if not dec_mode:
+                raise ValueError("dec_mode must not be empty string!")
+            raise RuntimeError(
+                "build_from_file failed! Error is kLiteNotSupport: encrypted models cannot be served; decrypt the "
+                "model where the key is kept, export it to ONNX and build from that file"
+            )
+        sections = merge_sections(from_file, overrides)
         sections, aliases = weight_sections(sections, config_path, "build_from_file failed")
+        sections, pending = take_runner_section(sections, "build_from_file failed")
+        context._warn_unused_settings()
         if context.cpu.thread_affinity_mode == 2:
             log.warning("thread_affinity_mode 2 (middle cores) is not supported by the server: workers are not pinned")
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
         plan = plan_workers(context, cores=local_cores(), workers_num=1)
-        self._remote = RemoteModel.build(model_path, context, plan, sections)
+        shared = self._group.shared_model(model_path) if self._group is not None else None
+        try:
+            self._remote = shared or RemoteModel.build(model_path, context, plan, sections)
+        except RuntimeError as e:
+            raise build_failed(e, "build_from_file failed") from None
         self.model_path_ = model_path
         self.provider = context.ascend.provider
         self._inputs = self._remote.input_tensors()
         self._weight_aliases = aliases
+        self._pending = pending
 
     def _built(self) -> RemoteModel:
         if self._remote is None:
@@ -93,8 +133,8 @@ class Model:
         return list(self._inputs)
 
     def get_outputs(self) -> tuple[TensorMeta, ...]:
-        """Metadata of the outputs: name, dtype, shape, format, element_num, data_size."""
-        return self._built().output_metas()
+        """Metadata of the outputs: name, dtype, shape, format, element_num, data_size; `()` before a build."""
+        return () if self._remote is None else self._remote.output_metas()
 
     def predict(self, inputs: Sequence[Tensor | np.ndarray], outputs: list[Tensor] | None = None) -> list[Tensor]:
         """Run inference once.
@@ -105,8 +145,10 @@ class Model:
 
         Raises:
             TypeError: `inputs` or `outputs` has the wrong type.
-            RuntimeError: wrong number of inputs, or the server failed (subclasses name the cause).
-            ValueError: the server rejected an input (InvalidInputError).
+            RuntimeError: wrong number of inputs, or the server failed (subclasses name the cause);
+                `ServiceDenyError` (kLiteServiceDeny) when this Model already has `[runner] max_pending_predicts`
+                predicts in flight (1000 by default).
+            InvalidInputError: the server rejected an input; a ValueError and a RuntimeError.
         """
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
@@ -125,7 +167,8 @@ class Model:
             check_isinstance("outputs", outputs, list)
             for o in outputs:
                 check_isinstance("outputs element", o, Tensor)
-        results = remote.predict(input_arrays(tensors))
+        with self._pending.slot():
+            results = remote.predict(input_arrays(tensors))
         if not results:
             raise RuntimeError("predict failed!")
         return fill_outputs(outputs, results) if outputs else results
@@ -183,11 +226,21 @@ class Model:
         are matched by name, or by position in that list when a tensor has no name. Requests see all-old
         or all-new weights; a rejected update changes nothing.
 
+        With `context.ascend.provider == "ge"` every name that is not in the name-list file's first column
+        must end in `weight` or `alpha`, as MindSpore Lite checks before its GE rename (the rename itself
+        does not apply: names here are the ONNX graph's).
+
         Raises:
             TypeError: `weights` is not a list of lists of Tensor.
-            ValueError: a tensor is not a declared weight, or its dtype or shape differs (InvalidInputError).
-            RuntimeError: the model is not built, a tensor has no data, or the server failed.
+            InvalidInputError: a tensor is not a declared weight, or its dtype or shape differs; a ValueError
+                and a RuntimeError (`update weight failed! Error is ...`).
+            RuntimeError: the model is not built, a tensor has no data, a "ge" name check failed, or the
+                server failed.
         """
+        if self.provider == "ge":
+            for t in check_weights(weights):
+                if t.name not in self._weight_aliases and not t.name.endswith(("weight", "alpha")):
+                    raise RuntimeError("variable is not norm name, now only support **weight")
         send_weights(self._remote, weights, self._weight_aliases, "the model is not built; call build_from_file first")
 
     def get_model_info(self, key: str) -> str:
@@ -195,6 +248,9 @@ class Model:
 
         `shareable_weight_mem_handle` gives a non-zero number naming the server model: sharing needs no
         handle here (a model's workers share its weights on CPU), but code passing it on keeps working.
+        `user_info` is the ONNX file's metadata (`metadata_props`) as a JSON object, "" when it has none or
+        the model was bound with `triton://`; `dynamic_dims` lists the inputs with dynamic dimensions in
+        `input_shape`'s form, -1 for each dynamic dimension ("" when every shape is fixed).
 
         Raises:
             TypeError: `key` is not a str.
@@ -206,6 +262,14 @@ class Model:
             return self._remote.shareable_handle
         if key == "input_shape" and self._remote is not None:
             return ";".join(f"{t.name}:{','.join(map(str, t.shape))}" for t in self._inputs)
+        if key == "dynamic_dims" and self._remote is not None:
+            batch = [-1] if self._remote.batched else []
+            shapes = [(t.name, [*batch, *t.shape]) for t in self._remote.info.inputs]
+            return ";".join(f"{name}:{','.join(map(str, shape))}" for name, shape in shapes if -1 in shape)
+        if key == "user_info" and self._remote is not None and not self.model_path_.startswith("triton://"):
+            with open(self.model_path_, "rb") as f:
+                props = metadata_props(f.read())
+            return json.dumps(props) if props else ""
         if key not in _INFO_KEYS:
             log.warning("get_model_info: unsupported key '%s'", key)
         return ""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 
-from ._build import fill_outputs, input_arrays, load_sections, send_weights, weight_sections
+from ._build import build_failed, fill_outputs, input_arrays, load_sections, send_weights, weight_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
+from ._pending import PendingLimit, take_runner_section
 from ._remote import RemoteModel
 from .context import Context
 from .tensor import Tensor
@@ -28,6 +29,7 @@ class ModelParallelRunner:
         self.model_path_ = ""
         self._remote: RemoteModel | None = None
         self._weight_aliases: dict[str, str] = {}
+        self._pending = PendingLimit()
 
     def __str__(self) -> str:
         return f"model_path: {self.model_path_}."
@@ -40,7 +42,7 @@ class ModelParallelRunner:
         Raises:
             TypeError: `model_path` is not a str or `context` not a Context.
             RuntimeError: missing file, unsupported settings (affinity mode 2, too many workers), server
-                unreachable, or load failure.
+                unreachable, or load failure (`ModelParallelRunner's build from file failed! Error is ...`).
         """
         check_isinstance("model_path", model_path, str)
         if not model_path.startswith("triton://") and not os.path.exists(model_path):
@@ -53,32 +55,37 @@ class ModelParallelRunner:
             raise RuntimeError(f"{_BUILD_FAILED}! Error is Currently only HIGH_CPU and NO_BIND are supported")
         sections = load_sections(context.parallel.config_path, context.parallel._config_info, _BUILD_FAILED)
         sections, aliases = weight_sections(sections, context.parallel.config_path, _BUILD_FAILED)
+        sections, pending = take_runner_section(sections, _BUILD_FAILED)
+        context._warn_unused_settings()
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
         try:
             plan = plan_workers(context, cores=local_cores())
         except RuntimeError as e:
             raise RuntimeError(f"{_BUILD_FAILED}! Error is {e}") from e
-        self._remote = RemoteModel.build(model_path, context, plan, sections)
+        try:
+            self._remote = RemoteModel.build(model_path, context, plan, sections)
+        except RuntimeError as e:
+            raise build_failed(e, _BUILD_FAILED) from None
         self.model_path_ = model_path
         self._weight_aliases = aliases
+        self._pending = pending
 
     def get_inputs(self) -> list[Tensor]:
         """Fresh input tensors (name, dtype, shape; no data) on every call: safe to fill per thread.
 
-        Raises:
-            RuntimeError: the runner is not built.
+        `[]` before a build, as in MindSpore Lite.
         """
-        if self._remote is None:
-            raise RuntimeError("get_inputs failed! Error is kLiteError: call build_from_file first")
-        return self._remote.input_tensors()
+        return [] if self._remote is None else self._remote.input_tensors()
 
     def predict(self, inputs: list[Tensor], outputs: list[Tensor] | None = None) -> list[Tensor]:
         """Run one request on whichever worker is free.
 
         Raises:
             TypeError: `inputs` is not a list/tuple of Tensor, or `outputs` not a list.
-            RuntimeError: the server failed; `ServiceDenyError` (kLiteServiceDeny) when its queue is full.
-            ValueError: the server rejected an input (InvalidInputError).
+            RuntimeError: the server failed; `ServiceDenyError` (kLiteServiceDeny) at once, without asking the
+                server, when this runner already has `[runner] max_pending_predicts` predicts in flight (1000
+                by default), or when the server refuses for overload.
+            InvalidInputError: the server rejected an input; a ValueError and a RuntimeError.
         """
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
@@ -95,7 +102,8 @@ class ModelParallelRunner:
             raise RuntimeError("predict failed! Error is kLiteError: call build_from_file first")
         if len(inputs) != len(self._remote.info.inputs):
             raise RuntimeError(f"model input len:{len(self._remote.info.inputs)} not equal input len:{len(inputs)}!")
-        results = self._remote.predict(input_arrays(list(inputs)))
+        with self._pending.slot():
+            results = self._remote.predict(input_arrays(list(inputs)))
         if not results:
             raise RuntimeError("predict failed!")
         return fill_outputs(outputs, results) if outputs else results

@@ -384,10 +384,21 @@ class Tensor:
             raise TypeError(f"numpy_obj must be numpy.ndarray, but got {type(numpy_obj)}.")
         numpy_obj = _contiguous(numpy_obj)
         if from_numpy_dtype(numpy_obj.dtype) != self._dtype:
-            raise RuntimeError(f"data type not equal! Numpy type: {numpy_obj.dtype.type}, Tensor type: {self.dtype}")
+            raise RuntimeError(
+                f"data type not equal! Numpy type: {numpy_obj.dtype.type}, Tensor type: {self.dtype}"
+                f"{self._which(numpy_obj)}"
+            )
         if numpy_obj.nbytes != self.data_size:
-            raise RuntimeError(f"data size not equal! Numpy size: {numpy_obj.nbytes}, Tensor size: {self.data_size}")
+            raise RuntimeError(
+                f"data size not equal! Numpy size: {numpy_obj.nbytes}, Tensor size: {self.data_size}"
+                f"{self._which(numpy_obj)}"
+            )
         self._data = numpy_obj
+
+    def _which(self, array: np.ndarray) -> str:
+        """MindSpore Lite's messages name neither the tensor nor the shapes: this suffix does."""
+        name = f"tensor '{self._name}'" if self._name else "tensor"
+        return f" ({name} shape {self._shape}, numpy shape {list(array.shape)})"
 
     def get_data_to_numpy(self) -> np.ndarray:
         """Return the data as a numpy array of the tensor's shape, viewing the tensor's memory.

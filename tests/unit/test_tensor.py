@@ -380,7 +380,7 @@ def test_dynamic_dimension() -> None:
     assert t.element_num == 0
     assert t.data_size == 0
     assert t.get_data_to_numpy().size == 0
-    with pytest.raises(RuntimeError, match="^data size not equal! Numpy size: 24, Tensor size: 0$"):
+    with pytest.raises(RuntimeError, match=r"^data size not equal! Numpy size: 24, Tensor size: 0 \("):
         t.set_data_from_numpy(np.zeros((2, 3), np.float32))
     t.shape = [2, 3]
     t.set_data_from_numpy(np.ones((2, 3), np.float32))
@@ -401,14 +401,31 @@ def test_set_data_from_numpy_dtype_mismatch() -> None:
     t = Tensor(shape=[2, 3], dtype=DataType.FLOAT32)
     with pytest.raises(RuntimeError) as exc:
         t.set_data_from_numpy(np.zeros((2, 3), np.float64))
-    assert str(exc.value) == ("data type not equal! Numpy type: <class 'numpy.float64'>, Tensor type: DataType.FLOAT32")
+    assert str(exc.value) == (
+        "data type not equal! Numpy type: <class 'numpy.float64'>, Tensor type: DataType.FLOAT32 "
+        "(tensor shape [2, 3], numpy shape [2, 3])"
+    )
 
 
 def test_set_data_from_numpy_size_mismatch() -> None:
     t = Tensor(shape=[2, 3], dtype=DataType.FLOAT32)
     with pytest.raises(RuntimeError) as exc:
         t.set_data_from_numpy(np.zeros(2, np.float32))
-    assert str(exc.value) == "data size not equal! Numpy size: 8, Tensor size: 24"
+    assert str(exc.value) == (
+        "data size not equal! Numpy size: 8, Tensor size: 24 (tensor shape [2, 3], numpy shape [2])"
+    )
+
+
+def test_set_data_from_numpy_size_mismatch_names_the_tensor() -> None:
+    # MindSpore Lite's text first (code may match on it), then which tensor and both shapes.
+    t = Tensor(shape=[1, 3, 224, 224], dtype=DataType.FLOAT32)
+    t.name = "input"
+    with pytest.raises(RuntimeError) as exc:
+        t.set_data_from_numpy(np.zeros((1, 3, 112, 112), np.float32))
+    assert str(exc.value) == (
+        "data size not equal! Numpy size: 150528, Tensor size: 602112 "
+        "(tensor 'input' shape [1, 3, 224, 224], numpy shape [1, 3, 112, 112])"
+    )
 
 
 def test_set_data_from_numpy_unsupported_dtype() -> None:

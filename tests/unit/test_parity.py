@@ -1,0 +1,229 @@
+"""MindSpore Lite parity of the client, without a server: messages, defaults, limits, settings that do nothing."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+import mslite_triton as mslite
+from mslite_triton._build import build_failed
+from mslite_triton._error_table import classify
+from mslite_triton._model_config import parse_config_file, plan_workers
+from mslite_triton._onnx_io import metadata_props
+from mslite_triton._pending import DEFAULT_MAX_PENDING, PendingLimit, take_runner_section
+from mslite_triton.errors import InvalidInputError, ModelLoadError, ServerUnavailableError, ServiceDenyError
+
+URL = "grpc://127.0.0.1:8001"
+
+
+# --- exceptions ---------------------------------------------------------------------------------
+
+
+def test_rejected_inputs_are_caught_as_value_error_and_runtime_error() -> None:
+    error = classify(InferenceServerException("input 'x': expected FP32", status="StatusCode.INVALID_ARGUMENT"), URL)
+    assert isinstance(error, InvalidInputError)
+    assert isinstance(error, ValueError) and isinstance(error, RuntimeError)
+    with pytest.raises(RuntimeError):  # what code written for MindSpore Lite catches
+        raise error
+
+
+def test_triton_advice_for_model_authors_is_dropped() -> None:
+    text = (
+        "unexpected shape for input 'x' for model 'tiny'. Expected [-1,4], got [2,5]. NOTE: Setting a non-zero "
+        "max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you "
+        "want to specify the full shape including the batch dim in your input dims config, try setting "
+        "max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
+    )
+    error = classify(InferenceServerException(text, status="StatusCode.INVALID_ARGUMENT"), URL)
+    assert str(error) == "unexpected shape for input 'x' for model 'tiny'. Expected [-1,4], got [2,5]."
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [
+        ("build_from_file failed", "build_from_file failed! Error is kLiteError: model file 'model.onnx' is bad"),
+        (
+            "ModelParallelRunner's build from file failed",
+            "ModelParallelRunner's build from file failed! Error is kLiteError: model file 'model.onnx' is bad",
+        ),
+    ],
+)
+def test_build_failures_read_as_in_mindspore_lite(who: str, expected: str) -> None:
+    server = (
+        "load failed for model 'net_0a1b2c': version 1 is at UNAVAILABLE state: Internal: TritonModelException: "
+        "model 'net_0a1b2c': model file 'model.onnx' is bad"
+    )
+    error = build_failed(ModelLoadError(server), who)
+    assert type(error) is ModelLoadError and str(error) == expected
+    local = build_failed(RuntimeError("build_from_file failed! Error is kLiteNotSupport: x.ms is a .ms file"), who)
+    assert str(local) == f"{who}! Error is kLiteNotSupport: x.ms is a .ms file"
+    unreachable = ServerUnavailableError(URL)
+    assert build_failed(unreachable, who) is unreachable
+
+
+# --- thread and worker rules ---------------------------------------------------------------------
+
+
+def _context(workers: int = 0, threads: int = 0) -> mslite.Context:
+    context = mslite.Context()
+    context.parallel.workers_num = workers
+    context.cpu.thread_num = threads
+    return context
+
+
+@pytest.mark.parametrize(("cores", "workers", "threads"), [(2, 3, 2), (2, 2, 1), (4, 3, 1), (32, 5, 6), (3, 4, 3)])
+def test_auto_threads_with_workers_given(cores: int, workers: int, threads: int) -> None:
+    # cores / N, or all cores when there are fewer cores than workers
+    assert plan_workers(_context(workers=workers), cores=cores).thread_num == threads
+
+
+def test_too_many_threads_are_clamped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert plan_workers(_context(workers=1, threads=11), cores=2).thread_num == 10
+    assert "thread num 11 is more than 5 x 2 cores: set to 10" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert plan_workers(_context(workers=1, threads=10), cores=2).thread_num == 10
+    assert "thread num" not in caplog.text
+
+
+def test_execution_plan_values_lose_their_quotes(tmp_path: Path) -> None:
+    path = tmp_path / "config.ini"
+    path.write_text('[execution_plan]\nop_1="data_type:float16"\n[other]\nkey="kept"\n')
+    sections = parse_config_file(str(path))
+    assert sections["execution_plan"] == {"op_1": "data_type:float16"}
+    assert sections["other"] == {"key": '"kept"'}
+
+
+# --- the pending-predict bound --------------------------------------------------------------------
+
+
+def test_pending_bound_defaults_to_mindspore_lites_1000() -> None:
+    sections, limit = take_runner_section({"dynamic_batching": {"max_queue_size": "4"}}, "who")
+    assert limit.bound == DEFAULT_MAX_PENDING == 1000
+    assert sections == {"dynamic_batching": {"max_queue_size": "4"}}
+    assert mslite.Model()._pending.bound == 1000 and mslite.ModelParallelRunner()._pending.bound == 1000
+
+
+def test_runner_section_sets_the_bound_and_stays_on_the_client() -> None:
+    sections, limit = take_runner_section({"runner": {"max_pending_predicts": "3"}, "a": {"b": "c"}}, "who")
+    assert limit.bound == 3 and sections == {"a": {"b": "c"}}
+    assert take_runner_section({"runner": {"max_pending_predicts": "0"}}, "who")[1].bound == 0
+    with pytest.raises(RuntimeError, match=r"^who! Error is \[runner\] max_pending_predicts must be a non-negative"):
+        take_runner_section({"runner": {"max_pending_predicts": "-1"}}, "who")
+    with pytest.raises(RuntimeError, match=r"unknown keys \['max_pending'\]"):
+        take_runner_section({"runner": {"max_pending": "1"}}, "who")
+
+
+def test_pending_limit_refuses_beyond_the_bound_and_frees_its_places() -> None:
+    limit = PendingLimit(2)
+    with limit.slot(), limit.slot():
+        with pytest.raises(ServiceDenyError) as info, limit.slot():
+            pass
+        assert limit.in_flight == 2
+    assert limit.in_flight == 0
+    assert info.value.status == "kLiteServiceDeny" and isinstance(info.value, RuntimeError)
+    assert str(info.value).startswith("predict failed! Error is kLiteServiceDeny: The number of waiting tasks")
+    with pytest.raises(KeyError), limit.slot():
+        raise KeyError("a failed predict gives its place back")
+    assert limit.in_flight == 0
+
+
+def test_unbounded_limit_counts_without_refusing() -> None:
+    limit = PendingLimit(0)
+    barrier = threading.Barrier(5)
+
+    def hold() -> None:
+        with limit.slot():
+            barrier.wait(timeout=30)
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        with limit.slot():
+            barrier.wait(timeout=30)  # 5 in flight at once
+    finally:
+        for t in threads:
+            t.join()
+    assert limit.in_flight == 0
+
+
+# --- settings that do nothing here ---------------------------------------------------------------
+
+
+def test_settings_without_effect_warn_once(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mslite_triton.context._WARNED", set())
+    context = mslite.Context()
+    context.group_info_file = "group.json"
+    context.cpu.precision_mode = "preferred_fp16"
+    with caplog.at_level(logging.WARNING):
+        context._warn_unused_settings()
+        context._warn_unused_settings()
+    assert caplog.text.count("group_info_file") == 1
+    assert caplog.text.count("preferred_fp16") == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        mslite.Context()._warn_unused_settings()
+    assert not caplog.text
+
+
+# --- model information -----------------------------------------------------------------------------
+
+
+def test_metadata_props_are_read_without_onnx() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph)
+    assert metadata_props(model.SerializeToString()) == {}
+    onnx.helper.set_model_props(model, {"author": "me", "task": "cls"})
+    assert metadata_props(model.SerializeToString()) == {"author": "me", "task": "cls"}
+    assert metadata_props(b"\xff\xff") == {}
+
+
+# --- ModelGroup -----------------------------------------------------------------------------------
+
+
+def test_model_group_flags_and_argument_checks() -> None:
+    assert [int(f) for f in mslite.ModelGroupFlag] == [1, 2, 3]
+    assert str(mslite.ModelGroupFlag.SHARE_WEIGHT) == "ModelGroupFlag.SHARE_WEIGHT"
+    assert mslite.ModelGroup().flags is mslite.ModelGroupFlag.SHARE_WORKSPACE
+    with pytest.raises(RuntimeError, match="Parameter flags should be"):
+        mslite.ModelGroup(1)  # type: ignore[arg-type]
+    group = mslite.ModelGroup(mslite.ModelGroupFlag.SHARE_WEIGHT)
+    with pytest.raises(TypeError, match="models must be list/tuple"):
+        group.add_model("a.onnx")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="models cannot be empty"):
+        group.add_model([])
+    with pytest.raises(TypeError, match="models element must be all str or Model, but got <class 'int'> at index 1."):
+        group.add_model(["a.onnx", 1])
+    with pytest.raises(TypeError, match="at index 0"):
+        group.add_model([1])
+    group.add_model(["a.onnx", "b.onnx"])
+    model = mslite.Model()
+    group.add_model([model])
+    assert model._group is group
+    with pytest.raises(TypeError, match="context must be Context"):
+        group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="model_type must be ModelType"):
+        group.cal_max_size_of_workspace(0, mslite.Context())  # type: ignore[arg-type]
+    assert group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, mslite.Context()) is None
+
+
+# --- before a build ---------------------------------------------------------------------------------
+
+
+def test_inputs_and_outputs_before_a_build() -> None:
+    assert mslite.ModelParallelRunner().get_inputs() == []
+    assert mslite.Model().get_outputs() == ()
+    assert mslite.Model().get_inputs() == []
