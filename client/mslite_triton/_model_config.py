@@ -7,15 +7,21 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from mslite_triton_backend.mslite_backend.protocol import (
+    BATCHING_KEYS,
+    BATCHING_SECTION,
+    DEFAULT_MAX_BATCH_SIZE,
+    MAX_BATCH_SIZE_KEY,
+    MAX_QUEUE_DELAY_KEY,
+    MAX_QUEUE_SIZE_KEY,
+    PREFERRED_BATCH_SIZE_KEY,
+    batcher_defaults,
+    queue_policy,
+)
+
 from .context import Context
 
 log = logging.getLogger(__name__)
-
-MAX_QUEUE_SIZE = 1000  # MindSpore Lite's task queue bound (kNumMaxTaskQueueSize)
-CPU_PREFERRED_BATCH = (2,)  # requests per execute on CPU workers; the backend's auto-complete uses the same
-DEFAULT_MAX_BATCH_SIZE = 64  # the backend's auto-complete value, for models with a dynamic first dimension
-BATCHING_SECTION = "dynamic_batching"  # our own config section: Triton's batcher settings
-BATCHING_KEYS = ("max_batch_size", "max_queue_delay_microseconds", "preferred_batch_size", "max_queue_size")
 
 
 @dataclass(frozen=True)
@@ -108,10 +114,10 @@ def build_model_config(
     Inputs, outputs, dims and max_batch_size are left to the backend's auto-complete, which reads
     them from the ONNX file. Each worker is its own instance group, so worker i is group i.
 
-    With `batchable` (every graph tensor has a dynamic first dimension) max_batch_size is 64, and on CPU
-    the dynamic batcher hands a worker up to 2 queued requests per `execute` (CPU_PREFERRED_BATCH), which
-    the backend runs one by one: the worker stays busy across Triton's hand-off, no worker hoards the
-    queue (measured: README, "Concurrency defaults"); on GPU Triton batches freely.
+    With `batchable` (every graph tensor has a dynamic first dimension) max_batch_size is 64, and the
+    batcher's defaults are the backend's auto-complete rule (`protocol.batcher_defaults`: on CPU, up to 2
+    queued requests per `execute`, each run alone; on GPU Triton batches freely). No queue bound unless the
+    `[dynamic_batching]` section sets `max_queue_size` (`protocol.queue_policy` says what it costs).
 
     Worker i runs on device `device_ids[i % len(device_ids)]` (`parallel.device_ids`, else the target's
     `device_id`).
@@ -148,21 +154,21 @@ def build_model_config(
         "name": name,
         "backend": "mslite",
         "instance_group": groups,
-        "dynamic_batching": _dynamic_batching(batching, bounded=plan.workers >= 2),
+        BATCHING_SECTION: _dynamic_batching(batching),
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
     }
-    dynamic = config["dynamic_batching"]
-    if "max_batch_size" in batching:
-        config["max_batch_size"] = _int(batching, "max_batch_size")
+    dynamic = config[BATCHING_SECTION]
+    if MAX_BATCH_SIZE_KEY in batching:
+        config[MAX_BATCH_SIZE_KEY] = _int(batching, MAX_BATCH_SIZE_KEY)
     elif batchable:
         # set here, not left to auto-complete: Triton checks preferred sizes against it before auto-complete
-        config["max_batch_size"] = max([DEFAULT_MAX_BATCH_SIZE, *dynamic.get("preferred_batch_size", [])])
-    elif "preferred_batch_size" in dynamic:
-        raise ValueError(f"[{BATCHING_SECTION}] preferred_batch_size needs a model with a dynamic batch dimension")
-    if batchable and target == "cpu" and "preferred_batch_size" not in dynamic:
-        fitting = [b for b in CPU_PREFERRED_BATCH if b <= config["max_batch_size"]]
-        if fitting:  # Triton refuses preferred sizes above max_batch_size
-            dynamic["preferred_batch_size"] = fitting
+        config[MAX_BATCH_SIZE_KEY] = max([DEFAULT_MAX_BATCH_SIZE, *dynamic.get(PREFERRED_BATCH_SIZE_KEY, [])])
+    elif PREFERRED_BATCH_SIZE_KEY in dynamic:
+        raise ValueError(
+            f"[{BATCHING_SECTION}] {PREFERRED_BATCH_SIZE_KEY} needs a model with a dynamic batch dimension"
+        )
+    if batchable:
+        dynamic.update(batcher_defaults(dynamic, max_batch_size=config[MAX_BATCH_SIZE_KEY], cpu_only=target == "cpu"))
     return config
 
 
@@ -176,34 +182,29 @@ def _int(section: dict[str, str], key: str) -> int:
     return value
 
 
-def _dynamic_batching(section: dict[str, str], *, bounded: bool) -> dict[str, Any]:
+def _dynamic_batching(section: dict[str, str]) -> dict[str, Any]:
     """Triton's dynamic batcher from the `[dynamic_batching]` section.
 
-    The queue holds the section's `max_queue_size`, else MAX_QUEUE_SIZE requests. With one worker
-    (`bounded` False) it is bounded only when the section says so: Triton 2.51 given a queue policy and
-    one instance holds requests for 500 ms now and then (the backend's graph.batcher_defaults has the
-    measurement). `max_queue_size` 0 lifts the bound (no queue policy is sent): Triton then forms the next
-    batches while the workers are busy, 7-26 % more throughput on CPU here (README, "Concurrency defaults").
+    The queue is unbounded unless the section sets `max_queue_size` above 0 (`protocol.queue_policy`).
+
+    Raises:
+        ValueError: an unknown key, or a value that is not what the key takes.
     """
     unknown = sorted(set(section) - set(BATCHING_KEYS))
     if unknown:
         raise ValueError(f"[{BATCHING_SECTION}] unknown keys {unknown}; known: {list(BATCHING_KEYS)}")
     batching: dict[str, Any] = {
-        "max_queue_delay_microseconds": _int(section, "max_queue_delay_microseconds")
-        if "max_queue_delay_microseconds" in section
-        else 0,
+        MAX_QUEUE_DELAY_KEY: _int(section, MAX_QUEUE_DELAY_KEY) if MAX_QUEUE_DELAY_KEY in section else 0
     }
-    if "max_queue_size" in section or bounded:
-        size = _int(section, "max_queue_size") if "max_queue_size" in section else MAX_QUEUE_SIZE
-        if size:
-            batching["default_queue_policy"] = {"max_queue_size": size}
-    if section.get("preferred_batch_size"):
+    if MAX_QUEUE_SIZE_KEY in section:
+        batching.update(queue_policy(_int(section, MAX_QUEUE_SIZE_KEY)))
+    if section.get(PREFERRED_BATCH_SIZE_KEY):
         try:
-            batching["preferred_batch_size"] = [int(v) for v in section["preferred_batch_size"].split(",")]
+            batching[PREFERRED_BATCH_SIZE_KEY] = [int(v) for v in section[PREFERRED_BATCH_SIZE_KEY].split(",")]
         except ValueError:
             raise ValueError(
-                f"[{BATCHING_SECTION}] preferred_batch_size must be ints separated by commas, "
-                f"got '{section['preferred_batch_size']}'"
+                f"[{BATCHING_SECTION}] {PREFERRED_BATCH_SIZE_KEY} must be ints separated by commas, "
+                f"got '{section[PREFERRED_BATCH_SIZE_KEY]}'"
             ) from None
     return batching
 

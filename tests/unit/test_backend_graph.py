@@ -151,29 +151,27 @@ def test_minimal_config_of_a_batchable_model_turns_batching_on(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}]},
-         {"default_queue_policy": {"max_queue_size": 1000}, "preferred_batch_size": [2]}),
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}]}, {"preferred_batch_size": [2]}),
+        ({"instance_group": [{"kind": "KIND_CPU"}]}, {"preferred_batch_size": [2]}),  # one worker: the same rule
+        ({}, {"preferred_batch_size": [2]}),  # no groups: Triton makes one CPU instance
         ({"instance_group": [{"kind": "KIND_CPU"}, {"kind": "KIND_CPU"}],
           "dynamic_batching": {"default_queue_policy": {"timeout_action": "DELAY"}}},
-         {"default_queue_policy": {"timeout_action": "DELAY", "max_queue_size": 1000}, "preferred_batch_size": [2]}),
+         {"preferred_batch_size": [2]}),  # a policy the user wrote is kept, and given no bound
         ({"instance_group": [{"kind": "KIND_CPU", "count": 2}],
           "dynamic_batching": {"preferred_batch_size": [4], "default_queue_policy": {"max_queue_size": 7}}},
          {}),
-        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_GPU"}]},
-         {"default_queue_policy": {"max_queue_size": 1000}}),
-        ({"instance_group": [{"kind": "KIND_GPU", "count": 1, "gpus": [0, 1]}]},
-         {"default_queue_policy": {"max_queue_size": 1000}}),
-        ({"instance_group": [{"kind": "KIND_CPU"}]}, {}),  # one worker
-        ({}, {}),  # no groups: Triton makes one instance
+        ({"instance_group": [{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_GPU"}]}, {}),
+        ({"instance_group": [{"kind": "KIND_GPU", "count": 1, "gpus": [0, 1]}]}, {}),
     ],
 )  # fmt: skip
 def test_batcher_defaults_fill_only_what_the_config_leaves_out(config: dict, expected: dict) -> None:
-    assert batcher_defaults({"name": "m", **config}, 64) == expected
+    fill = batcher_defaults({"name": "m", **config}, 64)
+    assert fill == expected
+    assert "default_queue_policy" not in fill  # no queue bound by default: it turns off Triton's prefetching
 
 
 def test_batcher_defaults_keep_preferred_sizes_within_max_batch_size() -> None:
-    fill = batcher_defaults({"name": "m", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}, 1)
-    assert fill == {"default_queue_policy": {"max_queue_size": 1000}}
+    assert batcher_defaults({"name": "m", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}, 1) == {}
 
 
 def test_minimal_config_keeps_dynamic_non_batch_dims(tmp_path: Path) -> None:

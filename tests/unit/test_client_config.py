@@ -12,7 +12,6 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from mslite_triton._model_config import (
-    MAX_QUEUE_SIZE,
     WorkerPlan,
     build_model_config,
     default_thread_num,
@@ -121,7 +120,7 @@ def test_cpu_config() -> None:
     config = build_model_config("net_abc", context, WorkerPlan(2, 2, 1))
     assert config["name"] == "net_abc" and config["backend"] == "mslite"
     assert config["instance_group"] == [{"kind": "KIND_CPU", "count": 1}, {"kind": "KIND_CPU", "count": 1}]
-    assert config["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == MAX_QUEUE_SIZE == 1000
+    assert "default_queue_policy" not in config["dynamic_batching"]  # no queue bound unless asked for
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 0
     assert _params(config) == {
         "thread_num": "2",
@@ -502,21 +501,28 @@ def test_free_ports_picked_together_are_distinct() -> None:
             _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", taken, "grpc")])
 
 
-def test_one_worker_gets_no_queue_bound_unless_asked() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_queue_bound_only_when_asked_and_zero_means_none(workers: int) -> None:
     context = _context(mode=0, cores=[])
-    config = build_model_config("net_one", context, WorkerPlan(1, 1, 1))
-    assert "default_queue_policy" not in config["dynamic_batching"]
-    asked = build_model_config(
-        "net_one", context, WorkerPlan(1, 1, 1), sections={"dynamic_batching": {"max_queue_size": "8"}}
-    )
-    assert asked["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 8
+    plan = WorkerPlan(workers, 1, 1)
+    assert "default_queue_policy" not in build_model_config("net", context, plan)["dynamic_batching"]
+    asked = build_model_config("net", context, plan, sections={"dynamic_batching": {"max_queue_size": "8"}})
+    assert asked["dynamic_batching"]["default_queue_policy"] == {"max_queue_size": 8}
+    zero = build_model_config("net", context, plan, sections={"dynamic_batching": {"max_queue_size": "0"}})
+    assert "default_queue_policy" not in zero["dynamic_batching"]
 
 
-def test_max_queue_size_zero_lifts_the_bound_of_several_workers() -> None:
-    context = _context(mode=0, cores=[])
-    bounded = build_model_config("net_two", context, WorkerPlan(2, 1, 1))
-    assert bounded["dynamic_batching"]["default_queue_policy"] == {"max_queue_size": MAX_QUEUE_SIZE}
-    lifted = build_model_config(
-        "net_two", context, WorkerPlan(2, 1, 1), sections={"dynamic_batching": {"max_queue_size": "0"}}
-    )
-    assert "default_queue_policy" not in lifted["dynamic_batching"]
+def test_client_and_auto_complete_share_one_batcher_rule() -> None:
+    """The config the client builds has what auto-complete would fill, so the backend adds nothing to it."""
+    from mslite_backend.graph import batcher_defaults as auto_complete_fill
+
+    for target, workers in (("cpu", 1), ("cpu", 2), ("gpu", 2)):
+        context = _context(mode=0, cores=[])
+        context.target = [target]
+        for sections in (
+            {},
+            {"dynamic_batching": {"max_queue_size": "0"}},
+            {"dynamic_batching": {"max_queue_size": "9"}},
+        ):
+            config = build_model_config("net", context, WorkerPlan(workers, 1, 1), sections=sections, batchable=True)
+            assert auto_complete_fill(config, config["max_batch_size"]) == {}, (target, workers, sections)

@@ -49,7 +49,8 @@ def test_cpu_workers_take_two_requests_at_a_time_gpu_batches_freely():
     assert cpu["max_batch_size"] == 64 and cpu["dynamic_batching"]["preferred_batch_size"] == [2]
     one = build_model_config("m", _context("cpu"), WorkerPlan(1, 1, 1), batchable=True)
     assert one["dynamic_batching"]["preferred_batch_size"] == [2]
-    assert "default_queue_policy" not in one["dynamic_batching"]  # one worker: no queue policy by default
+    assert "default_queue_policy" not in one["dynamic_batching"]  # no queue policy by default
+    assert "default_queue_policy" not in cpu["dynamic_batching"]
     gpu = build_model_config("m", _context("gpu"), WorkerPlan(2, 1, 1), batchable=True)
     assert gpu["max_batch_size"] == 64 and "preferred_batch_size" not in gpu["dynamic_batching"]
     fixed = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=False)

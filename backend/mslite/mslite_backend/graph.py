@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import BackendConfig, TensorSpec, worker_count
+from .config import BackendConfig, TensorSpec
 from .dtypes import short_name, triton_type_of_onnx
 from .errors import ModelLoadError
-
-DEFAULT_MAX_BATCH_SIZE = 64
+from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE
+from .protocol import batcher_defaults as protocol_batcher_defaults
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,6 @@ class AutoCompletePlan:
     batcher_defaults: dict[str, Any] = field(default_factory=dict)  # missing dynamic_batching fields to fill
 
 
-MAX_QUEUE_SIZE = 1000  # MindSpore Lite's task queue bound: beyond it requests are refused at once
-CPU_PREFERRED_BATCH = (2,)  # requests per execute on CPU workers (batcher_defaults); the client uses the same
-
-
 def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoCompletePlan:
     """Decide the fields a minimal config (`backend: "mslite"` only) is missing.
 
@@ -112,30 +108,14 @@ def plan_auto_complete(model_config: dict[str, Any], io: GraphIO) -> AutoComplet
 
 
 def batcher_defaults(model_config: dict[str, Any], max_batch_size: int) -> dict[str, Any]:
-    """The dynamic batcher fields the config leaves out that we set, for models of two or more workers.
+    """The dynamic batcher fields the config leaves out that auto-complete fills (`protocol.batcher_defaults`).
 
-    A queue bounded at MAX_QUEUE_SIZE requests (beyond it Triton refuses at once: the client's overload
-    error), and on CPU two requests per `execute`: each runs alone (`merge_requests`), and handing a
-    worker two queued requests keeps it busy across the hand-off to Triton without starving the others
-    (README, "Concurrency defaults"); accelerators keep Triton's batch sizes. Models with one worker (as
-    without instance groups: Triton makes one instance) get neither: there is no other worker to starve,
-    and Triton 2.51 given a queue policy and one instance holds requests for 500 ms now and then
-    (measured: p99 501 ms at any concurrency, against 1 ms without the policy or with two instances).
-    A `max_queue_size` of 0 reads as absent in Triton's JSON, so it gets the bound too.
+    CPU-only means every instance group is KIND_CPU (a config without groups gets one CPU instance here).
     """
-    if worker_count(model_config) < 2:
-        return {}
     groups = model_config.get("instance_group") or []
-    current = model_config.get("dynamic_batching") or {}
-    fill: dict[str, Any] = {}
-    policy = current.get("default_queue_policy") or {}
-    if not policy.get("max_queue_size"):
-        fill["default_queue_policy"] = {**policy, "max_queue_size": MAX_QUEUE_SIZE}
     cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups)
-    fitting = [b for b in CPU_PREFERRED_BATCH if b <= max_batch_size]  # Triton refuses sizes above it
-    if cpu_only and fitting and not current.get("preferred_batch_size"):
-        fill["preferred_batch_size"] = fitting
-    return fill
+    current = model_config.get(BATCHING_SECTION) or {}
+    return protocol_batcher_defaults(current, max_batch_size=max_batch_size, cpu_only=cpu_only)
 
 
 def check_config_against_graph(cfg: BackendConfig, io: GraphIO) -> None:

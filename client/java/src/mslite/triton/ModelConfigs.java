@@ -13,14 +13,21 @@ import java.util.Map;
 /**
  * RunnerConfig -> the Triton model config of an upload, with the Python client's rules
  * ({@code client/mslite_triton/_model_config.py}): MindSpore Lite's worker and thread defaults, one instance
- * group per worker, the threads and config sections as {@code mslite} backend parameters, and a bounded queue.
+ * group per worker, the threads and config sections as {@code mslite} backend parameters, and Triton's dynamic
+ * batcher with no queue bound unless the {@code [dynamic_batching]} section sets {@code max_queue_size} above 0
+ * (a bound turns off Triton's batch prefetching). The backend's auto-complete fills the CPU batch sizes.
  */
 final class ModelConfigs {
+    // Names of the wire contract (backend/mslite/mslite_backend/protocol.py); a unit test checks they match.
     static final String BATCHING_SECTION = "dynamic_batching";
+    static final String MAX_BATCH_SIZE_KEY = "max_batch_size";
+    static final String MAX_QUEUE_DELAY_KEY = "max_queue_delay_microseconds";
+    static final String MAX_QUEUE_SIZE_KEY = "max_queue_size";
+    static final String QUEUE_POLICY_KEY = "default_queue_policy";
 
     private ModelConfigs() {}
 
-    static Map<String, Object> build(RunnerConfig cfg, int cores, int maxQueueSize)
+    static Map<String, Object> build(RunnerConfig cfg, int cores)
             throws IOException, KServeHttp.ServerError {
         MSContext ctx = cfg.context();
         int threads = ctx == null ? 0 : ctx.getThreadNum();
@@ -62,15 +69,18 @@ final class ModelConfigs {
         params.forEach((k, v) -> wrapped.put(k, Map.of("string_value", v)));
 
         Map<String, Object> dynamic = new LinkedHashMap<>();
-        dynamic.put("max_queue_delay_microseconds", intOf(batching, "max_queue_delay_microseconds", 0));
-        dynamic.put("default_queue_policy", Map.of("max_queue_size", intOf(batching, "max_queue_size", maxQueueSize)));
+        dynamic.put(MAX_QUEUE_DELAY_KEY, intOf(batching, MAX_QUEUE_DELAY_KEY, 0));
+        int queueBound = intOf(batching, MAX_QUEUE_SIZE_KEY, 0);
+        if (queueBound > 0) { // opt-in, as 0 means no bound in Triton too
+            dynamic.put(QUEUE_POLICY_KEY, Map.of(MAX_QUEUE_SIZE_KEY, queueBound));
+        }
         Map<String, Object> config = new LinkedHashMap<>();
         config.put("backend", "mslite");
         config.put("instance_group", groups);
-        config.put("dynamic_batching", dynamic);
+        config.put(BATCHING_SECTION, dynamic);
         config.put("parameters", wrapped);
-        if (batching.containsKey("max_batch_size")) {
-            config.put("max_batch_size", intOf(batching, "max_batch_size", 0));
+        if (batching.containsKey(MAX_BATCH_SIZE_KEY)) {
+            config.put(MAX_BATCH_SIZE_KEY, intOf(batching, MAX_BATCH_SIZE_KEY, 0));
         }
         return config;
     }

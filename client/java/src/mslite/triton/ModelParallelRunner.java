@@ -240,8 +240,7 @@ public final class ModelParallelRunner {
             throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName()
                     + "' is not an ONNX model; this server runs ONNX models (export the network to ONNX)");
         }
-        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors(),
-                MAX_QUEUE_SIZE);
+        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors());
         String name = ModelConfigs.name(path, config, model);
         if (!http.modelReady(name)) {
             Map<String, Object> named = new LinkedHashMap<>(config);

@@ -1,0 +1,112 @@
+"""The wire contract: names and rules the client and the backend must agree on, defined once.
+
+The backend uses this module inside Triton; the client imports it as
+`mslite_triton_backend.mslite_backend.protocol`. It imports nothing heavy (no numpy, no onnx), so both
+sides can load it anywhere. The Java client keeps copies of some names; a unit test checks them here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# -- the dynamic batcher ------------------------------------------------------------------------------
+DEFAULT_MAX_BATCH_SIZE = 64  # auto-complete's max_batch_size for models whose tensors all have a dynamic first dim
+CPU_PREFERRED_BATCH = (2,)  # requests Triton hands a CPU worker per `execute` (each still runs alone)
+
+BATCHING_SECTION = "dynamic_batching"  # the client's config section (and Triton's config field) for the batcher
+MAX_BATCH_SIZE_KEY = "max_batch_size"
+MAX_QUEUE_DELAY_KEY = "max_queue_delay_microseconds"
+PREFERRED_BATCH_SIZE_KEY = "preferred_batch_size"
+MAX_QUEUE_SIZE_KEY = "max_queue_size"  # opt-in queue bound; 0 or absent: no bound (Triton's own reading of 0)
+QUEUE_POLICY_KEY = "default_queue_policy"  # Triton's field that carries max_queue_size
+BATCHING_KEYS = (MAX_BATCH_SIZE_KEY, MAX_QUEUE_DELAY_KEY, PREFERRED_BATCH_SIZE_KEY, MAX_QUEUE_SIZE_KEY)
+
+
+def queue_policy(max_queue_size: int) -> dict[str, Any]:
+    """The dynamic batcher fields for a queue bound the user asked for: none for 0.
+
+    No bound is the default. Triton 2.51's dynamic batcher forms the next batch while the workers are
+    busy only when the model has no queue policy at all (its priority queue turns prefetching off with
+    one), and a single instance with a policy waits up to 500 ms for work now and then. A bound is
+    therefore an opt-in with a cost: beyond it Triton refuses requests at once, and batches are formed
+    only when a worker asks.
+
+    Raises:
+        ValueError: a negative size.
+    """
+    if max_queue_size < 0:
+        raise ValueError(f"[{BATCHING_SECTION}] {MAX_QUEUE_SIZE_KEY} must be >= 0, got {max_queue_size}")
+    return {QUEUE_POLICY_KEY: {MAX_QUEUE_SIZE_KEY: max_queue_size}} if max_queue_size else {}
+
+
+def batcher_defaults(dynamic_batching: Mapping[str, Any], *, max_batch_size: int, cpu_only: bool) -> dict[str, Any]:
+    """The dynamic batcher fields we set when the config leaves them out (both the client and auto-complete).
+
+    On CPU workers, at most CPU_PREFERRED_BATCH requests per `execute`: each runs alone, and handing a
+    worker two queued requests keeps it busy across the hand-off to Triton without letting one worker
+    take the whole queue from the others. Accelerators keep Triton's batch sizes. Sizes above
+    `max_batch_size` are left out (Triton refuses them). No queue policy is ever added (`queue_policy`).
+    """
+    fill: dict[str, Any] = {}
+    fitting = [b for b in CPU_PREFERRED_BATCH if b <= max_batch_size]
+    if cpu_only and fitting and not dynamic_batching.get(PREFERRED_BATCH_SIZE_KEY):
+        fill[PREFERRED_BATCH_SIZE_KEY] = fitting
+    return fill
+
+
+# -- weights updates ----------------------------------------------------------------------------------
+# A weights update is an inference request that carries UPDATE_PARAMETER (the JSON manifest of the new
+# tensors: name, dtype, shape) and their bytes in the optional input WEIGHTS_INPUT, or, with FILE_PARAMETER,
+# the name of a file that a client on the server's host wrote into /dev/shm.
+UPDATE_PARAMETER = "mslite_weights_update"
+FILE_PARAMETER = "mslite_weights_file"
+WEIGHTS_INPUT = "__mslite_weights__"
+# Proof that the sender holds the admin key: `v1.<unix seconds>.<nonce>.<hex HMAC-SHA256>`, the MAC taken
+# under the key over `update_message(...)`. The key itself never travels in a request.
+PROOF_PARAMETER = "mslite_weights_proof"
+PROOF_SCHEME = "v1"
+PROOF_WINDOW_S = 300  # a proof older or newer than this (clock skew included) is refused
+# The environment variable that hands the admin key to tritonserver and, by inheritance, to its workers
+# (the launcher sets it; the container entrypoint gets it from the deployment). Clients read it too.
+ADMIN_KEY_ENV = "MSLITE_TRITON_KEY"
+
+
+def update_message(model: str, manifest: str, file: str, timestamp: int, nonce: str) -> bytes:
+    """The bytes a proof's MAC covers: the model, what the update writes and where from, and when.
+
+    Fields are length-prefixed, so no two different updates share a message.
+    """
+    fields = (PROOF_SCHEME, model, manifest, file, str(timestamp), nonce)
+    return b"".join(f"{len(f.encode())}:".encode() + f.encode() for f in fields)
+
+
+def update_mac(key: str, model: str, manifest: str, file: str, timestamp: int, nonce: str) -> str:
+    """HMAC-SHA256 of `update_message(...)` under `key`, in hex."""
+    import hashlib
+    import hmac
+
+    message = update_message(model, manifest, file, timestamp, nonce)
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def sign_update(key: str, model: str, manifest: str, file: str = "", *, now: float | None = None) -> str:
+    """The PROOF_PARAMETER value of one update (`file`: the FILE_PARAMETER value, or "" when inline)."""
+    import secrets
+    import time
+
+    timestamp = int(time.time() if now is None else now)
+    nonce = secrets.token_hex(12)
+    return f"{PROOF_SCHEME}.{timestamp}.{nonce}.{update_mac(key, model, manifest, file, timestamp, nonce)}"
+
+
+def parse_proof(proof: str) -> tuple[int, str, str]:
+    """Timestamp, nonce and MAC of a PROOF_PARAMETER value.
+
+    Raises:
+        ValueError: not a proof of the known scheme.
+    """
+    parts = proof.split(".")
+    if len(parts) != 4 or parts[0] != PROOF_SCHEME or not parts[1].isdigit() or not parts[2].isalnum():
+        raise ValueError(f"a weights update proof looks like '{PROOF_SCHEME}.<time>.<nonce>.<mac>'")
+    return int(parts[1]), parts[2], parts[3]

@@ -1,0 +1,34 @@
+"""The wire contract (mslite_backend/protocol.py): the one batcher rule, and the Java client's copies of its names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mslite_backend import protocol
+
+JAVA_CONFIGS = (
+    Path(__file__).resolve().parents[2] / "client" / "java" / "src" / "mslite" / "triton" / "ModelConfigs.java"
+)
+
+
+def test_queue_policy_is_an_opt_in_and_zero_means_none() -> None:
+    assert protocol.queue_policy(0) == {}
+    assert protocol.queue_policy(7) == {"default_queue_policy": {"max_queue_size": 7}}
+    with pytest.raises(ValueError, match="max_queue_size must be >= 0"):
+        protocol.queue_policy(-1)
+
+
+def test_batcher_defaults_never_add_a_queue_policy() -> None:
+    assert protocol.batcher_defaults({}, max_batch_size=64, cpu_only=True) == {"preferred_batch_size": [2]}
+    assert protocol.batcher_defaults({}, max_batch_size=64, cpu_only=False) == {}
+    assert protocol.batcher_defaults({"preferred_batch_size": [4]}, max_batch_size=64, cpu_only=True) == {}
+
+
+def test_java_client_names_match_the_module() -> None:
+    java = dict(re.findall(r'static final String (\w+) = "([^"]*)";', JAVA_CONFIGS.read_text()))
+    shared = {name: value for name, value in vars(protocol).items() if name in java}
+    assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
+    assert {name: java[name] for name in shared} == shared
