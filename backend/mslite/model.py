@@ -15,26 +15,25 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from mslite_backend.affinity import worker_index
-from mslite_backend.config import WEIGHTS_INPUT, BackendConfig, InstanceInfo, declared_variable_weights
+from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import (
     BackendError,
     ConfigError,
     InferenceFailure,
     ModelLoadError,
     RequestError,
+    UpdateDenied,
     client_message,
 )
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.metrics import WorkerMetrics
-
-# request parameter that makes a request a weights update: JSON manifest of the tensors in WEIGHTS_INPUT,
-# or, with FILE_PARAMETER, in a file that a client on this host wrote (see WeightStore.adopt)
-UPDATE_PARAMETER = "mslite_weights_update"
-FILE_PARAMETER = "mslite_weights_file"
+from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
+from mslite_backend.update_auth import UpdateGuard
 
 # exception class -> Triton error code name (pb_utils fills TritonError in only after this module is imported)
 _ERROR_CODES = {
     RequestError: "INVALID_ARG",
+    UpdateDenied: "INVALID_ARG",  # the python backend has no PERMISSION_DENIED; the client reads the message
     InferenceFailure: "INTERNAL",
 }
 
@@ -140,6 +139,7 @@ class TritonPythonModel:
         self._version_metric: Any = None
         self.metrics = WorkerMetrics()
         self._publisher: _MetricsPublisher | None = None
+        self.update_guard = UpdateGuard.from_environment()
 
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
@@ -173,6 +173,11 @@ class TritonPythonModel:
             )
             store.on_switch = self._weights_switched
             self._weights_switched(store.snapshot().version)
+            if not self.update_guard.required:
+                _log().log_warn(
+                    f"mslite: model '{cfg.model_name}': the server has no admin key, so anyone who reaches its "
+                    "inference port can update these weights"
+                )
         _log().log_info(
             f"mslite: instance '{self.instance.name}' ready: providers={list(self.runtime.session.providers)} "
             f"intra_op_threads={cfg.intra_op_threads} inter_op_threads={cfg.inter_op_threads} "
@@ -198,7 +203,7 @@ class TritonPythonModel:
             if raw and UPDATE_PARAMETER in raw:  # parse only what may be an update
                 params = json.loads(raw)
                 if UPDATE_PARAMETER in params:
-                    responses[i] = self._update(request, str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER))
+                    responses[i] = self._update(request, params)
                     continue
             served.append(i)
             feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
@@ -218,10 +223,17 @@ class TritonPythonModel:
             responses[i] = self._response(requests[i], result)
         return responses
 
-    def _update(self, request: Any, manifest: str, file: Any) -> Any:
-        """Publish the new weights a request carries (or names) to every worker; the reply has no outputs."""
+    def _update(self, request: Any, params: dict[str, Any]) -> Any:
+        """Publish the new weights a request carries (or names) to every worker; the reply has no outputs.
+
+        Only an update that proves the admin key is applied (`UpdateGuard`).
+        """
         started = time.perf_counter()
+        manifest, file = str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER)
         try:
+            proof = params.get(PROOF_PARAMETER)
+            name = self.runtime.cfg.model_name
+            self.update_guard.check(name, manifest, "" if file is None else str(file), proof and str(proof))
             if file is not None:
                 version = self.runtime.update_weights(manifest, file=str(file))
                 size = self.runtime.weights.size
@@ -232,6 +244,9 @@ class TritonPythonModel:
                 values = data.as_numpy()
                 size = values.nbytes
                 version = self.runtime.update_weights(manifest, values)
+        except UpdateDenied as e:  # for the operator: someone tried to change the weights without the key
+            _log().log_warn(f"mslite: instance '{self.instance_name}': {e}")
+            return self._response(request, e)
         except BackendError as e:
             return self._response(request, e)
         except Exception:

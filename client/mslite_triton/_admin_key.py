@@ -13,6 +13,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
+from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
+
 HEADER = "mslite-key"
 RESTRICTED = "model-repository,shared-memory,logging,trace"
 
@@ -49,7 +51,7 @@ def write_key(key: str, host: str, ports: list[int]) -> list[Path]:
 
 def key_for(url: str) -> str | None:
     """The key to send to `url`: `MSLITE_TRITON_KEY`, else the key file of its host and port, else None."""
-    env = os.environ.get("MSLITE_TRITON_KEY")
+    env = os.environ.get(ADMIN_KEY_ENV)
     if env:
         return env
     parsed = urlparse(url)

@@ -15,25 +15,27 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from mslite_triton_backend.mslite_backend.protocol import (
+    FILE_PARAMETER,
+    PROOF_PARAMETER,
+    UPDATE_PARAMETER,
+    WEIGHTS_INPUT,
+    sign_update,
+)
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
 from ._onnx_io import has_dynamic_batch
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
-from .errors import InvalidInputError
+from .errors import InvalidInputError, PermissionDeniedError
 from .tensor import DataType, Tensor, TensorMeta, _contiguous, from_triton_dtype
 
 BIND_PREFIX = "triton://"
-# The backend's side of weight updates (backend/mslite/mslite_backend/config.py and model.py): the optional
-# input that carries the new values, the request parameter that describes them, and the config keys
-# naming the updatable weights.
-WEIGHTS_INPUT = "__mslite_weights__"
-UPDATE_PARAMETER = "mslite_weights_update"
+# The config keys naming the updatable weights (backend/mslite/mslite_backend/config.py).
 VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
 # A client on the server's host writes a full update straight into /dev/shm in the store's version layout
 # (weight_store.py: ALIGN, UPLOAD_PREFIX, FILE_REFUSED) and the server links it in: one copy, not three.
-FILE_PARAMETER = "mslite_weights_file"
 UPLOAD_DIR = "/dev/shm"
 UPLOAD_PREFIX = "mslite_weights_upload_"
 UPLOAD_ALIGN = 64
@@ -215,9 +217,20 @@ class RemoteModel:
                     )
             data = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
             inputs.append((WEIGHTS_INPUT, data.reshape(1, -1) if self.batched else data))
-            self.transport.infer(self.info.name, inputs, [], parameters={UPDATE_PARAMETER: _manifest(names, arrays)})
+            self._send_update(inputs, _manifest(names, arrays))
         except InvalidInputError as e:
             raise InvalidInputError(f"update weight failed! Error is {e}") from None
+        except PermissionDeniedError as e:
+            raise PermissionDeniedError(f"update weight failed! Error is kLiteError: {e}") from None
+
+    def _send_update(self, inputs: list[tuple[str, np.ndarray]], manifest: str, file: str = "") -> None:
+        """One update request, with the proof of the admin key when this client has the key."""
+        parameters = {UPDATE_PARAMETER: manifest}
+        if file:
+            parameters[FILE_PARAMETER] = file
+        if self.transport.key:
+            parameters[PROOF_PARAMETER] = sign_update(self.transport.key, self.info.name, manifest, file)
+        self.transport.infer(self.info.name, inputs, [], parameters=parameters)
 
     def _update_by_file(self, weights: list[tuple[str, np.ndarray]], inputs: list[tuple[str, np.ndarray]]) -> None:
         """Write every weight into a /dev/shm file in the store's layout and let the server link it in."""
@@ -236,10 +249,7 @@ class RemoteModel:
             os.ftruncate(fd, max(offset, UPLOAD_ALIGN))
             os.close(fd)
             fd = -1
-            manifest = _manifest([n for n, _ in weights], [a for _, a in weights])
-            self.transport.infer(
-                self.info.name, inputs, [], parameters={UPDATE_PARAMETER: manifest, FILE_PARAMETER: name}
-            )
+            self._send_update(inputs, _manifest([n for n, _ in weights], [a for _, a in weights]), name)
         finally:
             if fd >= 0:
                 os.close(fd)

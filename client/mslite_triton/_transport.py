@@ -90,6 +90,7 @@ class Transport:
         if parsed.scheme not in ("grpc", "http", "https") or not parsed.hostname:
             raise ValueError(f"server url must look like grpc://host:port or http://host:port, got '{url}'")
         self.url = url
+        self.key = key  # also signs weights updates (the backend checks their proof of it)
         self.protocol = "grpc" if parsed.scheme == "grpc" else "http"
         self.host = parsed.hostname
         self._address = parsed.netloc

@@ -201,6 +201,11 @@ class EmbeddedServer:
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         libs = str(_triton_dir().parent.parent / "nvidia_pytriton.libs")
         env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        # The workers inherit it and refuse weights updates that do not prove it; the same key on every
+        # (re)start, so clients keep working across heals. Without a key, none (not one of the caller's).
+        env.pop(_admin_key.ADMIN_KEY_ENV, None)
+        if self.admin_key:
+            env[_admin_key.ADMIN_KEY_ENV] = self.admin_key
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
         with open(self.log_path, "ab") as logf:

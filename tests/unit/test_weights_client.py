@@ -9,15 +9,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+from mslite_triton_backend.mslite_backend.errors import UpdateDenied
+from mslite_triton_backend.mslite_backend.protocol import (
+    FILE_PARAMETER,
+    PROOF_PARAMETER,
+    UPDATE_PARAMETER,
+    WEIGHTS_INPUT,
+)
+from mslite_triton_backend.mslite_backend.update_auth import UpdateGuard
 
 import mslite_triton as mslite
 from mslite_triton import _remote
 from mslite_triton._build import read_weight_names, weight_sections
 from mslite_triton._model_config import WorkerPlan, build_model_config
-from mslite_triton._remote import FILE_PARAMETER, FILE_REFUSED, UPDATE_PARAMETER, WEIGHTS_INPUT, RemoteModel
+from mslite_triton._remote import FILE_REFUSED, RemoteModel
 from mslite_triton._transport import ModelInfo, TensorInfo
 from mslite_triton.context import Context
-from mslite_triton.errors import InvalidInputError
+from mslite_triton.errors import InvalidInputError, PermissionDeniedError
 
 WHO = "build_from_file failed"
 
@@ -88,8 +96,11 @@ def test_both_sharing_keys_are_mutually_exclusive() -> None:
 class FakeTransport:
     """Records what an update would send; `refuse_files` plays a server on another host."""
 
-    def __init__(self, *, use_shm: bool = False, refuse_files: bool = False, error: Exception | None = None) -> None:
+    def __init__(
+        self, *, use_shm: bool = False, refuse_files: bool = False, error: Exception | None = None, key: str = ""
+    ) -> None:
         self.use_shm = use_shm
+        self.key = key
         self.refuse_files = refuse_files
         self.error = error
         self.calls: list[dict[str, Any]] = []
@@ -165,6 +176,28 @@ def test_a_full_update_on_the_servers_host_goes_through_a_file_in_the_store_layo
     assert len(data) == 64 + 64  # each weight 64-byte aligned
     assert data[:24] == W0_VALUE.tobytes() and data[64:88] == B0_VALUE.tobytes()
     assert not Path(_remote.UPLOAD_DIR, call["parameters"][FILE_PARAMETER]).exists()  # removed after the call
+
+
+@pytest.mark.parametrize("use_shm", [False, True])
+def test_with_the_admin_key_every_update_carries_a_proof_the_worker_accepts(use_shm: bool) -> None:
+    transport = FakeTransport(use_shm=use_shm, key="admin")
+    _remote_model(transport).update_weights([_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
+    (call,) = transport.calls
+    params = call["parameters"]
+    assert (FILE_PARAMETER in params) == use_shm
+    UpdateGuard("admin").check("m", params[UPDATE_PARAMETER], params.get(FILE_PARAMETER, ""), params[PROOF_PARAMETER])
+    with pytest.raises(UpdateDenied, match="does not match"):
+        UpdateGuard("other").check(
+            "m", params[UPDATE_PARAMETER], params.get(FILE_PARAMETER, ""), params[PROOF_PARAMETER]
+        )
+
+
+def test_without_the_key_no_proof_is_sent_and_a_refusal_says_so() -> None:
+    refusal = PermissionDeniedError("model 'm': weights update refused: it must prove the server's admin key")
+    transport = FakeTransport(error=refusal)
+    with pytest.raises(PermissionDeniedError, match="update weight failed! Error is kLiteError: model 'm': weights"):
+        _remote_model(transport).update_weights([_tensor(B0_VALUE, "b0")], {})
+    assert PROOF_PARAMETER not in transport.calls[0]["parameters"]
 
 
 def test_a_server_that_cannot_see_the_file_gets_the_values_inline() -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .protocol import WEIGHTS_INPUT  # the optional input of weights updates: not one of the model's inputs
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
 _ALIASES = {
@@ -45,8 +46,6 @@ KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozense
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
 VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
 WEIGHT_KEYS = frozenset({SHARE_WEIGHTS_KEYS[0], VARIABLE_WEIGHTS_KEYS[0]})
-# The optional input that carries a weights update (declared only for models with updatable weights).
-WEIGHTS_INPUT = "__mslite_weights__"
 
 _OPT_LEVELS = {"disable_all": 0, "basic": 1, "extended": 2, "all": 99}
 PRECISION_MODES = ("enforce_fp32", "preferred_fp16")

@@ -21,6 +21,10 @@ class RequestError(BackendError):
     """One request is malformed; only that request fails (Triton INVALID_ARG)."""
 
 
+class UpdateDenied(BackendError):
+    """A weights update does not prove the admin key; nothing changed (the client's PermissionDeniedError)."""
+
+
 class InferenceFailure(BackendError):
     """ONNX Runtime failed while running a valid-looking request (Triton INTERNAL)."""
 
