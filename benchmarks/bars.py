@@ -1,4 +1,9 @@
-"""Issue 4's bars, computed from one run's results, and the tables the runner prints."""
+"""The bars, computed from one run's results, and the tables the runner prints.
+
+The bars compare backends served side by side in one server (ours, the naive python backend, Triton's C++
+ONNX Runtime backend when given): medians of alternated rounds, each round's value printed as the spread.
+The ratios to the in-process ceiling stay as information (`information`): no server reaches it on 2 cores.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from typing import Any
 from . import paired
 from .paired import Round
 
-PASS, SHORT, MISSING = "PASS", "FALL SHORT", "MISSING"
+PASS, SHORT, MISSING, SKIPPED = "PASS", "FALL SHORT", "MISSING", "SKIPPED"
+NO_PEER = "no --peer-backends: the C++ backend was not measured"
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,84 @@ def _paired_bar(
 
 
 def compute(results: dict[str, Any]) -> list[Bar]:
-    """Every bar of issue 4, in the issue's order; all but the scaling bar from the paired rounds."""
-    mob, cli, tiny = (results["rounds"][k] for k in ("mobilenet", "client", "tiny"))
+    """The bars: ours against the naive python backend and the C++ backend, same server, same workers."""
+    mob, tiny = results["rounds"]["compare_mobilenet"], results["rounds"]["compare_tiny"]
+    peer = bool(results["meta"].get("peer"))
+    infer, p50, p99 = (
+        (lambda key: _get(key, "infer_s")),
+        (lambda key: _get(key, "p50_ms")),
+        _get("one_worker_c1", "p99_ms"),
+    )
+    bars = []
+    for c in (8, 16):
+        name = f"MobileNetV2 shipped config vs C++ backend, c={c}"
+        if peer:
+            bars.append(_paired_bar(name, mob, infer(f"mslite_c{c}"), infer(f"cpp_c{c}"), 1.0, "img/s"))
+        else:
+            bars.append(Bar(name, None, ">= 1.00 x", SKIPPED, NO_PEER))
+    for c, bound in ((1, 0.97), (8, 1.0), (16, 1.0)):
+        bars.append(_paired_bar(f"MobileNetV2 shipped config vs naive backend, c={c}", mob,
+                                infer(f"mslite_c{c}"), infer(f"naive_c{c}"), bound, "img/s"))  # fmt: skip
+    bars.append(_paired_bar("MobileNetV2 c=1 p50 minus naive backend's p50", mob,
+                            p50("mslite_c1"), p50("naive_c1"), 0.0, "ms", diff=True))  # fmt: skip
+    for c in (1, 8):
+        bars.append(_paired_bar(f"Tiny model 2 workers, auto-completed defaults vs naive, c={c}", tiny,
+                                infer(f"mslite_c{c}"), infer(f"naive_c{c}"), 1.0, "req/s"))  # fmt: skip
+    bars.append(_stable_bar(tiny))
+    values = [v for v in (p99(one) for one in tiny) if v is not None]
+    if values:
+        m = statistics.median(values)
+        each = ", ".join(f"{v:.2f}" for v in values)
+        bars.append(Bar("Tiny model 1 worker, p99 at c=1 (no 500 ms stalls)", m, "< 20 ms", PASS if m < 20 else SHORT,
+                        f"rounds: {each} ms"))  # fmt: skip
+    else:
+        bars.append(Bar("Tiny model 1 worker, p99 at c=1 (no 500 ms stalls)", None, "< 20 ms", MISSING, "not measured"))
+    return bars
+
+
+def _stable_bar(tiny: list[Round]) -> Bar:
+    """Every level of ours on the tiny model got a stable perf_analyzer measurement, in every round."""
+    name = "Tiny model 2 workers: perf_analyzer stable at every level"
+    points = [(k, one[k]) for one in tiny for k in one if k.startswith("mslite_c") and isinstance(one[k], dict)]
+    if not points:
+        return Bar(name, None, "all stable", MISSING, "not measured")
+    unstable = [f"round {one['round']} {k}" for one in tiny for k in one if k.startswith("mslite_c")
+                and (not isinstance(one[k], dict) or not one[k].get("stable"))]  # fmt: skip
+    detail = f"{len(points) - len(unstable)} of {len(points)} stable" + (
+        f"; not: {', '.join(unstable)}" if unstable else ""
+    )
+    return Bar(
+        name, float(len(points) - len(unstable)) / len(points), "all stable", SHORT if unstable else PASS, detail
+    )
+
+
+def peer_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """The C++ backend's side, for information: ratios and the c=1 latency gap, both ONNX Runtime versions."""
+    versions = results["meta"].get("ort_version") or {}
+    rows = [("ONNX Runtime", f"ours {versions.get('mslite')}, C++ backend {versions.get('cpp') or '- (skipped)'}")]
+    if not results["meta"].get("peer"):
+        return rows + [("C++ backend", NO_PEER)]
+    mob, tiny = results["rounds"]["compare_mobilenet"], results["rounds"]["compare_tiny"]
+    for label, rounds, key in (("MobileNetV2 c=1", mob, "c1"), ("tiny c=1", tiny, "c1"), ("tiny c=8", tiny, "c8")):
+        vals = [
+            a / b for a, b in paired.pairs(rounds, _get(f"mslite_{key}", "infer_s"), _get(f"cpp_{key}", "infer_s")) if b
+        ]
+        if vals:
+            each = ", ".join(f"{v:.2f}" for v in vals)
+            rows.append((f"{label}: ours vs C++ backend", f"{statistics.median(vals):.2f} x (rounds: {each})"))
+    for label, rounds in (("MobileNetV2", mob), ("tiny", tiny)):
+        gaps = [a - b for a, b in paired.pairs(rounds, _get("mslite_c1", "p50_ms"), _get("cpp_c1", "p50_ms"))]
+        if gaps:
+            each = ", ".join(f"{v:+.2f}" for v in gaps)
+            rows.append(
+                (f"{label} c=1 p50: ours minus C++ backend", f"{statistics.median(gaps):+.2f} ms (rounds: {each})")
+            )
+    return rows
+
+
+def information(results: dict[str, Any]) -> list[Bar]:
+    """The ratios to the in-process ceiling and the client's figures: information with their old targets, not bars."""
+    mob, cli = results["rounds"]["mobilenet"], results["rounds"]["client"]
     ceiling = _get("ceiling", "img_s")
     bars = [
         _paired_bar("Worker efficiency: worker CPU/img at c=8 vs in-process CPU/img", mob,
@@ -90,8 +172,6 @@ def compute(results: dict[str, Any]) -> list[Bar]:
                     _get("shm", "infer_s"), ceiling, 0.83, "img/s"),
         _paired_bar("p50 at c=1 minus in-process p50 (1 session, same threads)", mob,
                     _get("c1", "p50_ms"), _get("single", "p50_ms"), 1.5, "ms", diff=True),
-        _paired_bar("Tiny model req/s at c=8 vs naive baseline", tiny,
-                    _get("mslite_c8", "infer_s"), _get("naive_c8", "infer_s"), 0.95, "req/s"),
         _paired_bar("Python client (runner) vs raw tritonclient, 8 threads, batch 1", cli,
                     _get("runner", "img_s"), _get("raw", "img_s"), 0.95, "img/s"),
         _paired_bar("Batch-8 input via the runner: shared memory vs plain gRPC", cli,
@@ -155,6 +235,9 @@ def bars_table(bars: list[Bar]) -> str:
             shown = "-"
         else:  # a third decimal when two would read as the target itself (e.g. 1.104 "1.10 x" FALL SHORT)
             digits = 3 if f"{b.measured:.2f}" in b.target else 2
-            shown = f"{b.measured:+.{digits}f} ms" if "ms" in b.target else f"{b.measured:.{digits}f} x"
+            if "ms" not in b.target:
+                shown = f"{b.measured:.{digits}f} x"
+            else:  # a difference carries its sign
+                shown = f"{b.measured:+.{digits}f} ms" if "+" in b.target else f"{b.measured:.{digits}f} ms"
         rows.append((b.name, shown, b.target, b.verdict, b.detail))
     return format_table(("bar", "measured", "target", "verdict", "figures"), rows)

@@ -1,8 +1,9 @@
 """One perf_analyzer measurement over gRPC (optionally with system shared memory), with CPU accounting around it.
 
 Bounded: `-p` windows of `interval_ms`, at most `max_trials` of them. When the windows never agree within
-`stability_pct` (a shared machine), the measurement is repeated once accepting any three windows and the
-point is marked unstable, so every step ends in bounded time.
+`stability_pct` (a shared machine), the measurement is repeated once with windows twice as long accepting
+any three of them, and the point is marked unstable, so every step ends in bounded time. When perf_analyzer
+still gives no figures, the error keeps the end of its output.
 """
 
 from __future__ import annotations
@@ -85,15 +86,16 @@ def measure(
     inf0, exe0 = server.inference_count(model)
     work0, srv0 = server.cpu_s(model)
     kids0 = _children_cpu_s()
-    row, command = _run(tools, server, model, concurrency, shm, settings, settings.stability_pct)
+    row, command, text = _run(tools, server, model, concurrency, shm, settings, settings.stability_pct)
     stable = row is not None
     if row is None:
-        row, command = _run(tools, server, model, concurrency, shm, settings, 1000)
+        longer = PerfSettings(settings.interval_ms * 2, settings.max_trials, 1000)
+        row, command, text = _run(tools, server, model, concurrency, shm, longer, longer.stability_pct)
     inf1, exe1 = server.inference_count(model)
     work1, srv1 = server.cpu_s(model)
     kids1 = _children_cpu_s()
     if row is None:
-        raise PerfError(f"perf_analyzer gave no result for {model} at concurrency {concurrency}")
+        raise PerfError(f"perf_analyzer gave no result for {model} at concurrency {concurrency}: {text[-1500:]}")
     images = max(1, inf1 - inf0)
     per_img = 1e3 / images
     return PerfPoint(
@@ -122,7 +124,8 @@ def _run(
     shm: bool,
     settings: PerfSettings,
     stability_pct: int,
-) -> tuple[dict[str, str] | None, str]:
+) -> tuple[dict[str, str] | None, str, str]:
+    """perf_analyzer's CSV row (None when its windows never agreed), its command line and its output."""
     with tempfile.TemporaryDirectory(prefix="bench-pa-") as tmp:
         csv_path = Path(tmp) / "pa.csv"
         cmd = [str(tools.perf_analyzer), "-m", model, "-u", server.grpc_address, "-i", "grpc"]
@@ -141,14 +144,14 @@ def _run(
             ) from e
         text = out.stdout + out.stderr
         if out.returncode != 0 and "Failed to obtain stable measurement" in text:
-            return None, command
+            return None, command, text
         if out.returncode != 0 or not csv_path.exists():
             raise PerfError(f"perf_analyzer exit {out.returncode}: {text[-1200:]}")
         with open(csv_path, newline="") as f:
             rows = list(csv.DictReader(f))
     if not rows:
         raise PerfError(f"perf_analyzer wrote an empty CSV: {text[-600:]}")
-    return rows[0], command
+    return rows[0], command, text
 
 
 def _children_cpu_s() -> float:

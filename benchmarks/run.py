@@ -1,7 +1,11 @@
-"""The benchmark of issue 4: `make bench`, or `.venv/bin/python -m benchmarks.run [--quick] [--out DIR]`.
+"""The serving benchmark: `make bench`, or `.venv/bin/python -m benchmarks.run [--quick] [--out DIR]
+[--peer-backends DIR] [--compare-only] [--max-queue-size N]`.
 
 Prints a line per step with the elapsed time, then the figures and the bars; writes `results.json`,
-`results.png` and `table.txt` into the output folder (default `benchmarks/results/`).
+`results.png` and `table.txt` into the output folder (default `benchmarks/results/`). The bars compare our
+backend with the naive python backend and, given `--peer-backends`, Triton's C++ ONNX Runtime backend
+(a built `onnxruntime/` backend folder, or a backends directory holding one, such as a Triton container's
+`/opt/tritonserver/backends`), all in one server with the same instances and threads, alternated.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 from benchmarks import bars, paired  # noqa: E402
 from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
+from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402
 from benchmarks.tools import ToolsError, ensure_tools  # noqa: E402
 
 
@@ -83,13 +88,18 @@ def figures_table(results: dict[str, Any]) -> str:
             flag = "" if p["stable"] else " *"
             cpu = f"{p['worker_cpu_ms_per_img']:.2f}"
             rows.append(_row(f"{label} c={p['concurrency']}{flag}", p["infer_s"], p["p50_ms"], p["p99_ms"], cpu))
-    tiny = results["rounds"]["tiny"]
-    for key in sorted({k for one in tiny for k in one if k.startswith(("mslite_", "naive_"))}):
-        req_s, p50, p99, worker = _medians(tiny, key, ("infer_s", "p50_ms", "p99_ms", "worker_cpu_ms_per_img"))
-        cpu = "-" if worker is None else f"{worker:.2f}"
-        rows.append(_row(f"tiny {key.replace('_c', ' c=')} (median of {len(tiny)})", req_s, p50, p99, cpu))
+    for model, store in (("MobileNetV2", "compare_mobilenet"), ("tiny", "compare_tiny")):
+        rounds = results["rounds"][store]
+        keys = sorted({k for one in rounds for k in one if "_c" in k}, key=lambda k: (int(k.rsplit("_c", 1)[1]), k))
+        for key in keys:
+            unstable = sum(1 for one in rounds if isinstance(one.get(key), dict) and one[key].get("stable") is False)
+            flag = f", {unstable} unstable" if unstable else ""
+            img_s, p50, p99, worker = _medians(rounds, key, ("infer_s", "p50_ms", "p99_ms", "worker_cpu_ms_per_img"))
+            cpu = "-" if worker is None or key.startswith("cpp_") else f"{worker:.2f}"
+            label = f"{model} {key.replace('_c', ' c=')} (median of {len(rounds)}{flag})"
+            rows.append(_row(label, img_s, p50, p99, cpu))
     client = results["rounds"]["client"]
-    for key, mode, threads, batch, shm in CLIENT_CASES:
+    for key, mode, threads, batch, shm in CLIENT_CASES if client else ():
         img_s, p50, p99, cpu_req = _medians(client, key, ("img_s", "p50_ms", "p99_ms", "client_cpu_ms_per_req"))
         label = f"client {mode} {threads or results['meta']['workers']} threads batch {batch}"
         label += f", MSLITE_TRITON_SHM={shm}" if shm is not None else ""
@@ -130,9 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="short windows and fewer concurrency levels (~2 min)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
     p.add_argument(
-        "--unbounded-queue",
-        action="store_true",
-        help="serve our models without the queue bound (max_queue_size 0), to see what the bound costs",
+        "--peer-backends",
+        type=Path,
+        metavar="DIR",
+        help="Triton's C++ ONNX Runtime backend to compare with: its built folder, or a backends directory "
+        "holding onnxruntime/ (in a Triton container: /opt/tritonserver/backends)",
+    )
+    p.add_argument("--compare-only", action="store_true", help="only the backend comparison (the bars)")
+    p.add_argument(
+        "--max-queue-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="serve our models with an opt-in queue bound of N requests, to see what it costs (default: none)",
     )
     args = p.parse_args(argv)
     started = datetime.now(timezone.utc)
@@ -144,7 +164,18 @@ def main(argv: list[str] | None = None) -> int:
         progress.note(f"FAILED: {e}")
         return 2
     progress.note(f"perf_analyzer ready: {tools.perf_analyzer} ({tools.version})")
-    plan = make_plan(args.quick, bounded_queue=not args.unbounded_queue)
+    if args.peer_backends is None:
+        progress.note("C++ ONNX Runtime backend skipped: no --peer-backends DIR (bars against it report SKIPPED)")
+    else:
+        try:
+            peer = find_peer_backend(args.peer_backends)
+        except FileNotFoundError as e:
+            progress.note(f"FAILED: --peer-backends: {e}")
+            return 2
+        progress.note(f"C++ ONNX Runtime backend: {peer} (ONNX Runtime {peer_ort_version(peer)})")
+    plan = make_plan(
+        args.quick, max_queue_size=args.max_queue_size, peer=args.peer_backends, compare_only=args.compare_only
+    )
     bench = Bench(plan, tools)
     steps = bench.steps()
     progress.total = len(steps)
@@ -162,38 +193,45 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"].update(started=started.isoformat(timespec="seconds"), duration_s=round(progress.elapsed_s, 1))
     computed = bars.compute(results)
     results["bars"] = [b.as_dict() for b in computed]
+    info = [b for b in bars.information(results) if b.measured is not None]
+    results["information"] = [b.as_dict() for b in info]
+    # one ceiling for the plot and the ratios: the median of the rounds' (a lone grid cell can be an outlier)
+    results["ceiling"]["reference"] = paired.median(
+        [paired.value(one, "ceiling", "img_s") for one in results["rounds"]["mobilenet"]]
+    ) or (results["ceiling"]["best"] or {}).get("img_s")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    text = _report(results, computed)
+    text = _report(results, computed, info)
     (args.out / "table.txt").write_text(text + "\n")
-    plot = subprocess.run(
-        [
-            str(bench.tools.python),
-            str(ROOT / "benchmarks" / "plot.py"),
-            str(args.out / "results.json"),
-            str(args.out / "results.png"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    plot = None
+    if results["served"]["mslite"]["grpc"] and results["ceiling"]["reference"]:
+        plot = subprocess.run(
+            [
+                str(bench.tools.python),
+                str(ROOT / "benchmarks" / "plot.py"),
+                str(args.out / "results.json"),
+                str(args.out / "results.png"),
+            ],
+            capture_output=True,
+            text=True,
+        )
     print()
     print(text)
     print()
-    if plot.returncode != 0:
+    if plot is not None and plot.returncode != 0:
         print(f"plot failed: {plot.stderr[-800:]}")
-    print(
-        f"wrote {args.out / 'results.json'}, {args.out / 'results.png'}, {args.out / 'table.txt'} "
-        f"({progress.elapsed_s:.0f} s in all)"
-    )
+    png = f", {args.out / 'results.png'}" if plot is not None and plot.returncode == 0 else " (no sweep: no plot)"
+    print(f"wrote {args.out / 'results.json'}{png}, {args.out / 'table.txt'} ({progress.elapsed_s:.0f} s in all)")
     return 1 if results["errors"] else 0
 
 
-def _report(results: dict[str, Any], computed: list[bars.Bar]) -> str:
+def _report(results: dict[str, Any], computed: list[bars.Bar], info: list[bars.Bar]) -> str:
     meta = results["meta"]
+    queue = f"opt-in queue bound {meta['max_queue_size']}" if meta.get("max_queue_size") else "no queue bound"
     head = (
         f"mslite-triton benchmark, {meta['started']}, {meta['cores']} cores, "
-        f"{meta['workers']} workers x {meta['threads']} thread, {'quick' if meta['quick'] else 'full'} run, "
-        f"{'queue bound 1000' if meta.get('bounded_queue', True) else 'queue bound LIFTED (--unbounded-queue)'}, "
+        f"{meta['workers']} workers x {meta['threads']} thread, {'quick' if meta['quick'] else 'full'} run"
+        f"{' (comparison only)' if meta.get('compare_only') else ''}, {queue}, "
         f"perf_analyzer -p {meta['perf']['interval_ms']} ms, up to {meta['perf']['max_trials']} windows, "
         f"stability {meta['perf']['stability_pct']} %"
     )
@@ -201,16 +239,24 @@ def _report(results: dict[str, Any], computed: list[bars.Bar]) -> str:
         head,
         "",
         figures_table(results),
-        "(* = windows never agreed within the stability bound)",
+        "(* = windows never agreed within the stability bound; rounds alternate, every other one reversed)",
         "",
-        "MobileNetV2 rounds (levels from the sweep; every other round in reverse order; ms unless noted):",
-        rounds_table(results),
-        "",
+        f"bars (medians of {meta['compare_rounds']} alternated round(s), each round's value in parentheses):",
         bars.bars_table(computed),
         "",
-        "for comparison (same run):",
+        "the C++ ONNX Runtime backend (information):",
     ]
-    parts += [f"  {name}: {value}" for name, value in bars.context_rows(results)]
+    parts += [f"  {name}: {value}" for name, value in bars.peer_rows(results)]
+    if results["rounds"]["mobilenet"]:
+        parts += [
+            "",
+            "MobileNetV2 in-process rounds (levels from the sweep; ms unless noted):",
+            rounds_table(results),
+            "",
+            "information, not bars (the in-process ceiling, which no server reaches on 2 cores; the client):",
+            bars.bars_table(info),
+        ]
+        parts += [f"  {name}: {value}" for name, value in bars.context_rows(results)]
     if results["errors"]:
         parts += ["", "FAILED STEPS:"] + [f"  {e['step']}: {e['error']}" for e in results["errors"]]
     return "\n".join(parts)

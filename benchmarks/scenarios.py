@@ -22,7 +22,7 @@ from mslite_triton._model_config import local_cores, plan_workers
 
 from . import inprocess, paired
 from .perf import PerfSettings, measure
-from .serving import BenchServer, ModelSpec, compose_repository, worker_pids
+from .serving import BenchServer, ModelSpec, compose_repository, find_peer_backend, peer_ort_version, worker_pids
 from .tools import Tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,16 +42,21 @@ class Plan:
     served_levels: tuple[int, ...]
     shm_levels: tuple[int, ...]
     tiny_levels: tuple[int, ...] = (1, 8)
-    rounds: int = 3  # paired rounds per bar (paired.py)
-    bounded_queue: bool = True  # False: our models without the queue bound (`--unbounded-queue`)
+    compare_levels: tuple[int, ...] = (1, 8, 16)  # MobileNetV2: ours vs naive vs the C++ peer
+    rounds: int = 3  # paired rounds of the in-process and client comparisons (paired.py)
+    compare_rounds: int = 5  # alternated rounds of the backend comparison (the bars)
+    max_queue_size: int = 0  # ours: an opt-in queue bound (`--max-queue-size`), to see what it costs
+    peer: str | None = None  # the C++ ONNX Runtime backend's folder (`--peer-backends`); None: skipped
+    compare_only: bool = False  # only the backend comparison (`--compare-only`)
     ceiling_s: float = 3.0
     single_s: float = 3.0
     client_warmup_s: float = 1.5
     client_s: float = 5.0
 
 
-def make_plan(quick: bool, bounded_queue: bool = True) -> Plan:
+def make_plan(quick: bool, *, max_queue_size: int = 0, peer: Path | None = None, compare_only: bool = False) -> Plan:
     """The full run, or a short one: the levels the bars need, 1 s windows, one round."""
+    extra = {"max_queue_size": max_queue_size, "peer": str(peer) if peer else None, "compare_only": compare_only}
     from mslite_triton import Context
 
     cores = local_cores()
@@ -66,11 +71,12 @@ def make_plan(quick: bool, bounded_queue: bool = True) -> Plan:
             served_levels=(1, 8),
             shm_levels=(8,),
             rounds=1,
+            compare_rounds=1,
             ceiling_s=1.0,
             single_s=1.5,
             client_warmup_s=1.0,
             client_s=3.0,
-            bounded_queue=bounded_queue,
+            **extra,  # type: ignore[arg-type]
         )
     return Plan(
         quick,
@@ -80,20 +86,27 @@ def make_plan(quick: bool, bounded_queue: bool = True) -> Plan:
         PerfSettings(interval_ms=3000, max_trials=6, stability_pct=20),
         served_levels=(1, 2, 4, 8, 16),
         shm_levels=(1, 2, 4, 8, 16),
-        bounded_queue=bounded_queue,
+        **extra,  # type: ignore[arg-type]
     )
 
 
 def model_specs(plan: Plan) -> list[ModelSpec]:
-    """Every model the run serves; ours and the naive baseline get the same workers and threads."""
-    w, t, bounded = plan.workers, plan.threads, plan.bounded_queue
-    return [
-        ModelSpec(MOBILENET, MOBILENET, "mslite", w, t, bounded),
+    """Every model the run serves; ours, the naive baseline and the C++ peer get the same workers and threads."""
+    w, t, q = plan.workers, plan.threads, plan.max_queue_size
+    specs = [
+        ModelSpec(MOBILENET, MOBILENET, "mslite", w, t, q),
         ModelSpec(f"{MOBILENET}_naive", MOBILENET, "naive", w, t),
         ModelSpec(f"{MOBILENET}_1x1", MOBILENET, "mslite", 1, 1),
-        ModelSpec("tiny", "tiny", "mslite", w, t, bounded),
+        ModelSpec("tiny", "tiny", "mslite", w, t, q),
         ModelSpec("tiny_naive", "tiny", "naive", w, t),
+        ModelSpec("tiny_1x1", "tiny", "mslite", 1, 1, q),
     ]
+    if plan.peer:
+        specs += [
+            ModelSpec(f"{MOBILENET}_cpp", MOBILENET, "onnxruntime", w, t),
+            ModelSpec("tiny_cpp", "tiny", "onnxruntime", w, t),
+        ]
+    return specs
 
 
 Step = tuple[str, Callable[[], str]]
@@ -117,15 +130,20 @@ class Bench:
     repo_dir: Path | None = None
 
     def __post_init__(self) -> None:
+        import onnxruntime
+
+        peer = find_peer_backend(Path(self.plan.peer)) if self.plan.peer else None
+        self.peer_backend = peer
         self.results.update(
             meta={
                 **asdict(self.plan),
+                "ort_version": {"mslite": onnxruntime.__version__, "cpp": peer_ort_version(peer) if peer else None},
                 "perf_analyzer": self.tools.version,
                 "models": [asdict(s) for s in model_specs(self.plan)],
             },
             ceiling={"grid": [], "best": None, "single": None},
             served={b: {"grpc": [], "shm": []} for b in ("mslite", "naive")},
-            rounds={"mobilenet": [], "client": [], "tiny": []},
+            rounds={"mobilenet": [], "client": [], "compare_mobilenet": [], "compare_tiny": []},
             scaling={"1x1": None, "2x1": None},
             errors=[],
         )
@@ -134,34 +152,76 @@ class Bench:
     def steps(self) -> list[Step]:
         p = self.plan
         naive = f"{MOBILENET}_naive"
-        steps: list[Step] = [
-            (f"in-process ceiling: {s} session(s) x {t} thread(s), batch 1 and 8", self._grid(s, t))
-            for s in sorted({1, p.cores})
-            for t in sorted({1, p.cores})
-        ]
-        steps.append((f"in-process single session, {p.threads} thread(s), batch 1", self._single))
-        steps.append(("start tritonserver (composed repository, mslite + naive backends)", self._start))
-        for backend, name in (("mslite", MOBILENET), ("naive", naive)):
-            steps.append((f"load only {name} ({p.workers} workers x {p.threads} thread)", self._load(name)))
-            served = self.results["served"][backend]
+        steps: list[Step] = []
+        if not p.compare_only:
             steps += [
-                (f"sweep: {name} gRPC c={c}", self._perf(name, c, False, served["grpc"].append))
-                for c in p.served_levels
+                (f"in-process ceiling: {s} session(s) x {t} thread(s), batch 1 and 8", self._grid(s, t))
+                for s in sorted({1, p.cores})
+                for t in sorted({1, p.cores})
             ]
-            steps += [
-                (f"sweep: {name} shm c={c}", self._perf(name, c, True, served["shm"].append)) for c in p.shm_levels
-            ]
-        steps.append((f"load {MOBILENET} and {naive} together, for the rounds", self._load(MOBILENET, naive)))
-        for r in range(p.rounds):
-            steps.append((f"round {r + 1}/{p.rounds}: in-process vs served {MOBILENET}", self._mobilenet_round(r)))
-        for r in range(p.rounds):
-            steps.append((f"round {r + 1}/{p.rounds}: Python client vs raw tritonclient", self._client_round(r)))
-        steps.append(("load tiny and tiny_naive together", self._load("tiny", "tiny_naive")))
-        for r in range(p.rounds):
-            steps.append((f"round {r + 1}/{p.rounds}: tiny, ours vs naive, c={p.tiny_levels}", self._tiny_round(r)))
-        steps.append((f"load only {MOBILENET}_1x1 (1 worker x 1 thread)", self._load(f"{MOBILENET}_1x1")))
-        steps.append((f"{MOBILENET}_1x1 gRPC c=8", self._perf(f"{MOBILENET}_1x1", 8, False, self._store_scaling)))
+            steps.append((f"in-process single session, {p.threads} thread(s), batch 1", self._single))
+        backends = "mslite + naive" + (" + C++ onnxruntime" if p.peer else "")
+        steps.append((f"start tritonserver (composed repository, {backends} backends)", self._start))
+        if not p.compare_only:
+            for backend, name in (("mslite", MOBILENET), ("naive", naive)):
+                steps.append((f"load only {name} ({p.workers} workers x {p.threads} thread)", self._load(name)))
+                served = self.results["served"][backend]
+                steps += [
+                    (f"sweep: {name} gRPC c={c}", self._perf(name, c, False, served["grpc"].append))
+                    for c in p.served_levels
+                ]
+                steps += [
+                    (f"sweep: {name} shm c={c}", self._perf(name, c, True, served["shm"].append)) for c in p.shm_levels
+                ]
+            steps.append((f"load {MOBILENET} and {naive} together, for the rounds", self._load(MOBILENET, naive)))
+            for r in range(p.rounds):
+                steps.append((f"round {r + 1}/{p.rounds}: in-process vs served {MOBILENET}", self._mobilenet_round(r)))
+            for r in range(p.rounds):
+                steps.append((f"round {r + 1}/{p.rounds}: Python client vs raw tritonclient", self._client_round(r)))
+        mobilenets = self._contenders(MOBILENET)
+        steps.append((f"load {', '.join(mobilenets.values())} together", self._load(*mobilenets.values())))
+        n = p.compare_rounds
+        for r in range(n):
+            label = f"round {r + 1}/{n}: {MOBILENET} {' vs '.join(mobilenets)}, c={p.compare_levels}"
+            steps.append((label, self._compare_round("compare_mobilenet", mobilenets, p.compare_levels, r)))
+        tinies = self._contenders("tiny")
+        steps.append(
+            (f"load {', '.join(tinies.values())} and tiny_1x1 together", self._load(*tinies.values(), "tiny_1x1"))
+        )
+        for r in range(n):
+            label = f"round {r + 1}/{n}: tiny {' vs '.join(tinies)}, c={p.tiny_levels}; tiny_1x1 c=1"
+            steps.append((label, self._compare_round("compare_tiny", tinies, p.tiny_levels, r, one_worker="tiny_1x1")))
+        if not p.compare_only:
+            steps.append((f"load only {MOBILENET}_1x1 (1 worker x 1 thread)", self._load(f"{MOBILENET}_1x1")))
+            steps.append((f"{MOBILENET}_1x1 gRPC c=8", self._perf(f"{MOBILENET}_1x1", 8, False, self._store_scaling)))
         return steps
+
+    def _contenders(self, model: str) -> dict[str, str]:
+        """Contender key -> served model name: ours, the naive baseline, and the C++ peer when given."""
+        named = {"mslite": model, "naive": f"{model}_naive"}
+        if self.plan.peer:
+            named["cpp"] = f"{model}_cpp"
+        return named
+
+    def _compare_round(
+        self, store: str, contenders: dict[str, str], levels: tuple[int, ...], index: int, one_worker: str = ""
+    ) -> Callable[[], str]:
+        """Every contender at every level, one after the other (reversed every other round); `one_worker` at c=1."""
+
+        def run() -> str:
+            items: list[tuple[str, paired.Measure]] = [
+                (f"{key}_c{c}", functools.partial(self._point, name, c, False))
+                for c in levels
+                for key, name in contenders.items()
+            ]
+            if one_worker:
+                items.append(("one_worker_c1", functools.partial(self._point, one_worker, 1, False)))
+            one = paired.run_round(items, index)
+            self.results["rounds"][store].append(one)
+            shown = [f"{k} {paired.value(one, k, 'infer_s') or 0:.0f}" for k, _ in items]
+            return "infer/s: " + ", ".join(shown) + _failed(one)
+
+        return run
 
     def _grid(self, sessions: int, threads: int) -> Callable[[], str]:
         def run() -> str:
@@ -180,7 +240,7 @@ class Bench:
     def _start(self) -> str:
         self.repo_dir = Path(tempfile.mkdtemp(prefix="bench-repo-"))
         compose_repository(self.repo_dir, ROOT / "model_repository", model_specs(self.plan))
-        self.server = BenchServer(self.repo_dir).start()
+        self.server = BenchServer(self.repo_dir, self.peer_backend).start()
         self.results["meta"]["server_config"] = self.server.lifted
         lifted = ", ".join(f"{k}={v}" for k, v in self.server.lifted.items()) or "defaults"
         return f"gRPC on {self.server.grpc_address}, pid {self.server.pid}, ServerConfig: {lifted}"
@@ -193,7 +253,8 @@ class Bench:
             self.server.only(*names)
             found = []
             for name in names:
-                want = next(s.workers for s in model_specs(self.plan) if s.name == name)
+                spec = next(s for s in model_specs(self.plan) if s.name == name)
+                want = 0 if spec.backend == "onnxruntime" else spec.workers  # the C++ backend runs in-process
                 pids = worker_pids(self.server.pid, name)
                 if len(pids) != want:
                     raise RuntimeError(f"{name}: expected {want} worker processes, found {len(pids)}")
@@ -284,19 +345,6 @@ class Bench:
             self.results["rounds"]["client"].append(one)
             shown = [f"{k} {paired.value(one, k, 'img_s') or 0:.0f}" for k, *_ in CLIENT_CASES]
             return "img/s: " + ", ".join(shown) + _failed(one)
-
-        return run
-
-    def _tiny_round(self, index: int) -> Callable[[], str]:
-        def run() -> str:
-            items: list[tuple[str, paired.Measure]] = []
-            for c in self.plan.tiny_levels:
-                items.append((f"mslite_c{c}", functools.partial(self._point, "tiny", c, False)))
-                items.append((f"naive_c{c}", functools.partial(self._point, "tiny_naive", c, False)))
-            one = paired.run_round(items, index)
-            self.results["rounds"]["tiny"].append(one)
-            shown = [f"{k} {paired.value(one, k, 'infer_s') or 0:.0f}" for k, _ in items]
-            return "req/s: " + ", ".join(shown) + _failed(one)
 
         return run
 

@@ -1,5 +1,6 @@
-"""The benchmark's server: a composed model repository, the embedded tritonserver with the naive backend beside
-ours, explicit model load/unload, and CPU accounting from /proc and Triton's statistics.
+"""The benchmark's server: a composed model repository, the embedded tritonserver with the naive backend (and,
+when given, Triton's C++ ONNX Runtime backend) beside ours, explicit model load/unload, and CPU accounting from
+/proc and Triton's statistics.
 """
 
 from __future__ import annotations
@@ -30,13 +31,37 @@ class ModelSpec:
 
     name: str
     source: str  # directory name under model_repository/
-    backend: str  # "mslite" or "naive"
+    backend: str  # "mslite", "naive" or "onnxruntime" (Triton's C++ backend, the peer)
     workers: int
     threads: int
-    bounded: bool = True  # ours: keep the repository config's queue bound (always dropped for one worker)
+    max_queue_size: int = 0  # ours: an opt-in queue bound (0: the repository config as shipped, no bound)
 
 
 UNBOUNDED_CPU_BATCHER = "dynamic_batching { preferred_batch_size: [ 2 ] }\n"  # the CPU defaults, no queue bound
+PEER_LIBRARY = "libtriton_onnxruntime.so"
+
+
+def find_peer_backend(folder: Path) -> Path:
+    """The folder holding Triton's C++ ONNX Runtime backend: `folder` itself or its `onnxruntime/`.
+
+    Takes a built backend folder, or a backends directory such as a Triton container's
+    `/opt/tritonserver/backends`.
+
+    Raises:
+        FileNotFoundError: no libtriton_onnxruntime.so in either place.
+    """
+    for candidate in (folder, folder / "onnxruntime"):
+        if (candidate / PEER_LIBRARY).is_file():
+            return candidate
+    raise FileNotFoundError(f"no {PEER_LIBRARY} in {folder} or {folder / 'onnxruntime'}")
+
+
+def peer_ort_version(backend: Path) -> str:
+    """The ONNX Runtime version the C++ backend folder ships (from its libonnxruntime.so.X.Y.Z), or "unknown"."""
+    found = sorted(
+        m.group(1) for f in backend.iterdir() if (m := re.fullmatch(r"libonnxruntime\.so\.(\d+\.\d+\.\d+)", f.name))
+    )
+    return found[-1] if found else "unknown"
 
 
 def with_batcher(text: str, batcher: str) -> str:
@@ -47,14 +72,13 @@ def with_batcher(text: str, batcher: str) -> str:
     return text + batcher
 
 
-def ours_config(source_text: str, workers: int, threads: int, bounded: bool = True) -> str:
+def ours_config(source_text: str, workers: int, threads: int, max_queue_size: int = 0) -> str:
     """The repository's config.pbtxt with the instance count and `thread_num` set; the rest kept as is
-    (but the queue bound for one worker, or when not `bounded`)."""
+    (but for an opt-in queue bound, which replaces the batcher section by the CPU defaults plus the bound)."""
     text = re.sub(r"(?m)^instance_group.*\n?", "", source_text)
-    if workers < 2:  # one worker: no bound, as the defaults do (the backend's graph.batcher_defaults)
-        text = re.sub(r"(?m)^\s*default_queue_policy.*\n?", "", text)
-    elif not bounded:  # explicit: without a dynamic_batching block, auto-complete would add the bound
-        text = with_batcher(text, UNBOUNDED_CPU_BATCHER)
+    if max_queue_size:
+        bound = f"default_queue_policy {{ max_queue_size: {max_queue_size} }}"
+        text = with_batcher(text, f"dynamic_batching {{ preferred_batch_size: [ 2 ] {bound} }}\n")
     text = re.sub(r'(?m)^parameters \{ key: "(thread_num|intra_op_thread_count)".*\n?', "", text)
     return (
         text.rstrip("\n")
@@ -63,8 +87,12 @@ def ours_config(source_text: str, workers: int, threads: int, bounded: bool = Tr
     )
 
 
-def naive_config(onnx_path: Path, workers: int, threads: int) -> str:
-    """An explicit config for the naive backend (it has no auto-complete): tensors read from the ONNX file."""
+def naive_config(onnx_path: Path, workers: int, threads: int, backend: str = "naive") -> str:
+    """An explicit config for the naive backend (it has no auto-complete): tensors read from the ONNX file.
+
+    With `backend` "onnxruntime", the same config for Triton's C++ backend: its batcher as Triton's
+    defaults give it (merging requests into batches), one inter-op thread.
+    """
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
 
@@ -78,13 +106,16 @@ def naive_config(onnx_path: Path, workers: int, threads: int) -> str:
             out.append(f'{{ name: "{v.name}" data_type: {_TRITON_TYPES[t.elem_type]} dims: {dims} }}')
         return ", ".join(out)
 
-    return (
-        'backend: "naive"\nmax_batch_size: 64\n'
+    text = (
+        f'backend: "{backend}"\nmax_batch_size: 64\n'
         "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
         f"input [ {entries(graph.input)} ]\noutput [ {entries(graph.output)} ]\n"
         f"instance_group [ {{ kind: KIND_CPU, count: {workers} }} ]\n"
         f'parameters {{ key: "intra_op_thread_count" value {{ string_value: "{threads}" }} }}\n'
     )
+    if backend == "onnxruntime":
+        text += 'parameters { key: "inter_op_thread_count" value { string_value: "1" } }\n'
+    return text
 
 
 def compose_repository(root: Path, source_repo: Path, specs: list[ModelSpec]) -> Path:
@@ -97,18 +128,20 @@ def compose_repository(root: Path, source_repo: Path, specs: list[ModelSpec]) ->
         dst = root / spec.name
         (dst / "1").mkdir(parents=True)
         shutil.copy2(onnx_path, dst / "1" / "model.onnx")
-        if spec.backend == "naive":
-            text = naive_config(onnx_path, spec.workers, spec.threads)
+        if spec.backend in ("naive", "onnxruntime"):
+            text = naive_config(onnx_path, spec.workers, spec.threads, spec.backend)
         else:
-            text = ours_config((src / "config.pbtxt").read_text(), spec.workers, spec.threads, spec.bounded)
+            text = ours_config((src / "config.pbtxt").read_text(), spec.workers, spec.threads, spec.max_queue_size)
         (dst / "config.pbtxt").write_text(text)
     return root
 
 
 class BenchServer:
-    """The embedded server on loopback, with `backends/naive/model.py` added before start; models loaded on demand."""
+    """The embedded server on loopback, with `backends/naive/model.py` (and the C++ peer's folder, when given)
+    added before start; models loaded on demand."""
 
-    def __init__(self, repository: Path) -> None:
+    def __init__(self, repository: Path, peer_backend: Path | None = None) -> None:
+        self.peer_backend = peer_backend
         # perf_analyzer cannot send the admin key over gRPC (its -H is HTTP-only), and `--shared-memory
         # system` registers regions through the restricted API: the benchmark's server runs unrestricted.
         # A supervisor restart would change the worker pids mid-measurement: off too. (Either switch is
@@ -124,6 +157,8 @@ class BenchServer:
         naive = self.server.workspace / "backends" / "naive"
         naive.mkdir(parents=True, exist_ok=True)
         shutil.copy2(NAIVE_MODEL_PY, naive / "model.py")
+        if self.peer_backend is not None:  # beside python/ and mslite/, as in a Triton container's backends/
+            shutil.copytree(self.peer_backend, self.server.workspace / "backends" / "onnxruntime", symlinks=True)
         self.server.start()
         return self
 
