@@ -263,8 +263,7 @@ class Model:
         if key == "input_shape" and self._remote is not None:
             return ";".join(f"{t.name}:{','.join(map(str, t.shape))}" for t in self._inputs)
         if key == "dynamic_dims" and self._remote is not None:
-            batch = [-1] if self._remote.batched else []
-            shapes = [(t.name, [*batch, *t.shape]) for t in self._remote.info.inputs]
+            shapes = [(t.name, t.shape) for t in self._remote.info.inputs]  # the server's: -1 where dynamic
             return ";".join(f"{name}:{','.join(map(str, shape))}" for name, shape in shapes if -1 in shape)
         if key == "user_info" and self._remote is not None and not self.model_path_.startswith("triton://"):
             with open(self.model_path_, "rb") as f:

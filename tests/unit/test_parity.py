@@ -227,3 +227,36 @@ def test_inputs_and_outputs_before_a_build() -> None:
     assert mslite.ModelParallelRunner().get_inputs() == []
     assert mslite.Model().get_outputs() == ()
     assert mslite.Model().get_inputs() == []
+
+
+# --- build_from_file's check order ------------------------------------------------------------------
+
+
+def test_a_missing_model_file_is_reported_before_config_and_key_checks(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.onnx")
+    for kwargs in ({"config_dict": "not a dict"}, {"dec_key": 1}, {"config_path": "missing.ini"}):
+        with pytest.raises(RuntimeError, match=r"^build_from_file failed, model_path does not exist!$"):
+            mslite.Model().build_from_file(missing, mslite.ModelType.MINDIR, None, **kwargs)
+    with pytest.raises(TypeError, match="config_path must be str"):
+        mslite.Model().build_from_file(missing, mslite.ModelType.MINDIR, None, 1)  # type: ignore[arg-type]
+
+
+def test_weight_list_with_a_config_dict_lacking_ascend_context_is_a_key_error(tmp_path: Path) -> None:
+    model_file = tmp_path / "net.onnx"
+    model_file.write_bytes(b"\x08\x08")
+    (tmp_path / "names.txt").write_text("w\n")
+    config = tmp_path / "config.ini"
+    config.write_text("[ascend_context]\nvariable_weights_file=names.txt\n")
+    with pytest.raises(KeyError, match="ascend_context"):
+        mslite.Model().build_from_file(
+            str(model_file), mslite.ModelType.MINDIR, None, str(config), {"other": {"k": "v"}}
+        )
+
+
+def test_encrypted_models_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    model_file = tmp_path / "net.mindir"
+    model_file.write_bytes(b"\x0a\x00")
+    with pytest.raises(ValueError, match="^dec_mode must not be empty string!$"):
+        mslite.Model().build_from_file(str(model_file), mslite.ModelType.MINDIR, dec_key=b"k" * 16, dec_mode="")
+    with pytest.raises(RuntimeError, match=r"^build_from_file failed! Error is kLiteNotSupport: .*export it to ONNX"):
+        mslite.Model().build_from_file(str(model_file), mslite.ModelType.MINDIR, dec_key=b"k" * 16)
