@@ -24,6 +24,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
+from ._error_table import scrub
 from ._gateway_rules import (
     Refusal,
     SizeBudget,
@@ -226,7 +227,7 @@ class GrpcFront(grpc.GenericRpcHandler):
                     timeout=left if left is not None and left < _NO_DEADLINE_S else None,
                 )
             except grpc.RpcError as e:
-                context.abort(e.code(), e.details() or "")  # type: ignore[attr-defined]
+                context.abort(e.code(), scrub(e.details() or ""))  # type: ignore[attr-defined]
             return response
 
         return forward

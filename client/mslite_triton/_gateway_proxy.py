@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from ._error_table import scrub_json_error
 from ._gateway_http import (
     INFER_ROUTE,
     LINGER_BYTES,
@@ -217,8 +218,10 @@ class HttpFront:
             await writer.drain()
             return not e.close
         status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
-        writer.write(client_head(status_line, resp.headers, len(resp.body), close))
-        writer.write(resp.body)
+        # an error answer loses what only the server should know (paths, tracebacks, internal region names)
+        body = scrub_json_error(resp.body) if status_line[9:10] in (b"4", b"5") else resp.body
+        writer.write(client_head(status_line, resp.headers, len(body), close))
+        writer.write(body)
         await writer.drain()
         return not close
 

@@ -88,21 +88,35 @@ def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(serv
         except Exception as e:  # noqa: BLE001 -- reported by the assertion below
             results.append(e)
 
+    model = mslite.Model()  # the same server model: a Model has its own count, from config_dict
+    model.build_from_file(
+        str(files["private"]), mslite.ModelType.MINDIR, _context(server), "", {"runner": {"max_pending_predicts": "1"}}
+    )
+    assert model._remote.info.name == name
+
+    def held_model_predict() -> None:
+        try:
+            results.append(model.predict([x])[0].get_data_to_numpy().tolist())
+        except Exception as e:  # noqa: BLE001 -- reported by the assertion below
+            results.append(e)
+
     os.kill(worker, signal.SIGSTOP)  # the worker holds every request it gets until SIGCONT
-    threads = [threading.Thread(target=held_predict) for _ in range(2)]
+    threads = [threading.Thread(target=held_predict) for _ in range(2)] + [threading.Thread(target=held_model_predict)]
     try:
         for t in threads:
             t.start()
-        _wait(lambda: runner._pending.in_flight == 2, "two predicts in flight")
+        _wait(lambda: runner._pending.in_flight == 2 and model._pending.in_flight == 1, "three predicts in flight")
         with pytest.raises(ServiceDenyError, match=r"kLiteServiceDeny.*max_pending_predicts=2") as info:
             runner.predict([mslite.Tensor(x)])
         assert isinstance(info.value, RuntimeError) and info.value.code == -11
+        with pytest.raises(ServiceDenyError, match=r"max_pending_predicts=1"):
+            model.predict([x])
         assert runner._pending.in_flight == 2 and not results  # refused at once: the held ones still wait
     finally:
         os.kill(worker, signal.SIGCONT)
         for t in threads:
             t.join(timeout=120)
-    assert results == [[[3.0] * 4]] * 2
+    assert results == [[[3.0] * 4]] * 3
     assert runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy().tolist() == [[3.0] * 4]
 
     default = mslite.ModelParallelRunner()

@@ -1,0 +1,155 @@
+"""What error answers must not tell a client: server paths, tracebacks, the workers' shared-memory regions.
+
+Asserted on the text the client receives: raw tritonclient through the gateway and straight to Triton,
+and the client library, which cleans every message it raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import private_shm
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from conftest import GEN
+from tritonclient.utils import InferenceServerException
+
+import mslite_triton as mslite
+from mslite_triton import _admin_key
+from mslite_triton.errors import InferenceError, ModelLoadError
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+pytestmark = pytest.mark.integration
+
+PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}")
+GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory):
+    repo = tmp_path_factory.mktemp("messages_repo")
+    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), gateway=True)) as srv:
+        yield srv
+
+
+def _load_corrupt(mod, address: str, key: str, name: str) -> str:
+    """The message of a keyed load of a model file that is not ONNX."""
+    client = mod.InferenceServerClient(address)
+    headers = {GRPC_KEY if mod is grpcclient else _admin_key.HEADER: key}
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model(
+                name,
+                config=json.dumps({"backend": "mslite"}),
+                files={"file:1/model.onnx": b"\x08not onnx"},
+                headers=headers,
+            )
+        return str(info.value.message())
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_failed_load_names_no_server_path_and_no_traceback(gw, protocol):
+    mod = httpclient if protocol == "http" else grpcclient
+    public = gw.http_port if protocol == "http" else gw.grpc_port
+    private = gw.triton_http_port if protocol == "http" else gw.triton_grpc_port
+    through_gateway = _load_corrupt(mod, f"127.0.0.1:{public}", gw.admin_key, f"corrupt_{protocol}")
+    assert "model file 'model.onnx' is not a valid ONNX model" in through_gateway
+    assert not PATH.search(through_gateway) and "At:" not in through_gateway, through_gateway
+    # Triton's own port (what --no-gateway serves): its python stub still appends the frame, nameless
+    direct = _load_corrupt(mod, f"127.0.0.1:{private}", gw.admin_key, f"corrupt_{protocol}_direct")
+    assert "is not a valid ONNX model" in direct and not PATH.search(direct), direct
+    assert "mslite/model.py" in direct  # the stub's traceback line, under a neutral file name
+
+
+def test_the_client_library_reports_a_failed_load_cleanly(gw, tmp_path, monkeypatch):
+    monkeypatch.setenv("MSLITE_TRITON_KEY", gw.admin_key)  # key files name the public ports only
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08not onnx at all")
+    ctx = mslite.Context()
+    ctx.server_url = f"grpc://127.0.0.1:{gw.triton_grpc_port}"  # straight to Triton: the library cleans up itself
+    with pytest.raises((ModelLoadError, RuntimeError)) as info:
+        mslite.Model().build_from_file(str(bad), mslite.ModelType.MINDIR, ctx)
+    text = str(info.value)
+    assert "is not a valid ONNX model" in text and "At:" not in text and not PATH.search(text), text
+
+
+_SERVER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from mslite_triton.server import EmbeddedServer, ServerConfig
+    repo = Path(sys.argv[1])
+    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
+        ports = [s.http_port, s.grpc_port, s.triton_http_port, s.triton_grpc_port]
+        print(json.dumps({"ports": ports, "prefix": s.shm_prefix}), flush=True)
+        sys.stdin.read()  # serve until the test closes our stdin
+    """
+)
+
+
+@pytest.fixture
+def small_shm_server(tmp_path: Path):
+    """A gateway server whose /dev/shm (a private 24 MiB tmpfs) cannot hold a 48 MiB request."""
+    reason = private_shm.unavailable()
+    if reason:
+        pytest.skip(reason)
+    model = tmp_path / "repo" / "flat" / "1"
+    model.mkdir(parents=True)
+    (model / "model.onnx").write_bytes(GEN.build_tiny().SerializeToString())
+    (model.parent / "config.pbtxt").write_text(
+        'backend: "mslite"\nmax_batch_size: 0\ninstance_group [ { kind: KIND_CPU, count: 1 } ]\n'
+        'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
+        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
+    )
+    proc = private_shm.popen(
+        24 * 1024,
+        [sys.executable, "-c", _SERVER, str(tmp_path / "repo")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line, f"the server in the private /dev/shm did not start (rc {proc.poll()})"
+        yield json.loads(line)
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_full_shared_memory_pool_does_not_name_the_workers_region(small_shm_server):
+    http, grpc_, triton_http, triton_grpc = small_shm_server["ports"]
+    prefix = small_shm_server["prefix"]
+    x = np.ones((3 << 20, 4), np.float32)  # 48 MiB
+    seen = []
+    for mod, port in ((httpclient, http), (grpcclient, grpc_)):  # through the gateway
+        client = mod.InferenceServerClient(f"127.0.0.1:{port}")
+        item = mod.InferInput("x", list(x.shape), "FP32")
+        item.set_data_from_numpy(x)
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("flat", [item])
+        client.close()
+        seen.append(str(info.value.message()))
+    ctx = mslite.Context()
+    ctx.server_url = f"grpc://127.0.0.1:{triton_grpc}"  # straight to Triton, through the client library
+    model = mslite.Model()
+    model.build_from_file("triton://flat", mslite.ModelType.MINDIR, ctx)
+    with pytest.raises(InferenceError) as info:
+        model.predict([mslite.Tensor(x)])
+    seen.append(str(info.value))
+    for text in seen:
+        assert "Failed to increase the shared memory pool size to" in text, text
+        assert prefix not in text and "for key" not in text, text
