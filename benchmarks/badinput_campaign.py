@@ -1135,13 +1135,6 @@ KNOWN_GAPS = (
             or (o.case.what == "JSON body: top_level b''" and _served(o))
         ),
     ),
-    Gap(
-        "bool-bytes-served",
-        "BOOL inputs holding bytes other than 0/1 are served, and the outputs carry those bytes (non-bools)",
-        "ours: backend/mslite/mslite_backend/runtime.py ModelRuntime.validate could refuse BOOL arrays whose bytes "
-        "are not 0/1 (arr.view(np.uint8) > 1) with a RequestError naming the input",
-        lambda o: o.case.category == "bool_values" and _served(o),
-    ),
 )
 
 
@@ -1158,12 +1151,19 @@ class Tally:
         self.counts: Counter[tuple[str, str, str]] = Counter()
         self.violations: Counter[tuple[str, str, str, str, str]] = Counter()  # gap, protocol, category, status, why
         self.samples: dict[tuple[str, str, str, str, str], list[Outcome]] = {}
+        # answers carrying a path or a traceback, whatever their status (a 500 that leaks counts too)
+        self.leaks: Counter[tuple[str, str, str]] = Counter()  # protocol, category, status
+        self.leak_samples: list[Outcome] = []
         self.seconds = 0.0
 
     def add(self, o: Outcome) -> None:
         why = violation(o)
         with self.lock:
             self.counts[(o.case.protocol, o.case.category, o.status)] += 1
+            if _LEAK.search(o.message):
+                self.leaks[(o.case.protocol, o.case.category, o.status)] += 1
+                if len(self.leak_samples) < self.examples:
+                    self.leak_samples.append(o)
             if why is not None:
                 gap = known_gap(o)
                 key = (gap.key if gap else "NEW", o.case.protocol, o.case.category, o.status, why)
