@@ -2,6 +2,7 @@
 
     python -m mslite_triton._gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
         --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
+        [--max-inflight-per-model N] [--max-inflight-bytes N]
 
 With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
 the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL, Admission
 from ._gateway_grpc import start_grpc
 from ._gateway_http import MAX_HEAD_BYTES
 from ._gateway_proxy import HttpFront, Upstream
@@ -49,6 +51,8 @@ class GatewayProcess:
         upstream_http: str,
         upstream_grpc: str,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
         grace_s: float = 30.0,
         upstream_retry_s: float = 15.0,
         log_path: Path,
@@ -60,6 +64,8 @@ class GatewayProcess:
             f"--upstream-http={upstream_http}",
             f"--upstream-grpc={upstream_grpc}",
             f"--max-request-bytes={max_request_bytes}",
+            f"--max-inflight-per-model={max_inflight_per_model}",
+            f"--max-inflight-bytes={max_inflight_bytes}",
             f"--grace-s={grace_s}",
             f"--upstream-retry-s={upstream_retry_s}",
         ]
@@ -132,12 +138,15 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     up_host, up_port = _address(args.upstream_http)
     upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
-    front = HttpFront(upstream, max_request_bytes=args.max_request_bytes)
+    admission = Admission(
+        max_inflight_per_model=args.max_inflight_per_model, max_inflight_bytes=args.max_inflight_bytes
+    )
+    front = HttpFront(upstream, max_request_bytes=args.max_request_bytes, admission=admission)
     http_server = await asyncio.start_server(
         front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
     )
     grpc_server, channel, grpc_front = start_grpc(
-        args.host, args.grpc_port, args.upstream_grpc, max_request_bytes=args.max_request_bytes
+        args.host, args.grpc_port, args.upstream_grpc, max_request_bytes=args.max_request_bytes, admission=admission
     )
     sys.stdout.write(READY + "\n")
     sys.stdout.flush()
@@ -147,7 +156,12 @@ async def serve(args: argparse.Namespace) -> None:
     await front.drain_and_close(args.grace_s)
     await loop.run_in_executor(None, grpc_stopped.wait)
     channel.close()
-    log.warning("gateway stopped; refused %d HTTP and %d gRPC requests", front.refused, grpc_front.refused)
+    log.warning(
+        "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control)",
+        front.refused,
+        grpc_front.refused,
+        admission.denied,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,6 +173,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--upstream-http", required=True, help="Triton's HTTP endpoint, host:port")
     ap.add_argument("--upstream-grpc", required=True, help="Triton's gRPC endpoint, host:port")
     ap.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
+    ap.add_argument(
+        "--max-inflight-per-model",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT_PER_MODEL,
+        help="inference requests one model may have in flight; more are refused (503 / UNAVAILABLE)",
+    )
+    ap.add_argument(
+        "--max-inflight-bytes",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT_BYTES,
+        help="request bytes in flight across all connections; more are refused (503 / UNAVAILABLE)",
+    )
     ap.add_argument("--upstream-timeout-s", type=float, default=600.0)
     ap.add_argument("--grace-s", type=float, default=30.0)
     ap.add_argument(

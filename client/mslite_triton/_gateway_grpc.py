@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ._error_table import scrub
+from ._gateway_admission import Admission, Overloaded
 from ._gateway_rules import (
     Refusal,
     SizeBudget,
@@ -57,7 +58,7 @@ _VERSIONED: dict[str, tuple[Any, str]] = {
     "ModelConfig": (pb.ModelConfigRequest, "version"),
     "ModelStatistics": (pb.ModelStatisticsRequest, "version"),
 }
-Check = Callable[[bytes], None]
+Check = Callable[[bytes], "str | None"]  # the model name of an inference request, None for other calls
 _RAW_INPUT_CONTENTS = 7  # ModelInferRequest field number (grpc_service.proto)
 _NO_DEADLINE_S = 1e7
 
@@ -103,12 +104,15 @@ def _split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]]:
     return b"".join(head), raw
 
 
-def check_model_infer(data: bytes, cap: int) -> None:
+def check_model_infer(data: bytes, cap: int) -> str:
     """Check a serialized ModelInferRequest as Triton will read it.
 
     The tensor bytes are not copied: a scan of the top-level fields sets raw_input_contents aside and
     protobuf parses the rest; anything the scan does not take is parsed whole, so protobuf alone decides
     what is valid.
+
+    Returns:
+        The model's name.
 
     Raises:
         Refusal: unparsable bytes, a bad version, datatype or dim, raw contents not matching the inputs'
@@ -162,11 +166,13 @@ def check_model_infer(data: bytes, cap: int) -> None:
             f"the request holds {len(raw)} raw_input_contents for {used} inputs: "
             f"{len(raw) - used} of them (bytes) belong to no input"
         )
+    return str(req.model_name)
 
 
 def _check_versioned(kind: Any, field: str) -> Check:
     def check(data: bytes) -> None:
         check_version(getattr(_parse(kind, data), field), allow_empty=True)
+        return None
 
     return check
 
@@ -183,9 +189,10 @@ def _forwarded_metadata(context: grpc.ServicerContext) -> tuple[tuple[str, Any],
 class GrpcFront(grpc.GenericRpcHandler):
     """Forwards `inference.GRPCInferenceService` (and the gRPC health check) to Triton's gRPC port."""
 
-    def __init__(self, channel: grpc.Channel, *, max_request_bytes: int) -> None:
+    def __init__(self, channel: grpc.Channel, *, max_request_bytes: int, admission: Admission) -> None:
         self.channel = channel
         self.cap = max_request_bytes
+        self.admission = admission
         self.refused = 0
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
@@ -205,32 +212,55 @@ class GrpcFront(grpc.GenericRpcHandler):
         """The handler of a method; None (UNIMPLEMENTED) for methods Triton does not serve either."""
         return self._handlers.get(handler_call_details.method)  # type: ignore[attr-defined]
 
-    def _check_infer(self, data: bytes) -> None:
-        check_model_infer(data, self.cap)
+    def _check_infer(self, data: bytes) -> str:
+        return check_model_infer(data, self.cap)
 
     def _forwarder(self, path: str, check: Check | None) -> Callable[[bytes, grpc.ServicerContext], bytes]:
         call = self.channel.unary_unary(path)  # no serializers: bytes in, bytes out
 
         def forward(request: bytes, context: grpc.ServicerContext) -> bytes:
-            if check is not None:
-                try:
-                    check(request)
-                except Refusal as e:
-                    self.refused += 1
-                    code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.too_large else grpc.StatusCode.INVALID_ARGUMENT
-                    context.abort(code, e.message)
-            left = context.time_remaining()  # without a deadline, a huge number: no deadline upstream either
+            # grpcio has read the whole message by now: counting it still bounds how many are held at once
+            # beyond the thread pool's (each waits here for Triton's answer).
             try:
-                response: bytes = call(
-                    request,
-                    metadata=_forwarded_metadata(context),
-                    timeout=left if left is not None and left < _NO_DEADLINE_S else None,
-                )
-            except grpc.RpcError as e:
-                context.abort(e.code(), scrub(e.details() or ""))  # type: ignore[attr-defined]
-            return response
+                self.admission.take_bytes(len(request))
+            except Overloaded as e:
+                self.refused += 1
+                context.abort(grpc.StatusCode.UNAVAILABLE, e.message)
+            try:
+                return self._forward(call, check, request, context)
+            finally:
+                self.admission.give_bytes(len(request))
 
         return forward
+
+    def _forward(self, call: Any, check: Check | None, request: bytes, context: grpc.ServicerContext) -> bytes:
+        model = None
+        if check is not None:
+            try:
+                model = check(request)
+            except Refusal as e:
+                self.refused += 1
+                code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.too_large else grpc.StatusCode.INVALID_ARGUMENT
+                context.abort(code, e.message)
+        if model is not None:
+            try:
+                self.admission.enter(model)
+            except Overloaded as e:
+                self.refused += 1
+                context.abort(grpc.StatusCode.UNAVAILABLE, e.message)
+        left = context.time_remaining()  # without a deadline, a huge number: no deadline upstream either
+        try:
+            response: bytes = call(
+                request,
+                metadata=_forwarded_metadata(context),
+                timeout=left if left is not None and left < _NO_DEADLINE_S else None,
+            )
+        except grpc.RpcError as e:
+            context.abort(e.code(), scrub(e.details() or ""))  # type: ignore[attr-defined]
+        finally:
+            if model is not None:
+                self.admission.leave(model)
+        return response
 
     def _refuse_stream(self, requests: Any, context: grpc.ServicerContext) -> None:
         context.abort(
@@ -240,7 +270,7 @@ class GrpcFront(grpc.GenericRpcHandler):
 
 
 def start_grpc(
-    host: str, port: int, upstream: str, *, max_request_bytes: int, threads: int = 64
+    host: str, port: int, upstream: str, *, max_request_bytes: int, admission: Admission, threads: int = 64
 ) -> tuple[grpc.Server, grpc.Channel, GrpcFront]:
     """Start the gRPC front on host:port, relaying to `upstream` (host:port of Triton's gRPC endpoint).
 
@@ -251,7 +281,7 @@ def start_grpc(
     """
     unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
     channel = grpc.insecure_channel(upstream, options=unlimited)
-    front = GrpcFront(channel, max_request_bytes=max_request_bytes)
+    front = GrpcFront(channel, max_request_bytes=max_request_bytes, admission=admission)
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gateway-grpc"),
         options=[

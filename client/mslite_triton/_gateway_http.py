@@ -18,6 +18,7 @@ import urllib.parse
 import zlib
 from dataclasses import dataclass
 
+from ._gateway_admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
 from ._gateway_json import check_infer_request
 from ._gateway_rules import Refusal, check_version
 
@@ -63,6 +64,7 @@ class Request:
     version: bytes
     headers: list[tuple[bytes, bytes, bytes]]  # (lower-case name, value, raw line)
     body: bytes = b""
+    charged: int = 0  # bytes counted in flight by admission control, given back once answered
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header `name` (lower case); HttpError when it is given twice with different values."""
@@ -125,9 +127,18 @@ def parse_head(head: bytes) -> Request:
 
 
 async def read_body(
-    req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cap: int, t: float
+    req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cap: int, t: float, admission: Admission
 ) -> None:
-    """Read the body into `req.body`: Content-Length or chunked, at most `cap` bytes (413 before reading more)."""
+    """Read the body into `req.body`: Content-Length or chunked, at most `cap` bytes (413 before reading more).
+
+    The bytes are counted by `admission` as they are accepted (`req.charged`; the caller gives them back once
+    the request is answered): a Content-Length body whole before it is read, a chunked one chunk by chunk with
+    CHUNK_OVERHEAD_BYTES per chunk.
+
+    Raises:
+        HttpError: a framing error (400), a body over the cap (413), the in-flight bytes full (503
+            kLiteServiceDeny), or a body that does not arrive in `t` seconds (408).
+    """
     length, coding = req.header(b"content-length"), req.header(b"transfer-encoding")
     if coding is not None and length is not None:
         raise HttpError(400, "a request may not have both Transfer-Encoding and Content-Length", close=True)
@@ -138,11 +149,13 @@ async def read_body(
     size = int(length) if length is not None else 0
     if size > cap:
         raise HttpError(413, f"request body of {size} bytes is over this server's limit of {cap} bytes", linger=True)
+    if size:
+        _charge(req, admission, size)
     if (coding is not None or size) and (req.header(b"expect") or b"").lower() == b"100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     try:
         if coding is not None:
-            req.body = await asyncio.wait_for(_read_chunked(reader, cap), t)
+            req.body = await asyncio.wait_for(_read_chunked(req, reader, cap, admission), t)
         elif size:
             req.body = await asyncio.wait_for(reader.readexactly(size), t)
     except asyncio.IncompleteReadError as e:
@@ -153,9 +166,19 @@ async def read_body(
         raise HttpError(408, f"the request body did not arrive within {t:.0f} s", close=True) from None
 
 
-async def _read_chunked(reader: asyncio.StreamReader, cap: int) -> bytes:
-    parts: list[bytes] = []
-    total = 0
+def _charge(req: Request, admission: Admission, n: int) -> None:
+    try:
+        admission.take_bytes(n)
+    except Overloaded as e:
+        raise HttpError(503, e.message, linger=True) from None
+    req.charged += n
+
+
+async def _read_chunked(req: Request, reader: asyncio.StreamReader, cap: int, admission: Admission) -> bytes:
+    # One growing buffer: a list of chunks would cost ~40 bytes of object per chunk (2.3 GB for 32 MiB
+    # sent as 2-byte chunks).
+    body = bytearray()
+    cost = 0
     while True:
         line = await reader.readuntil(b"\r\n")
         size_text = line[:-2].split(b";", 1)[0].strip()
@@ -165,11 +188,17 @@ async def _read_chunked(reader: asyncio.StreamReader, cap: int) -> bytes:
         if size == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers: read and dropped
                 pass
-            return b"".join(parts)
-        total += size
-        if total > cap:
-            raise HttpError(413, f"request body over this server's limit of {cap} bytes", linger=True)
-        parts.append(await reader.readexactly(size))
+            return bytes(body)
+        cost += size + CHUNK_OVERHEAD_BYTES
+        if cost > cap:
+            raise HttpError(
+                413,
+                f"request body over this server's limit of {cap} bytes (a chunked body's every chunk counts "
+                f"{CHUNK_OVERHEAD_BYTES} bytes more: send fewer, larger chunks)",
+                linger=True,
+            )
+        _charge(req, admission, size + CHUNK_OVERHEAD_BYTES)
+        body += await reader.readexactly(size)
         if await reader.readexactly(2) != b"\r\n":
             raise HttpError(400, "malformed chunked body: a chunk does not end with CRLF", close=True)
 

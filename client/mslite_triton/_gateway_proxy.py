@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.parse
 from dataclasses import dataclass
 
 from ._error_table import scrub_json_error
+from ._gateway_admission import Admission, Overloaded
 from ._gateway_http import (
     INFER_ROUTE,
     LINGER_BYTES,
@@ -156,9 +158,12 @@ class Upstream:
 class HttpFront:
     """Serves client connections: `handle` is the asyncio.start_server callback."""
 
-    def __init__(self, upstream: Upstream, *, max_request_bytes: int, idle_timeout_s: float = 75.0) -> None:
+    def __init__(
+        self, upstream: Upstream, *, max_request_bytes: int, admission: Admission, idle_timeout_s: float = 75.0
+    ) -> None:
         self.upstream = upstream
         self.cap = max_request_bytes
+        self.admission = admission
         self.idle_timeout_s = idle_timeout_s
         self.body_timeout_s = 60.0
         self.inflight = 0
@@ -171,20 +176,24 @@ class HttpFront:
         self._writers.add(writer)
         try:
             while not self.closing:
+                req = None
                 try:
                     head = await read_head(reader, self.idle_timeout_s)
                     if head is None:
                         return
                     req = parse_head(head)
-                    await read_body(req, reader, writer, self.cap, self.body_timeout_s)
+                    await read_body(req, reader, writer, self.cap, self.body_timeout_s, self.admission)
+                    self.inflight += 1
+                    try:
+                        keep = await self._serve(req, writer)
+                    finally:
+                        self.inflight -= 1
                 except HttpError as e:
+                    self._release(req)  # before lingering: the dropped rest of the body is not held
                     await self._refuse(reader, writer, e)
                     return
-                self.inflight += 1
-                try:
-                    keep = await self._serve(req, writer)
                 finally:
-                    self.inflight -= 1
+                    self._release(req)
                 if not keep:
                     return
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
@@ -192,6 +201,11 @@ class HttpFront:
         finally:
             self._writers.discard(writer)
             writer.close()
+
+    def _release(self, req: Request | None) -> None:
+        if req is not None and req.charged:
+            self.admission.give_bytes(req.charged)
+            req.charged = 0
 
     async def _serve(self, req: Request, writer: asyncio.StreamWriter) -> bool:
         """Check, forward and answer one request; False when the connection must close afterwards."""
@@ -205,8 +219,20 @@ class HttpFront:
                 match = INFER_ROUTE.fullmatch(req.target.split(b"?", 1)[0])
                 if match:
                     check_infer(req, match.group(1), match.group(2), self.cap)
-            idempotent = match is not None or req.method == b"GET"
-            resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=idempotent)
+            if match is None:
+                resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=req.method == b"GET")
+            else:
+                model = urllib.parse.unquote(match.group(1).decode("latin-1"))
+                self.admission.enter(model)
+                try:
+                    resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+                finally:
+                    self.admission.leave(model)
+        except Overloaded as e:
+            self.refused += 1
+            writer.write(error_response(503, e.message, close=False))
+            await writer.drain()
+            return True
         except Refusal as e:
             self.refused += 1
             writer.write(error_response(413 if e.too_large else 400, e.message, close=False))

@@ -9,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
 from .server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
 
 
@@ -26,6 +28,8 @@ def _serve(args: argparse.Namespace) -> int:
         supervise=not args.no_supervisor,
         gateway=not args.no_gateway,
         max_request_bytes=args.max_request_mib << 20,
+        max_inflight_per_model=args.max_inflight_per_model,
+        max_inflight_bytes=args.max_inflight_mib << 20,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -41,8 +45,10 @@ def _serve(args: argparse.Namespace) -> int:
     out.write(f"LOG     {server.log_path}\n")
     if server.gateway is not None:
         out.write(
-            f"GATEWAY on the ports above, requests up to {args.max_request_mib} MiB; tritonserver itself on "
-            f"{server.triton_http_url} and grpc://127.0.0.1:{server.triton_grpc_port}\n"
+            f"GATEWAY on the ports above, requests up to {args.max_request_mib} MiB, at most "
+            f"{args.max_inflight_per_model} in flight per model and {args.max_inflight_mib} MiB in flight in all "
+            f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on {server.triton_http_url} and "
+            f"grpc://127.0.0.1:{server.triton_grpc_port}\n"
         )
     if server.admin_key:
         out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
@@ -91,7 +97,24 @@ def build_parser() -> argparse.ArgumentParser:
         "2-3 ms of CPU per 600 KB request)",
     )
     serve.add_argument(
-        "--max-request-mib", type=int, default=64, help="the largest request the gateway accepts (default 64)"
+        "--max-request-mib",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES >> 20,
+        help="the largest request the gateway accepts; larger ones get 413 / RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-per-model",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT_PER_MODEL,
+        help="gateway admission control: inference requests one model may have in flight (sent on to Triton, "
+        "not yet answered); more are refused at once with 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-mib",
+        type=int,
+        default=DEFAULT_MAX_INFLIGHT_BYTES >> 20,
+        help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
+        "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
     return parser

@@ -32,6 +32,7 @@ from typing import Any
 
 from . import _admin_key
 from ._gateway import GatewayError, GatewayProcess
+from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
 from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
 from ._workers import remove_upload_copies, upload_copies, workers_of
 from .errors import ServerUnavailableError
@@ -67,6 +68,9 @@ class ServerConfig:
     # naming the problem, requests over max_request_bytes are refused before they reach Triton (_gateway.py).
     gateway: bool = False
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # The gateway's admission control (_gateway_admission.py): beyond either, requests are refused at once.
+    max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
     extra_args: tuple[str, ...] = field(default=())
 
 
@@ -233,6 +237,8 @@ class EmbeddedServer:
             upstream_http=f"{LOOPBACK}:{self.triton_http_port}",
             upstream_grpc=f"{LOOPBACK}:{self.triton_grpc_port}",
             max_request_bytes=cfg.max_request_bytes,
+            max_inflight_per_model=cfg.max_inflight_per_model,
+            max_inflight_bytes=cfg.max_inflight_bytes,
             grace_s=cfg.exit_timeout_s,
             log_path=self.workspace / "gateway.log",
         )

@@ -33,7 +33,9 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_triton import _admin_key
+from mslite_triton._error_table import classify
 from mslite_triton._gateway import GatewayProcess
+from mslite_triton.errors import ServiceDenyError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 
 pytestmark = pytest.mark.integration
@@ -319,6 +321,128 @@ def test_triton_unreachable_is_503_and_unavailable(tmp_path):
     time.sleep(0.1)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: int) -> GatewayProcess:
+    gateway = GatewayProcess(
+        host="127.0.0.1",
+        http_port=_free_port(),
+        grpc_port=_free_port(),
+        upstream_http=upstream_http,
+        upstream_grpc=upstream_grpc,
+        grace_s=1,
+        upstream_retry_s=20,
+        log_path=tmp_path / "gateway.log",
+        **limits,
+    )
+    gateway.start()
+    return gateway
+
+
+def _port(gateway: GatewayProcess, flag: str) -> int:
+    return int(next(a for a in gateway.args if a.startswith(f"--{flag}=")).split("=", 1)[1])
+
+
+def test_admission_control_refuses_with_service_deny(tmp_path):
+    """Beyond the in-flight bounds: 503 / UNAVAILABLE kLiteServiceDeny, ServiceDenyError in the client."""
+    dead = f"127.0.0.1:{_free_port()}"  # nothing listens: a sent request stays in flight (retried) for 20 s
+    gateway = _gateway(tmp_path, dead, dead, max_inflight_per_model=1, max_inflight_bytes=1 << 20)
+    http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
+    body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
+    infer = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    held: list[socket.socket] = []
+    try:
+        held.append(socket.create_connection(("127.0.0.1", http_port), timeout=30))
+        held[-1].sendall(infer)  # in flight for model tiny until Triton answers (never)
+
+        def deny_seen(request: bytes) -> bytes:
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                with socket.create_connection(("127.0.0.1", http_port), timeout=30) as s:
+                    s.sendall(request)
+                    answer = s.recv(1 << 16)
+                if answer.startswith(b"HTTP/1.1 503") and b"kLiteServiceDeny" in answer:
+                    return answer
+                time.sleep(0.1)
+            raise AssertionError(f"no kLiteServiceDeny: {answer[:300]!r}")
+
+        assert b"requests in flight" in deny_seen(infer)  # per model
+        # 900 KiB announced and not sent: counted in flight from its headers on
+        held.append(socket.create_connection(("127.0.0.1", http_port), timeout=30))
+        held[-1].sendall(b"POST /v2/models/other/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (900 << 10))
+        big = b"POST /v2/models/another/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (200 << 10)
+        assert b"MiB" in deny_seen(big + b"x" * (200 << 10))  # across connections
+        # the same budget holds for gRPC
+        request = pb.ModelInferRequest(model_name="another")
+        request.inputs.add(name="x", datatype="FP32", shape=[1, 51200])
+        request.raw_input_contents.append(bytes(4 * 51200))
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel, pytest.raises(grpc.RpcError) as info:
+            channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(request.SerializeToString(), timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "kLiteServiceDeny" in info.value.details()
+        # what a client of the library sees: ServiceDenyError, not retried as a server outage
+        error = classify(InferenceServerException(info.value.details(), "StatusCode.UNAVAILABLE"), "grpc://x")
+        assert isinstance(error, ServiceDenyError), error
+    finally:
+        for s in held:
+            s.close()
+        gateway.stop()
+
+
+def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
+    """32 MiB bodies in 2-byte chunks on 4 connections: gateway RSS < 512 MiB, other clients served."""
+    gateway = _gateway(tmp_path, _address(gw.triton_http_url), f"127.0.0.1:{gw.triton_grpc_port}")
+    http_port = _port(gateway, "http-port")
+    assert gateway.pid is not None
+    block = b"2\r\nab\r\n" * 50_000  # 100 KB of body per send
+    outcomes: list[bytes] = []
+    stop = threading.Event()
+
+    def flood() -> None:
+        with socket.create_connection(("127.0.0.1", http_port), timeout=30) as s:
+            s.sendall(b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            sent = 0
+            try:
+                while sent < 32 << 20 and not stop.is_set():
+                    s.sendall(block)
+                    sent += 100_000
+                s.sendall(b"0\r\n\r\n")
+            except OSError:
+                pass  # the gateway answered and closed
+            try:
+                outcomes.append(s.recv(1 << 16))
+            except OSError as e:
+                outcomes.append(repr(e).encode())
+
+    threads = [threading.Thread(target=flood) for _ in range(4)]
+    for t in threads:
+        t.start()
+    peak, served = 0.0, 0
+    client = httpclient.InferenceServerClient(_address(f"http://127.0.0.1:{http_port}"), network_timeout=30)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    item = httpclient.InferInput("x", [1, 4], "FP32")
+    item.set_data_from_numpy(x)
+    deadline = time.monotonic() + 60
+    try:
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            peak = max(peak, _rss_mib(gateway.pid))
+            assert client.infer("tiny", [item]).as_numpy("y") is not None
+            served += 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        client.close()
+        gateway.stop()
+    assert peak < 512, f"gateway RSS peaked at {peak:.0f} MiB"
+    assert served > 0
+    assert len(outcomes) == 4 and all(o.startswith(b"HTTP/1.1 413") for o in outcomes), outcomes
 
 
 # -- the checks alone (no server) ------------------------------------------------------------------------------------
