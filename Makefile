@@ -12,7 +12,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[server,test]'
+	$(PY) -m pip install -q -e '.[server,test,mindir]'
 	@touch $@
 
 models: $(STAMP)

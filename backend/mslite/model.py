@@ -27,6 +27,7 @@ from mslite_backend.errors import (
 )
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.metrics import WorkerMetrics
+from mslite_backend.mindir import onnx_source
 from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
 from mslite_backend.update_auth import UpdateGuard
 
@@ -109,7 +110,8 @@ class TritonPythonModel:
         config = auto_complete_model_config.as_dict()
         filename = config.get("default_model_filename") or "model.onnx"
         try:
-            io = read_graph_io(f"{pb_utils.get_model_dir()}/{filename}")
+            directory, filename = onnx_source(pb_utils.get_model_dir(), filename)  # MindIR: converted once
+            io = read_graph_io(f"{directory}/{filename}")
             updatable = declared_variable_weights(config)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(f"model '{config.get('name')}': {e}") from None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from mslite_triton_backend.mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
 from mslite_triton_backend.mslite_backend.protocol import (
     FILE_PARAMETER,
     PROOF_PARAMETER,
@@ -43,41 +44,33 @@ FILE_REFUSED = "update file not usable on the server's host"
 log = logging.getLogger(__name__)
 
 
-def detect_format(head: bytes) -> str:
-    """Tell an ONNX file from MindSpore's formats by content, not by name.
-
-    ONNX's ModelProto starts with field 1 `ir_version` as a varint (byte 0x08); MindIR's starts with a
-    string (0x0A); a MindSpore Lite `.ms` file is a flatbuffer whose identifier `MSL?` sits at offset 4.
-    """
-    if head[:1] == b"\x08":
-        return "onnx"
-    if len(head) >= 8 and head[4:7] == b"MSL":
-        return "ms"
-    if head[:1] == b"\x0a":
-        return "mindir"
-    return "unknown"
-
-
 def read_model_files(path: str) -> dict[str, bytes]:
-    """The files to upload: `1/model.onnx`, plus `1/model.onnx.data` when external weights sit beside it.
+    """The files to upload, by the file's content (not its name).
+
+    An ONNX model goes as `1/model.onnx`, plus `1/model.onnx.data` when external weights sit beside it;
+    a MindIR model as `1/model.mindir`, which the server converts to ONNX (it needs MindSpore for that:
+    `pip install 'mslite-triton[mindir]'` on the server).
 
     Raises:
-        RuntimeError: the file is not an ONNX model (MindIR, .ms or unknown), naming what it looks like.
+        RuntimeError: a MindSpore Lite `.ms` file, or not a model file, naming what it looks like.
     """
     with open(path, "rb") as f:
         data = f.read()
     kind = detect_format(data[:16])
+    name = os.path.basename(path)
+    if kind == "mindir":
+        return {f"file:1/{MINDIR_FILENAME}": data}
+    if kind == "ms":
+        raise RuntimeError(f"build_from_file failed! Error is {MS_FILE_MESSAGE} ('{name}')")
     if kind != "onnx":
-        what = {"ms": "a MindSpore Lite .ms file", "mindir": "a MindIR file"}.get(kind, "not an ONNX model")
         raise RuntimeError(
-            f"build_from_file failed! Error is kLiteNotSupport: '{os.path.basename(path)}' is {what}; "
-            "this server runs ONNX models (export the network to ONNX)"
+            f"build_from_file failed! Error is kLiteNotSupport: '{name}' is neither an ONNX nor a MindIR model"
         )
     files = {"file:1/model.onnx": data}
     external = path + ".data"
     if os.path.isfile(external):
         with open(external, "rb") as f:
-            files[f"file:1/{os.path.basename(path)}.data"] = f.read()
+            files[f"file:1/{name}.data"] = f.read()
     return files
 
 
@@ -118,7 +111,8 @@ class RemoteModel:
             return cls(transport, transport.model_info(path[len(BIND_PREFIX) :]))
         files = read_model_files(path)
         try:
-            batchable = has_dynamic_batch(files["file:1/model.onnx"])
+            # a MindIR model's graph is read on the server, after conversion: its auto-complete decides
+            batchable = "file:1/model.onnx" in files and has_dynamic_batch(files["file:1/model.onnx"])
             config = build_model_config("", context, plan, sections=sections, batchable=batchable)
         except ValueError as e:  # a bad config section: MindSpore Lite reports build errors as RuntimeError
             raise RuntimeError(f"build_from_file failed! Error is {e}") from e

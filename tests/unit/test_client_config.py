@@ -445,9 +445,8 @@ def test_read_model_files_includes_external_data(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("head", "what"),
     [
-        (b"\x0a\x051.1.0\x12\x04MindSpore", "a MindIR file"),
-        (b"\x1c\x00\x00\x00MSL2\x00\x00\x00\x00", "a MindSpore Lite .ms file"),
-        (b"junk junk junk junk", "not an ONNX model"),
+        (b"\x1c\x00\x00\x00MSL2\x00\x00\x00\x00", ".ms format cannot be served"),
+        (b"junk junk junk junk", "neither an ONNX nor a MindIR model"),
     ],
 )
 def test_read_model_files_refuses_other_formats(tmp_path: Path, head: bytes, what: str) -> None:
@@ -458,6 +457,12 @@ def test_read_model_files_refuses_other_formats(tmp_path: Path, head: bytes, wha
     message = str(exc.value)
     assert "kLiteNotSupport" in message and "'net.mindir'" in message and what in message
     assert str(tmp_path) not in message
+
+
+def test_read_model_files_sends_mindir_for_the_server_to_convert(tmp_path: Path) -> None:
+    path = tmp_path / "net.bin"
+    path.write_bytes(b"\x0a\x051.1.0\x12\x04MindSpore" + bytes(8))
+    assert read_model_files(str(path)) == {"file:1/model.mindir": path.read_bytes()}
 
 
 def test_model_name_is_stable_and_tracks_file_and_config(tmp_path: Path) -> None:

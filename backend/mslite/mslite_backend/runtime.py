@@ -15,6 +15,7 @@ from .config import BackendConfig, InstanceInfo, TensorSpec
 from .dtypes import TRITON_TO_NUMPY, short_name
 from .errors import BackendError, ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
+from .mindir import resolve
 from .providers import apply_env
 from .session import OrtSession, providers_for
 from .weight_store import WeightStore, store_directory
@@ -62,6 +63,7 @@ class ModelRuntime:
             ModelLoadError: missing or corrupt file, or config/graph mismatch, or provider missing.
         """
         apply_env(providers_for(instance, cfg))  # e.g. the Ascend device: before ONNX Runtime is imported
+        version_dir, cfg = resolve(version_dir, cfg)  # a MindIR model: its cached ONNX conversion
         prepared = prepare_model(version_dir, cfg, instance)
         io = prepared.io or read_graph_io(os.path.join(version_dir, cfg.model_filename))
         check_config_against_graph(cfg, io)
