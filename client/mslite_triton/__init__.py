@@ -4,6 +4,7 @@
 """
 
 from .context import Context
+from .converter import Converter, FmkType, LiteInfer
 from .model import Model
 from .model_group import ModelGroup, ModelGroupFlag
 from .runner import ModelParallelRunner
@@ -21,4 +22,7 @@ __all__ = [
     "TensorMeta",
     "DataType",
     "Format",
+    "Converter",
+    "FmkType",
+    "LiteInfer",
 ]

@@ -67,7 +67,10 @@ def _first_dim(value_info: memoryview) -> int | None:
             if not dims:
                 return None
             sizes = [v for n, w, v in _fields(dims[0]) if n == _DIM_VALUE and w == 0]
-            return int(sizes[0]) if sizes and isinstance(sizes[0], int) else -1
+            if not sizes or not isinstance(sizes[0], int):
+                return -1
+            # int64 on the wire: MindSpore's exporter writes a dynamic dimension as the value -1
+            return sizes[0] - (1 << 64) if sizes[0] >= 1 << 63 else sizes[0]
     return None
 
 

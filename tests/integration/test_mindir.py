@@ -203,3 +203,55 @@ def test_ms_flatbuffer_and_unconvertible_mindir_are_refused_with_what_to_do(serv
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+# MindSpore first: it selects the pure-Python protobuf, which it needs, only before anything has loaded protobuf.
+LITE_INFER_AND_CONVERTER = r"""
+import sys
+import numpy as np
+import mindspore as ms
+from mindspore import nn, Tensor
+import mslite_triton as mslite
+
+url, mindir_path, expected_path, out = sys.argv[1:5]
+ctx = mslite.Context()
+ctx.server_url = url
+ctx.cpu.thread_num = 1
+
+class Scale(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, 2)
+
+    def construct(self, values):
+        return self.fc(values) * 2
+
+net = Scale()
+net.set_train(False)
+model = mslite.LiteInfer(ms.train.Model(net), Tensor(np.ones((1, 3), np.float32)), context=ctx)
+assert [t.name for t in model.get_inputs()] == ["values"], model.get_inputs()
+x = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+got = model.predict([x])[0].get_data_to_numpy()
+np.testing.assert_allclose(got, net(Tensor(x)).asnumpy(), rtol=1e-4, atol=1e-5)
+
+mslite.Converter().convert(mslite.FmkType.MINDIR, mindir_path, out)
+built = mslite.Model()
+built.build_from_file(out + ".mindir", mslite.ModelType.MINDIR, ctx)
+data = np.load(expected_path)
+got = built.predict([data["arr_0"]])[0].get_data_to_numpy()
+np.testing.assert_allclose(got, data["expected"], rtol=1e-4, atol=1e-5)
+print("compared")
+"""
+
+
+def test_lite_infer_and_converter_with_mindspore_in_the_process(server, cases, tmp_path):
+    script = tmp_path / "lite_infer.py"
+    script.write_text(LITE_INFER_AND_CONVERTER)
+    dense = cases["dense"]
+    args = [server.grpc_url, str(dense.path), str(dense.path.with_suffix(".npz")), str(tmp_path / "converted")]
+    env = {**os.environ, "GLOG_v": "3"}
+    done = subprocess.run(
+        [sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0 and "compared" in done.stdout, done.stderr[-3000:]
+    assert (tmp_path / "converted.mindir").read_bytes()[:1] == b"\x08"  # ONNX by content

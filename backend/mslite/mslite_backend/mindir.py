@@ -264,8 +264,10 @@ def mindir_inputs(mindir_path: str) -> list[tuple[str, str, list[int]]]:
     return specs
 
 
-def export_onnx(make_cell: Any, specs: list[tuple[str, str, list[int]]], onnx_path: str) -> None:
+def export_onnx(make_cell: Any, specs: list[tuple[str, Any, list[int]]], onnx_path: str) -> None:
     """Export a MindSpore network to ONNX with a dynamic first axis on every input of rank >= 1.
+
+    `specs` holds (name, dtype, shape) per input: the dtype a MindSpore dtype or its name in `mindspore`.
 
     When MindSpore cannot export the dynamic version (a graph that fixes its batch size), the inputs'
     own shapes are used. `make_cell` returns a fresh cell for each try: a cell compiled once keeps its shapes.
@@ -277,7 +279,10 @@ def export_onnx(make_cell: Any, specs: list[tuple[str, str, list[int]]], onnx_pa
 
     def inputs(dynamic: bool) -> list[Any]:
         return [
-            ms.Tensor(shape=([None, *shape[1:]] if dynamic and shape else shape), dtype=getattr(ms, dtype))
+            ms.Tensor(
+                shape=([None, *shape[1:]] if dynamic and shape else shape),
+                dtype=getattr(ms, dtype) if isinstance(dtype, str) else dtype,
+            )
             for _, dtype, shape in specs
         ]
 
