@@ -109,8 +109,11 @@ def test_the_workers_of_a_model_share_one_copy_of_its_weights(server, files) -> 
         assert len(single) == 1 and len(shared) == 4
         # unshared, each worker would hold its own 64 MiB (about 4 x); shared, the copy is paid once
         assert sum(shared) <= 2.5 * single[0], f"4 workers {shared} MiB vs 1 worker {single} MiB"
-        log = server.log_path.read_text()
-        assert f"instance '{four._remote.info.name}_0_0' ready" in log and "weights=shared" in log
+        # each of the four workers says so on its own ready line (another model's line proves nothing)
+        name = four._remote.info.name
+        ready = re.compile(rf"mslite: instance '({re.escape(name)}_\d+_\d+)' ready: .* weights=(\S+)")
+        found = {m.group(1): m.group(2) for m in map(ready.search, server.log_path.read_text().splitlines()) if m}
+        assert len(found) == 4 and set(found.values()) == {"shared"}, found
     finally:
         _unload(server, one, four)
 

@@ -47,9 +47,13 @@ def test_seed_004_context_variants() -> None:
     context.target = ["ascend"]
     context.ascend.device_id = 0
     context.ascend.provider = "ge"
+    assert context.target == ["ascend"] and context._devices() == ["ascend", "cpu"]
+    assert (context.ascend.device_id, context.ascend.provider) == (0, "ge")
     context.target = ["gpu"]
     context.gpu.device_id = 0
-    assert context.target == ["gpu"]
+    assert context.target == ["gpu"] and context.gpu.device_id == 0
+    # switching the target keeps what was set for the other device, and the CPU settings
+    assert context.ascend.provider == "ge" and context.cpu.thread_affinity_mode == 2 and context.cpu.thread_num == 1
 
 
 @pytest.mark.parametrize(
