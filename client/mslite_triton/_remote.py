@@ -209,6 +209,8 @@ class RemoteModel:
                     log.info(
                         "the server cannot use an update file in %s (%s); sending the weights inline", UPLOAD_DIR, e
                     )
+                except OSError as e:  # e.g. /dev/shm full (ENOSPC): the file is removed, the values go inline
+                    log.info("cannot write an update file in %s (%s); sending the weights inline", UPLOAD_DIR, e)
             data = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
             inputs.append((WEIGHTS_INPUT, data.reshape(1, -1) if self.batched else data))
             self._send_update(inputs, _manifest(names, arrays))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._shm_sweep import ClientRegionSweep
 from ._transport import Transport
 from ._workers import workers_of
 from .errors import ServerUnavailableError
@@ -41,6 +42,7 @@ class Supervisor(threading.Thread):
     def __init__(self, server: Any, interval_s: float = 0.5) -> None:
         super().__init__(name="mslite-supervisor", daemon=True)
         self.server = server
+        self.client_regions = ClientRegionSweep(server)  # shm registrations of clients that died
         self.interval_s = interval_s
         self.recoveries: list[float] = []  # seconds from detection to all models ready again
         self._stop_event = threading.Event()
@@ -58,6 +60,7 @@ class Supervisor(threading.Thread):
         while not self._stop_event.wait(self.interval_s):
             try:
                 self.poll()
+                self.client_regions.maybe_sweep()
             except Exception:  # the supervisor must outlive any one bad poll
                 log.exception("supervisor poll failed")
 

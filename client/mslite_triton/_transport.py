@@ -336,7 +336,12 @@ class _Connection:
         capacity = max(size, 1 << (size - 1).bit_length())  # grow by powers of two
         try:
             _sweep_stale_regions()
-            handle = sysshm.create_shared_memory_region(name, "/" + name, capacity)
+            _reserve(name, capacity)
+            try:
+                handle = sysshm.create_shared_memory_region(name, "/" + name, capacity)
+            except Exception:
+                os.unlink(f"/dev/shm/{name}")
+                raise
             try:
                 self.client.register_system_shared_memory(name, "/" + name, capacity, headers=headers)
             except Exception:
@@ -374,11 +379,40 @@ def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
+def region_owner(name: str) -> int | None:
+    """The pid of the client process that created a region of this library, from its name (else None)."""
+    if not name.startswith(_SHM_PREFIX):
+        return None
+    pid = name[len(_SHM_PREFIX) :].split("_", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
+def _reserve(name: str, size: int) -> None:
+    """Create `/dev/shm/<name>` with `size` bytes allocated now.
+
+    tmpfs allocates pages on first write: a region only truncated to size would be written with /dev/shm
+    full and kill this process with SIGBUS. Reserved here, a full /dev/shm is an OSError (ENOSPC) instead,
+    and the caller sends inline. tritonclient then opens the existing file.
+
+    Raises:
+        OSError: the file exists, or the space is not there (nothing is left behind).
+    """
+    path = f"/dev/shm/{name}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+
+
 def _sweep_stale_regions() -> None:
     """Remove regions left in /dev/shm by client processes that died without cleaning up."""
     for path in glob.glob(f"/dev/shm/{_SHM_PREFIX}*"):
-        pid = os.path.basename(path)[len(_SHM_PREFIX) :].split("_", 1)[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+        pid = region_owner(os.path.basename(path))
+        if pid is not None and not os.path.exists(f"/proc/{pid}"):
             try:
                 os.unlink(path)
             except OSError:

@@ -1,0 +1,81 @@
+"""Unregisters the shared-memory regions of client processes that died without unregistering them.
+
+A client of this library registers a region per connection for its large inputs (`_transport`), named
+`mslite_client_<pid>_<n>`, and unregisters it when it closes. A client killed mid-predict never does:
+tritonserver keeps the registration, and with it the region mapped, for as long as it runs (four killed
+clients took it from 9 to 176 MiB of shared memory). The launcher's supervisor therefore calls
+`ClientRegionSweep.maybe_sweep` on each poll; every few seconds it asks Triton for the registered regions
+and unregisters (and removes from /dev/shm) those whose owner process is gone.
+
+A pid that was reused by another process keeps its dead owner's region until that process is gone too. A
+live client whose pid is not visible here (another pid namespace sharing this /dev/shm) would lose its
+registration; `_transport` then registers again and retries, so it costs that client one retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import urllib.parse
+from typing import Any
+
+from ._transport import region_owner
+from .errors import ServerUnavailableError
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 2.0  # how often Triton is asked; a dead client's region goes within this and one poll
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class ClientRegionSweep:
+    """Finds and unregisters dead clients' regions on one embedded server (`server.http_json` carries the key)."""
+
+    def __init__(self, server: Any, interval_s: float = SWEEP_INTERVAL_S) -> None:
+        self.server = server
+        self.interval_s = interval_s
+        self.swept: list[str] = []  # names unregistered so far, for logs and tests
+        self._next = 0.0
+
+    def maybe_sweep(self) -> list[str]:
+        """Sweep when the interval has passed since the last sweep; returns the names unregistered now."""
+        now = time.monotonic()
+        if now < self._next:
+            return []
+        self._next = now + self.interval_s
+        try:
+            return self.sweep()
+        except ServerUnavailableError:  # being restarted: its registrations are gone with it anyway
+            return []
+
+    def sweep(self) -> list[str]:
+        """Unregister every region of this library whose owner process is gone; returns their names."""
+        regions = self.server.http_json("GET", "/v2/systemsharedmemory/status", None) or []
+        removed = []
+        for region in regions:
+            name = str(region.get("name", ""))
+            pid = region_owner(name)
+            if pid is None or pid == os.getpid() or process_alive(pid):
+                continue
+            quoted = urllib.parse.quote(name, safe="")
+            self.server.http_json("POST", f"/v2/systemsharedmemory/region/{quoted}/unregister", {})
+            key = str(region.get("key", "")).lstrip("/")
+            if region_owner(key) == pid and "/" not in key:  # the dead client's file too, and nothing else
+                with contextlib.suppress(OSError):
+                    os.unlink(f"/dev/shm/{key}")
+            removed.append(name)
+        if removed:
+            log.info("unregistered %d shared-memory region(s) of dead clients: %s", len(removed), ", ".join(removed))
+            self.swept += removed
+        return removed
