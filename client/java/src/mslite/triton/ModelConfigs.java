@@ -61,7 +61,7 @@ final class ModelConfigs {
         Map<String, Map<String, String>> sections = cfg.sections();
         Map<String, String> batching = sections.getOrDefault(BATCHING_SECTION, Map.of());
         sections.forEach((section, entries) -> {
-            if (!BATCHING_SECTION.equals(section)) {
+            if (!BATCHING_SECTION.equals(section) && !ModelParallelRunner.RUNNER_SECTION.equals(section)) {
                 entries.forEach((k, v) -> params.put(section + "." + k, v));
             }
         });

@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
 import java.util.logging.Logger;
 
@@ -26,7 +27,10 @@ import java.util.logging.Logger;
 public final class ModelParallelRunner {
     private static final Logger LOG = Logger.getLogger(ModelParallelRunner.class.getName());
     private static final String BIND_PREFIX = "triton://";
-    private static final int MAX_QUEUE_SIZE = 1000; // MindSpore Lite's task queue bound
+    /** The client-side config section of the pending-predict bound (never sent to the server). */
+    static final String RUNNER_SECTION = "runner";
+    static final String MAX_PENDING_KEY = "max_pending_predicts";
+    static final int DEFAULT_MAX_PENDING = 1000; // MindSpore Lite's task queue bound (kNumMaxTaskQueueSize)
 
     private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
     private final ThreadLocal<String> lastError = ThreadLocal.withInitial(() -> "");
@@ -35,6 +39,8 @@ public final class ModelParallelRunner {
     private List<TensorSpec> inputSpecs;
     private List<TensorSpec> outputSpecs;
     private boolean binaryData = true;
+    private int maxPending = DEFAULT_MAX_PENDING; // 0: no bound
+    private final AtomicInteger pending = new AtomicInteger();
 
     private static final class TensorSpec {
         final String name;
@@ -66,6 +72,12 @@ public final class ModelParallelRunner {
                 LOG.warning("ModelParallelRunner is already initialised with '" + modelName + "'");
                 return true;
             }
+            String bound = runnerConfig.sections().getOrDefault(RUNNER_SECTION, Map.of())
+                    .getOrDefault(MAX_PENDING_KEY, Integer.toString(DEFAULT_MAX_PENDING)).trim();
+            if (!bound.matches("[0-9]{1,9}")) {
+                return fail("ModelParallelRunner's init failed! Error is [" + RUNNER_SECTION + "] " + MAX_PENDING_KEY
+                        + " must be a non-negative int, got '" + bound + "'");
+            }
             MSContext ctx = runnerConfig.context();
             String url = ctx != null && ctx.getServerUrl() != null ? ctx.getServerUrl() : System.getenv("MSLITE_TRITON_URL");
             if (url == null || url.isEmpty()) {
@@ -83,6 +95,7 @@ public final class ModelParallelRunner {
             inputSpecs = specs(meta.get("inputs"), batched);
             outputSpecs = specs(meta.get("outputs"), batched);
             binaryData = ctx == null || ctx.getBinaryData();
+            maxPending = Integer.parseInt(bound);
             modelName = name;
             server = http;
             return true;
@@ -137,7 +150,19 @@ public final class ModelParallelRunner {
             for (TensorSpec s : outputSpecs) {
                 wanted.add(s.name);
             }
-            List<KServeHttp.Output> result = server.infer(modelName, names, inputs, wanted, binaryData);
+            List<KServeHttp.Output> result;
+            // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent
+            if (pending.incrementAndGet() > maxPending && maxPending > 0) {
+                pending.decrementAndGet();
+                return fail("predict failed! Error is kLiteServiceDeny: The number of waiting tasks in the queue "
+                        + "exceeds the limit: " + maxPending + " predicts of this runner are in flight ([" + RUNNER_SECTION
+                        + "] " + MAX_PENDING_KEY + "=" + maxPending + ")");
+            }
+            try {
+                result = server.infer(modelName, names, inputs, wanted, binaryData);
+            } finally {
+                pending.decrementAndGet();
+            }
             if (result.isEmpty()) {
                 return fail("predict failed! Error is kLiteError: the server returned no outputs");
             }
@@ -181,6 +206,11 @@ public final class ModelParallelRunner {
         } finally {
             lock.readLock().unlock();
         }
+    }
+
+    /** Predicts of this runner now in flight (sent, not yet answered). */
+    public int getPendingPredicts() {
+        return pending.get();
     }
 
     /** Why this thread's last failed call failed ("" if none failed). */
