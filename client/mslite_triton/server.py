@@ -30,6 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
+
 from . import _admin_key
 from ._gateway import GatewayError, GatewayProcess
 from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
@@ -40,6 +42,7 @@ from .errors import ServerUnavailableError
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see _supervisor.py)
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 
 
@@ -102,13 +105,17 @@ def _triton_dir() -> Path:
 def _pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
     """For each (host, port, what): `port`, or a free one when it is 0; raise naming a port that is taken.
 
-    Every socket stays bound until all are picked, so two free ports are never the same one.
+    Every socket stays bound until all are picked, so two free ports are never the same one. The probe
+    binds as the servers do, with SO_REUSEADDR (Triton's HTTP and gRPC fronts and the gateway all set it):
+    the connections of a server that just died linger in TIME_WAIT on its port for a minute, and only a
+    listener makes the port really taken.
     """
     held: list[socket.socket] = []
     try:
         for host, port, what in wanted:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             held.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
             except OSError as e:
@@ -143,6 +150,9 @@ class EmbeddedServer:
         self._supervisor: Any = None
         self._stop_lock = threading.Lock()
         self._upload_copies: set[str] = set()  # Triton's copies of uploaded models our workers ran from
+        # Names this launcher to the workers: their models' weights stores are ours, outlive any worker and
+        # tritonserver (a heal adopts the last published weights), and go when we stop.
+        self.weights_owner = f"{os.getpid()}_{secrets.token_hex(8)}"
 
     # -- addresses -------------------------------------------------------------------------------
     @property
@@ -190,15 +200,21 @@ class EmbeddedServer:
         self._launch()
         if cfg.gateway:
             self._start_gateway()
-        if cfg.supervise:
+        if cfg.supervise:  # its thread starts the processes of every heal (see `_child_setup`)
             from ._supervisor import Supervisor
 
             self._supervisor = Supervisor(self)
             self._supervisor.start()
         return self
 
-    def _launch(self) -> None:
-        """Start the tritonserver process and wait until it is ready (also used to restart it)."""
+    def _launch(self, *, stop_on_failure: bool = True) -> None:
+        """Start the tritonserver process and wait until it is ready (also used to restart it).
+
+        Raises:
+            ServerStartError: it died or timed out (everything stopped first, unless `stop_on_failure` is False).
+        """
+        if self._supervisor is not None and self._supervisor.halted:
+            raise ServerStartError("the server is stopping")
         args = [str(self._binary), *self._flags()]
         env = dict(os.environ)
         bindir = str(Path(sys.executable).parent)
@@ -210,6 +226,7 @@ class EmbeddedServer:
         env.pop(_admin_key.ADMIN_KEY_ENV, None)
         if self.admin_key:
             env[_admin_key.ADMIN_KEY_ENV] = self.admin_key
+        env[WEIGHTS_OWNER_ENV] = self.weights_owner
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
         with open(self.log_path, "ab") as logf:
@@ -220,15 +237,27 @@ class EmbeddedServer:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
+                preexec_fn=self._child_setup(),
             )
         try:
             self._wait_ready()
         except BaseException:
-            self.stop()
+            if stop_on_failure:
+                self.stop()
             raise
 
-    def _start_gateway(self) -> None:
+    def _child_setup(self) -> Any:
+        """`_die_with_parent` when the calling thread lives as long as the child should, else None.
+
+        PR_SET_PDEATHSIG fires when the *thread* that started the child ends: the main thread, or the
+        supervisor's, which lives until the server is stopped.
+        """
+        current = threading.current_thread()
+        if current is threading.main_thread() or (self._supervisor is not None and current is self._supervisor):
+            return _die_with_parent
+        return None
+
+    def _start_gateway(self, *, stop_on_failure: bool = True) -> None:
         cfg = self.config
         self.gateway = GatewayProcess(
             host=cfg.host,
@@ -243,12 +272,21 @@ class EmbeddedServer:
             log_path=self.workspace / "gateway.log",
         )
         try:
-            self.gateway.start(
-                preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None
-            )
+            self.gateway.start(preexec_fn=self._child_setup())
         except GatewayError as e:
-            self.stop()
+            if stop_on_failure:
+                self.stop()
             raise ServerStartError(str(e)) from None
+
+    def restart_gateway(self) -> None:
+        """Start the gateway again on the same ports (the supervisor, after it died).
+
+        Raises:
+            ServerStartError: it did not start (its log's tail included).
+        """
+        if self.gateway is not None:
+            self.gateway.stop(timeout_s=1)
+        self._start_gateway(stop_on_failure=False)
 
     def _compose_workspace(self) -> Path:
         src = _triton_dir()
@@ -318,29 +356,52 @@ class EmbeddedServer:
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop the server (SIGTERM, then SIGKILL after the timeout) and remove its shm regions.
 
-        Also stops the supervisor and the gateway (first: requests in progress finish, new ones are refused)
-        and removes the key files. Safe to call twice. Returns the server's exit code, or None if it never started.
+        Also stops the supervisor and the gateway (first: requests in progress finish, new ones are refused),
+        and removes the key files and this launcher's weights stores. A server that does not answer its
+        liveness check is killed at once instead of being given the exit timeout. Safe to call twice.
+        Returns the server's exit code, or None if it never started.
         """
-        if self._supervisor is not None:
-            self._supervisor.stop()
-            self._supervisor = None
+        supervisor, leaked = self._supervisor, 0
+        if supervisor is not None:
+            supervisor.halt()  # no heal from now on; its thread ends last (see Supervisor.halt)
+            leaked = supervisor.leaked
         if self.gateway is not None:
             self.gateway.stop(timeout_s)
             self.gateway = None
         for path in self.key_files:
             path.unlink(missing_ok=True)
         self.key_files = []
-        return self._terminate(timeout_s)
+        if timeout_s is None and leaked:  # Triton waits its whole exit timeout on a dead instance it holds
+            timeout_s = min(self.config.exit_timeout_s + 5, LEAKED_GRACE_S)
+        code = self._terminate(timeout_s, hung_check=True)
+        if supervisor is not None:
+            supervisor.release()
+            self._supervisor = None
+        self.remove_weight_stores()
+        return code
 
-    def _terminate(self, timeout_s: float | None = None) -> int | None:
+    def remove_weight_stores(self) -> list[str]:
+        """Remove this launcher's weights stores (call once its server has exited); returns their names."""
+        removed = []
+        for root in {"/dev/shm", tempfile.gettempdir()}:
+            for path in glob.glob(os.path.join(root, f"{WEIGHTS_STORE_PREFIX}{self.weights_owner}_*")):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(os.path.basename(path))
+        return removed
+
+    def _terminate(self, timeout_s: float | None = None, *, hung_check: bool = False) -> int | None:
+        """Stop tritonserver: SIGTERM, then SIGKILL after `timeout_s`; at once when it is hung or `timeout_s` is 0."""
         with self._stop_lock:
             proc, self.process = self.process, None
             code = None
             if proc is not None:
+                wait_s = timeout_s if timeout_s is not None else self.config.exit_timeout_s + 5
                 if proc.poll() is None:
                     self.note_model_dirs(w.model_dir for w in workers_of(proc.pid))
-                    proc.send_signal(signal.SIGTERM)
-                wait_s = timeout_s if timeout_s is not None else self.config.exit_timeout_s + 5
+                    if wait_s <= 0 or (hung_check and not self._answers_live()):
+                        wait_s = 0  # a hung server does not act on SIGTERM (e.g. its handler deadlocked)
+                    else:
+                        proc.send_signal(signal.SIGTERM)
                 try:
                     code = proc.wait(timeout=wait_s)
                 except subprocess.TimeoutExpired:
@@ -363,12 +424,16 @@ class EmbeddedServer:
     def restart(self) -> None:
         """Kill the server and every worker, remove their shm regions, and start it again on the same ports.
 
-        Models loaded from the repository at start come back by themselves; uploaded ones are the
-        supervisor's to reload.
+        The same admin key and weights owner: clients keep working, and the workers adopt the weights
+        published last. Models loaded from the repository at start come back by themselves; the others
+        are the supervisor's to load again.
+
+        Raises:
+            ServerStartError: it did not start again.
         """
         self._terminate(timeout_s=0)
         self.restarts += 1
-        self._launch()
+        self._launch(stop_on_failure=False)
 
     def cleanup_shm(self) -> list[str]:
         """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
@@ -394,10 +459,22 @@ class EmbeddedServer:
 
     # -- inspection ------------------------------------------------------------------------------
     def is_running(self) -> bool:
-        """True while the server process is alive (and the gateway, when there is one)."""
+        """True while the server serves: its processes are alive, or the supervisor is healing them."""
+        supervisor = self._supervisor
+        if supervisor is not None and not supervisor.halted:
+            return not supervisor.gave_up
         if self.gateway is not None and not self.gateway.is_running():
             return False
         return self.process is not None and self.process.poll() is None
+
+    def _answers_live(self, timeout_s: float = 2.0) -> bool:
+        """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
+        req = urllib.request.Request(self.triton_http_url + "/v2/health/live")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return int(resp.status) == 200
+        except (OSError, ValueError):
+            return False
 
     def log_tail(self, lines: int = 30) -> str:
         """The server log's error lines (up to 10), then its last lines."""

@@ -110,3 +110,12 @@ def parse_proof(proof: str) -> tuple[int, str, str]:
     if len(parts) != 4 or parts[0] != PROOF_SCHEME or not parts[1].isdigit() or not parts[2].isalnum():
         raise ValueError(f"a weights update proof looks like '{PROOF_SCHEME}.<time>.<nonce>.<mac>'")
     return int(parts[1]), parts[2], parts[3]
+
+
+# -- the launcher's weights stores ------------------------------------------------------------------------
+# The launcher names itself to tritonserver's workers in this variable (`<launcher pid>_<random hex>`):
+# their models' weights stores are then the launcher's (`<WEIGHTS_STORE_PREFIX><owner>_<key>` in /dev/shm),
+# outlive any worker or tritonserver (a healed server's workers adopt the last published weights) and are
+# removed by the launcher when it stops. Without it a store belongs to one tritonserver process.
+WEIGHTS_OWNER_ENV = "MSLITE_TRITON_WEIGHTS_OWNER"
+WEIGHTS_STORE_PREFIX = "mslite_weights_"

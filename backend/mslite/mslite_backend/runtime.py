@@ -18,7 +18,7 @@ from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .mindir import resolve
 from .providers import apply_env
 from .session import OrtSession, providers_for
-from .weight_store import WeightStore, store_directory
+from .weight_store import WeightStore, launcher_owner, store_directory
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
 
 ACCEPTED_CACHE_SIZE = 1024  # distinct input layouts remembered as valid (variable lengths make many)
@@ -73,14 +73,14 @@ class ModelRuntime:
         session, notes = _open_session(prepared, cfg, instance)
         store = None
         if prepared.updatable:
-            key = hashlib.sha256(
-                f"{os.path.realpath(version_dir)}\0{cfg.model_name}\0{prepared.content_key}".encode()
-            ).hexdigest()[:24]
+            # Not the directory: a reload of an uploaded model comes from a fresh copy, and must find the store.
+            key = hashlib.sha256(f"{cfg.model_name}\0{prepared.content_key}".encode()).hexdigest()[:24]
             store = WeightStore.open(
                 store_directory(key),
                 cfg.model_name,
                 prepared.updatable,
                 lambda: initial_values(version_dir, cfg, prepared.updatable),
+                persistent=launcher_owner() is not None,
             )
         runtime = cls(
             cfg,

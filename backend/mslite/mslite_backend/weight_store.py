@@ -5,6 +5,8 @@ One directory per loaded model (in `/dev/shm`, so the pages are shared memory th
 - `lock`: flock'ed by a worker joining or leaving and by a writer, so those steps never interleave;
 - `alive`: every worker holds a shared flock on it; the first one in writes version 1 from the model
   file, the last one out removes the directory (a crashed server's directory is swept at the next load);
+  but a store the launcher owns (`WEIGHTS_OWNER_ENV`) is the launcher's to remove: it outlives every
+  worker and tritonserver, and the first worker of a new load adopts its last published version;
 - `version`: 8 bytes, the published version, read by each worker at the start of each execute;
 - `v<N>.bin`: every weight of version N at 64-byte aligned offsets, never modified once published.
 
@@ -17,6 +19,7 @@ nothing. Which worker receives the update does not matter.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import mmap
@@ -33,14 +36,16 @@ import numpy as np
 
 from .dtypes import TRITON_TO_NUMPY, short_name
 from .errors import InferenceFailure, ModelLoadError, RequestError
+from .protocol import WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
 from .weights import WeightSpec
 
 ALIGN = 64
-PREFIX = "mslite_weights_"
+PREFIX = WEIGHTS_STORE_PREFIX
 UPLOAD_PREFIX = "mslite_weights_upload_"  # update files a client on the server's host writes (see `adopt`)
 FILE_REFUSED = "update file not usable on the server's host"  # the client then sends the values inline
 _UPLOAD_NAME = re.compile(UPLOAD_PREFIX + r"[A-Za-z0-9_]{1,64}")
 _VERSION_FILE = re.compile(r"^v(\d+)\.bin$")
+_OWNER = re.compile(r"[0-9]{1,10}_[0-9a-f]{8,32}")  # `<launcher pid>_<hex>`, see protocol.WEIGHTS_OWNER_ENV
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,22 @@ def store_root() -> str:
     return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 
 
+def launcher_owner() -> str | None:
+    """The launcher that owns this worker's stores (`WEIGHTS_OWNER_ENV`), or None when there is none."""
+    owner = os.environ.get(WEIGHTS_OWNER_ENV, "")
+    return owner if _OWNER.fullmatch(owner) else None
+
+
 def store_directory(key: str, *, root: str | None = None, server_pid: int | None = None) -> str:
-    """The store of one loaded model; the server's pid in the name lets a later load sweep a dead server's."""
-    pid = os.getppid() if server_pid is None else server_pid
-    return os.path.join(root or store_root(), f"{PREFIX}{pid}_{key}")
+    """The store of one loaded model.
+
+    Named after the launcher that owns it when there is one, else after the tritonserver process; the
+    pid leading either name lets a later load sweep the store of one that is gone.
+    """
+    owner = launcher_owner() if server_pid is None else None
+    if owner is None:
+        owner = str(os.getppid() if server_pid is None else server_pid)
+    return os.path.join(root or store_root(), f"{PREFIX}{owner}_{key}")
 
 
 def sweep_stale(root: str) -> list[str]:
@@ -176,6 +193,7 @@ class WeightStore:
         self._version = np.frombuffer(self._version_map, dtype=np.uint64, count=1)
         self._current: Snapshot | None = None
         self.on_switch: Callable[[int], None] | None = None
+        self.persistent = False  # the launcher's store: it outlives this load (see `open`)
 
     @classmethod
     def open(
@@ -184,11 +202,23 @@ class WeightStore:
         model: str,
         specs: tuple[WeightSpec, ...],
         initial: Callable[[], Iterable[np.ndarray]],
+        *,
+        persistent: bool = False,
     ) -> WeightStore:
         """Join the model's store, creating version 1 from `initial()` when this worker is the first.
 
+        Args:
+            directory: the store (`store_directory`).
+            model: the model's name, for messages.
+            specs: the updatable weights.
+            initial: their values in the model file.
+            persistent: the launcher owns the store: the first worker in adopts the version published
+                last (by workers of an earlier load or of a tritonserver that died) when its layout
+                matches, and no worker removes the store.
+
         Raises:
-            ModelLoadError: the store cannot be created, or holds weights of another layout.
+            ModelLoadError: the store cannot be created, is not this user's alone, or holds weights of
+                another layout.
         """
         try:
             sweep_stale(os.path.dirname(directory))
@@ -205,12 +235,13 @@ class WeightStore:
             except BlockingIOError:
                 first = False
             described = json.dumps([[s.name, s.dtype, list(s.shape)] for s in specs])
-            if first:
+            if first and not (persistent and _adoptable(directory, fds[1], described, layout(specs)[1])):
                 _reset(directory, fds[1], described, specs, initial)
             elif _read(os.path.join(directory, "layout.json")) != described:
                 raise ModelLoadError(f"model '{model}': the shared weights store holds another model's weights")
             fcntl.flock(fds[0], fcntl.LOCK_SH)
             store = cls(directory, model, specs, (lock_fd, fds[0], fds[1]))
+            store.persistent = persistent
             os.close(fds[1])
             return store
         except OSError as e:
@@ -344,18 +375,19 @@ class WeightStore:
             os.close(fd)  # the old mapping is unmapped when `previous` goes
 
     def close(self) -> None:
-        """Leave the store; the last worker out removes it. Safe to call twice."""
+        """Leave the store; the last worker out removes it, unless the launcher owns it. Safe to call twice."""
         if self._lock_fd < 0:
             return
         self._current = None
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
             fcntl.flock(self._alive_fd, fcntl.LOCK_UN)
-            try:
-                fcntl.flock(self._alive_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                shutil.rmtree(self.directory, ignore_errors=True)  # nobody else holds it: the last one out
-            except BlockingIOError:
-                pass
+            if not self.persistent:  # a launcher's store stays until the launcher stops
+                try:
+                    fcntl.flock(self._alive_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    shutil.rmtree(self.directory, ignore_errors=True)  # nobody else holds it: the last one out
+                except BlockingIOError:
+                    pass
         finally:
             os.close(self._alive_fd)
             os.close(self._lock_fd)  # releases the lock
@@ -368,10 +400,17 @@ def _open_locked(directory: str) -> int:
     """Create the directory if needed and hold its `lock`.
 
     Retried when the last worker of a previous load removed the directory between our open and our lock.
+
+    Raises:
+        OSError: the directory is not ours alone (another user's, or open to others): /dev/shm is shared
+            by every user of the host, and a store planted there must not feed a model its weights.
     """
     path = os.path.join(directory, "lock")
     for _ in range(100):
         os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise OSError(errno.EPERM, "the store directory is not this user's alone")
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError:
@@ -384,6 +423,18 @@ def _open_locked(directory: str) -> int:
             pass
         os.close(fd)
     raise OSError(0, "the store directory keeps disappearing")
+
+
+def _adoptable(directory: str, version_fd: int, described: str, size: int) -> bool:
+    """True when the store holds a published version of this layout (left by an earlier load or server)."""
+    if _read(os.path.join(directory, "layout.json")) != described or os.fstat(version_fd).st_size != 8:
+        return False
+    version = int(np.frombuffer(os.pread(version_fd, 8, 0), dtype=np.uint64)[0])
+    try:
+        st = os.stat(os.path.join(directory, f"v{version}.bin"))
+    except OSError:
+        return False
+    return version >= 1 and stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
 def _reset(
@@ -403,7 +454,8 @@ def _reset(
     finally:
         os.close(fd)
     os.rename(tmp, os.path.join(directory, "v1.bin"))
-    with open(os.path.join(directory, "layout.json"), "w", encoding="utf-8") as f:
+    fd = os.open(os.path.join(directory, "layout.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(described)
     os.ftruncate(version_fd, 8)
     os.pwrite(version_fd, np.array([1], dtype=np.uint64).tobytes(), 0)
