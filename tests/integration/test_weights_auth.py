@@ -150,3 +150,20 @@ def test_the_client_library_proves_the_key_and_without_it_is_told_why(gw, protoc
 def _restore(server: EmbeddedServer) -> None:
     parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: sign_update(server.admin_key, MODEL, MANIFEST)}
     _update(httpclient, f"127.0.0.1:{server.http_port}", np.eye(4), parameters)
+
+
+def test_the_key_survives_a_restart_of_tritonserver(gw):
+    """The launcher hands the same key to every start: refusals and signed updates work as before."""
+    key, pid = gw.admin_key, gw.process.pid
+    gw.restart()
+    assert gw.process.pid != pid and gw.admin_key == key
+    before = _predict(gw)
+    with pytest.raises(InferenceServerException, match="weights update refused: it must prove"):
+        _update(httpclient, f"127.0.0.1:{gw.triton_http_port}", -7 * np.eye(4), {UPDATE_PARAMETER: MANIFEST})
+    np.testing.assert_array_equal(_predict(gw), before)
+    try:
+        parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: sign_update(key, MODEL, MANIFEST)}
+        _update(grpcclient, f"127.0.0.1:{gw.grpc_port}", 2 * np.eye(4), parameters)
+        np.testing.assert_array_equal(_predict(gw), 2 * X)
+    finally:
+        _restore(gw)
