@@ -25,7 +25,7 @@ from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
 from ._onnx_io import metadata_props
 from ._pending import PendingLimit, take_runner_section
-from ._remote import RemoteModel
+from ._remote import RemoteModel, detect_format
 from .context import Context
 from .tensor import ModelType, Tensor, TensorMeta
 
@@ -100,7 +100,7 @@ class Model:
                 raise ValueError("dec_mode must not be empty string!")
             raise RuntimeError(
                 "build_from_file failed! Error is kLiteNotSupport: encrypted models cannot be served; decrypt the "
-                "model where the key is kept, export it to ONNX and build from that file"
+                "model where the key is kept and build from the plain file (.mindir or ONNX)"
             )
         sections = merge_sections(from_file, overrides)
         sections, aliases = weight_sections(sections, config_path, "build_from_file failed")
@@ -267,7 +267,8 @@ class Model:
             return ";".join(f"{name}:{','.join(map(str, shape))}" for name, shape in shapes if -1 in shape)
         if key == "user_info" and self._remote is not None and not self.model_path_.startswith("triton://"):
             with open(self.model_path_, "rb") as f:
-                props = metadata_props(f.read())
+                data = f.read()
+            props = metadata_props(data) if detect_format(data[:16]) == "onnx" else {}
             return json.dumps(props) if props else ""
         if key not in _INFO_KEYS:
             log.warning("get_model_info: unsupported key '%s'", key)
