@@ -53,7 +53,10 @@ def _serve(args: argparse.Namespace) -> int:
     if server.admin_key:
         out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
     else:
-        out.write("ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models\n")
+        out.write(
+            "ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models "
+            "and update weights\n"
+        )
     for m in server.model_states():
         reason = f"  ({m.reason.splitlines()[0]})" if m.reason and not m.ready else ""
         out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")
@@ -85,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-admin-key",
         action="store_true",
-        help="leave model control, shared memory, logging and trace open (local benchmarking: perf_analyzer "
-        "cannot send the key over gRPC)",
+        help="leave model control, shared memory, logging, trace and weights updates open (local benchmarking: "
+        "perf_analyzer cannot send the key over gRPC)",
     )
     serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
     serve.add_argument(
