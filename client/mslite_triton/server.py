@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see _supervisor.py)
+HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 
 
@@ -365,15 +366,19 @@ class EmbeddedServer:
         if supervisor is not None:
             supervisor.halt()  # no heal from now on; its thread ends last (see Supervisor.halt)
             leaked = supervisor.leaked
+        # a hung server acts on no SIGTERM (e.g. its handler deadlocked), and answers no request to drain
+        hung = self.process is not None and self.process.poll() is None and not self._answers_live()
         if self.gateway is not None:
-            self.gateway.stop(timeout_s)
+            self.gateway.stop(HUNG_GRACE_S if hung else timeout_s)
             self.gateway = None
         for path in self.key_files:
             path.unlink(missing_ok=True)
         self.key_files = []
-        if timeout_s is None and leaked:  # Triton waits its whole exit timeout on a dead instance it holds
+        if hung:
+            timeout_s = 0
+        elif timeout_s is None and leaked:  # Triton waits its whole exit timeout on a dead instance it holds
             timeout_s = min(self.config.exit_timeout_s + 5, LEAKED_GRACE_S)
-        code = self._terminate(timeout_s, hung_check=True)
+        code = self._terminate(timeout_s)
         if supervisor is not None:
             supervisor.release()
             self._supervisor = None
@@ -389,8 +394,8 @@ class EmbeddedServer:
                 removed.append(os.path.basename(path))
         return removed
 
-    def _terminate(self, timeout_s: float | None = None, *, hung_check: bool = False) -> int | None:
-        """Stop tritonserver: SIGTERM, then SIGKILL after `timeout_s`; at once when it is hung or `timeout_s` is 0."""
+    def _terminate(self, timeout_s: float | None = None) -> int | None:
+        """Stop tritonserver: SIGTERM, then SIGKILL after `timeout_s`; SIGKILL at once when it is 0."""
         with self._stop_lock:
             proc, self.process = self.process, None
             code = None
@@ -398,9 +403,7 @@ class EmbeddedServer:
                 wait_s = timeout_s if timeout_s is not None else self.config.exit_timeout_s + 5
                 if proc.poll() is None:
                     self.note_model_dirs(w.model_dir for w in workers_of(proc.pid))
-                    if wait_s <= 0 or (hung_check and not self._answers_live()):
-                        wait_s = 0  # a hung server does not act on SIGTERM (e.g. its handler deadlocked)
-                    else:
+                    if wait_s > 0:
                         proc.send_signal(signal.SIGTERM)
                 try:
                     code = proc.wait(timeout=wait_s)
