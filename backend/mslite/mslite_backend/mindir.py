@@ -3,10 +3,11 @@
 ONNX Runtime serves every model. A MindIR file is converted by MindSpore itself (the optional
 `mindspore` package, `pip install 'mslite-triton[mindir]'`) into an ONNX model whose inputs keep their
 names and dtypes and get a dynamic first (batch) axis. The conversion runs in a child process: importing
-MindSpore costs about 0.5 GB and a few seconds, which no worker should keep. Its result is cached beside
-the prepacked weights (`weights.cache_root`), keyed by the MindIR file's content, MindSpore's version and
-this converter's version, and built under the same lock, so the first process to load the model converts
-it and every other worker (and every later load of the same file) reuses it.
+MindSpore costs about 0.5 GB and a few seconds, which no worker should keep. Its result is cached in the
+prepacked weights' machine-wide cache directory (`conversion_cache_root`), keyed by the MindIR file's
+content, MindSpore's version and this converter's version, and built under the same lock
+(`weights.ensure_built`), so the first process to load the model converts it and every other worker
+(and every later load of the same file, uploaded or not) reuses it.
 
 This module imports only the standard library at module level: the client imports it too, for
 `detect_format` and the upload file name, and the child process runs it as a script.
@@ -135,7 +136,7 @@ def onnx_source(version_dir: str, filename: str) -> tuple[str, str]:
         return version_dir, filename
     if not mindspore_available():
         raise ModelLoadError(missing_extra_message(f"model file '{name}'"))
-    converted = convert_cached(found.path, version_dir)
+    converted = convert_cached(found.path)
     return os.path.dirname(converted), os.path.basename(converted)
 
 
@@ -151,19 +152,19 @@ def resolve(version_dir: str, cfg: BackendConfig) -> tuple[str, BackendConfig]:
     return directory, replace(cfg, model_filename=filename)
 
 
-def convert_cached(mindir_path: str, version_dir: str) -> str:
+def convert_cached(mindir_path: str) -> str:
     """The path of the ONNX conversion of `mindir_path`, converted now unless already cached.
 
     Raises:
         ModelLoadError: the conversion failed (MindSpore's reason, without paths), or the cache is unusable.
     """
     from .errors import ModelLoadError, client_message
-    from .weights import cache_root, ensure_built
+    from .weights import ensure_built
 
     key = "mindir-" + cache_key(mindir_path)
     try:
         return ensure_built(
-            cache_root(version_dir),
+            conversion_cache_root(),
             key,
             lambda out: run_converter(mindir_path, os.path.join(out, ONNX_FILENAME)),
             timeout_s=CONVERT_TIMEOUT_S,
@@ -172,6 +173,18 @@ def convert_cached(mindir_path: str, version_dir: str) -> str:
         raise ModelLoadError(f"kLiteNotSupport: MindSpore could not convert the MindIR model to ONNX: {e}") from e
     except (OSError, TimeoutError) as e:
         raise ModelLoadError(f"the converted MindIR model cannot be cached: {client_message(str(e))}") from e
+
+
+def conversion_cache_root() -> str:
+    """Where conversions go: the weights cache's machine-wide place, never beside the model.
+
+    `MSLITE_TRITON_WEIGHTS_CACHE` when set, else the per-user directory under the temporary directory
+    that `weights.cache_root` falls back to. Not the version directory: Triton gives an uploaded model a
+    fresh copy at every load, so only a machine-wide place makes the conversion happen once per machine.
+    """
+    from .weights import CACHE_ENV
+
+    return os.environ.get(CACHE_ENV) or os.path.join(tempfile.gettempdir(), f"mslite-triton-cache-{os.getuid()}")
 
 
 def cache_key(mindir_path: str) -> str:
