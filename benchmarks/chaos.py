@@ -5,9 +5,16 @@
             supervisor's recovery times (bar: dead worker replaced within 10 s).
   overload: 64 threads flood a 1-worker MobileNetV2 whose queue holds 8 requests; prints how many were
             served and refused (kLiteServiceDeny), and server + worker RSS before and after (bounded).
+  heal:     one row per case: `mslite-triton serve` on the repository (MobileNetV2 and tiny) with a model
+            uploaded by the client and its weights updated to 10 x I; 4 client threads predict it while
+            SIGKILL hits one worker, the gateway, or tritonserver, or SIGSTOP hangs tritonserver; and
+            tritonserver killed under the client's auto-started server. Each row: the supervisor's heal
+            time (from its log; bar <= 10 s), predicts ok and failed (bar: 0), the longest a client
+            waited for an answer, and whether every answer used the updated weights (bar: yes).
 
 Run: .venv/bin/python benchmarks/chaos.py kill [--seconds 60]
      .venv/bin/python benchmarks/chaos.py overload [--seconds 20]
+     .venv/bin/python benchmarks/chaos.py heal [--rounds 3]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "model_repository"))
+sys.path.insert(0, str(ROOT))  # benchmarks.chaos_heal, when run as a script
 
 import generate_models  # noqa: E402
 
@@ -155,11 +163,20 @@ def overload_campaign(seconds: float) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["kill", "overload"])
+    parser.add_argument("mode", choices=["kill", "overload", "heal", "heal-autostart-child"])
     parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--rounds", type=int, default=3, help="heal: kills per case")
     args = parser.parse_args()
     if args.mode == "kill":
         sys.exit(kill_campaign(args.seconds or 60))
+    if args.mode == "heal":
+        from benchmarks.chaos_heal import heal_campaign
+
+        sys.exit(heal_campaign(args.rounds))
+    if args.mode == "heal-autostart-child":
+        from benchmarks.chaos_heal import autostart_child
+
+        sys.exit(autostart_child(args.rounds))
     sys.exit(overload_campaign(args.seconds or 20))
 
 
