@@ -71,7 +71,9 @@ def worker_pids(server: EmbeddedServer, model: str) -> list[int]:
 def versions(server: EmbeddedServer, model: str) -> dict[str, int]:
     """Each worker's `mslite_weights_version` gauge, by instance."""
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
-    pattern = re.compile(r'^mslite_weights_version\{instance="([^"]+)",model="' + re.escape(model) + r'"\} (\S+)$')
+    pattern = re.compile(
+        r'^mslite_weights_version\{instance="([^"]+)",model="' + re.escape(model) + r'",pid="\d+"\} (\S+)$'
+    )
     return {m.group(1): int(float(m.group(2))) for m in map(pattern.match, text.splitlines()) if m}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from mslite_backend.affinity import worker_index
+from mslite_backend.affinity import config_with_instance, worker_index
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import (
     BackendError,
@@ -26,7 +26,15 @@ from mslite_backend.errors import (
     client_message,
 )
 from mslite_backend.graph import plan_auto_complete, read_graph_io
-from mslite_backend.metrics import WorkerMetrics
+from mslite_backend.metrics import (
+    FAMILIES,
+    FAMILY_HELP,
+    WEIGHTS_VERSION_FAMILY,
+    WEIGHTS_VERSION_HELP,
+    WorkerMetrics,
+    series_of,
+    worker_labels,
+)
 from mslite_backend.mindir import onnx_source
 from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
 from mslite_backend.update_auth import UpdateGuard
@@ -39,24 +47,23 @@ _ERROR_CODES = {
 }
 
 
-# (aggregator metric, series) -> Prometheus family name; histograms in Prometheus' bucket/sum/count shape
-_FAMILY = {"exec_ms": "mslite_execution_ms", "batch": "mslite_batch_size", "errors": "mslite_request_errors_total"}
-_HELP = {
-    "mslite_execution_ms": "Time an mslite worker spent per execute (ms)",
-    "mslite_batch_size": "Samples an mslite worker ran per execute",
-    "mslite_request_errors_total": "Requests an mslite worker failed, by kind",
-}
 _ERROR_KINDS = {RequestError: "invalid_input", InferenceFailure: "inference"}
 
 
 class _MetricsPublisher:
-    """Sends a worker's aggregated metrics to Triton's metrics endpoint once a second, from a thread."""
+    """Sends a worker's aggregated metrics to Triton's metrics endpoint once a second, from a thread.
 
-    def __init__(self, model: str, instance: str, metrics: WorkerMetrics, interval_s: float = 1.0) -> None:
-        self._labels = {"model": model, "instance": instance}
+    Its series are labelled with this process' id (`metrics.worker_labels`): a reloaded model's new
+    worker must never share a series with the old worker that Triton finalizes after it.
+    """
+
+    def __init__(self, labels: dict[str, str], metrics: WorkerMetrics, interval_s: float = 1.0) -> None:
+        self._labels = labels
         self._metrics = metrics
         self._families: dict[str, Any] = {}
         self._series: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()  # one flush at a time, none after close
+        self._closed = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, args=(interval_s,), name="mslite-metrics", daemon=True)
         self._thread.start()
@@ -67,34 +74,34 @@ class _MetricsPublisher:
 
     def flush(self) -> None:
         """Send what changed since the last flush."""
-        try:
-            for key, delta in self._metrics.deltas().items():
-                self._metric(*key).increment(delta)
-        except Exception:  # metrics must never take a worker down
-            _log().log_warn(f"mslite: metrics flush failed:\n{traceback.format_exc()}")
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                for key, delta in self._metrics.deltas().items():
+                    self._metric(*key).increment(delta)
+            except Exception:  # metrics must never take a worker down
+                _log().log_warn(f"mslite: metrics flush failed:\n{traceback.format_exc()}")
 
     def _metric(self, metric: str, series: str) -> Any:
         key = (metric, series)
         if key not in self._series:
-            if metric == "errors":
-                name, labels = _FAMILY[metric], {**self._labels, "kind": series}
-            elif series in ("sum", "count"):
-                name, labels = f"{_FAMILY[metric]}_{series}", dict(self._labels)
-            else:
-                name, labels = f"{_FAMILY[metric]}_bucket", {**self._labels, "le": series}
+            name, labels = series_of(metric, series, self._labels)
             if name not in self._families:
-                help_text = _HELP[_FAMILY[metric]]
+                help_text = FAMILY_HELP[FAMILIES[metric]]
                 self._families[name] = pb_utils.MetricFamily(name, help_text, pb_utils.MetricFamily.COUNTER)
             self._series[key] = self._families[name].Metric(labels=labels)
         return self._series[key]
 
     def close(self) -> None:
-        """Flush once more and stop; the metrics go before their families."""
+        """Flush once more and stop; the metrics go before their families (safe to call twice)."""
         self._stop.set()
         self._thread.join(timeout=5)
         self.flush()
-        self._series.clear()
-        self._families.clear()
+        with self._lock:  # a flush still running in the thread finishes first
+            self._closed = True
+            self._series.clear()
+            self._families.clear()
 
 
 def _log() -> Any:
@@ -148,12 +155,17 @@ class TritonPythonModel:
         from mslite_backend.runtime import ModelRuntime  # imports onnxruntime: keep it out of auto-complete
 
         try:
-            model_config = json.loads(args["model_config"])
-            cfg = BackendConfig.from_model_config(model_config)
             name = args.get("model_instance_name", "")
+            model_config, added = config_with_instance(json.loads(args["model_config"]), name)
+            cfg = BackendConfig.from_model_config(model_config)
             self.instance = InstanceInfo.from_args(args, worker_index(model_config, name))
             for warning in cfg.warnings:
                 _log().log_warn(warning)
+            if added:
+                _log().log_warn(
+                    f"mslite: instance '{name}' was added to the live model '{cfg.model_name}' (only the instance "
+                    f"count changed); the workers already running keep the threads they were sized with"
+                )
             version_dir = f"{args['model_repository']}/{args['model_version']}"
             self.runtime = ModelRuntime.load(version_dir, cfg, self.instance)
         except (ConfigError, ModelLoadError) as e:
@@ -161,18 +173,15 @@ class TritonPythonModel:
         self.output_names = [t["name"] for t in model_config.get("output", [])]
         for note in self.runtime.notes:
             _log().log_warn(note)
+        labels = worker_labels(cfg.model_name, self.instance.name, os.getpid())
         if cfg.metrics:
-            self._publisher = _MetricsPublisher(cfg.model_name, self.instance.name, self.metrics)
+            self._publisher = _MetricsPublisher(labels, self.metrics)
         store = self.runtime.weights
         if store is not None:
             self._version_family = pb_utils.MetricFamily(
-                name="mslite_weights_version",
-                description="Version of the updatable weights each mslite worker serves (1 = the model file's)",
-                kind=pb_utils.MetricFamily.GAUGE,
+                name=WEIGHTS_VERSION_FAMILY, description=WEIGHTS_VERSION_HELP, kind=pb_utils.MetricFamily.GAUGE
             )
-            self._version_metric = self._version_family.Metric(
-                labels={"model": cfg.model_name, "instance": self.instance_name}
-            )
+            self._version_metric = self._version_family.Metric(labels=labels)
             store.on_switch = self._weights_switched
             self._weights_switched(store.snapshot().version)
             if not self.update_guard.required:
@@ -287,6 +296,7 @@ class TritonPythonModel:
         self.runtime = None
         self._version_metric = None  # a Metric must go before its MetricFamily
         self._version_family = None
+
 
 def _neutral_file_name(cls: type, name: str = "mslite/model.py") -> None:
     """Name this file `name` in the tracebacks of Triton's entry points into `cls`.

@@ -73,7 +73,9 @@ def _pss_mib(pid: int) -> float:
 def _versions(server, model: str) -> dict[str, int]:
     """Each worker's `mslite_weights_version` gauge, by instance."""
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
-    line = re.compile(r'^mslite_weights_version\{instance="([^"]+)",model="' + re.escape(model) + r'"\} (\S+)$')
+    line = re.compile(
+        r'^mslite_weights_version\{instance="([^"]+)",model="' + re.escape(model) + r'",pid="\d+"\} (\S+)$'
+    )
     return {m.group(1): int(float(m.group(2))) for m in map(line.match, text.splitlines()) if m}
 
 

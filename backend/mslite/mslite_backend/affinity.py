@@ -14,6 +14,39 @@ from .config import BackendConfig, group_instances
 from .errors import ConfigError
 
 
+def _group_position(group: dict[str, Any], instance_name: str) -> int | None:
+    """The k of `<group name>_<k>`, Triton's name for the k-th instance of `group`; None for other names."""
+    prefix = f"{group.get('name', '')}_"
+    suffix = instance_name[len(prefix) :]
+    return int(suffix) if instance_name.startswith(prefix) and suffix.isdigit() else None
+
+
+def config_with_instance(model_config: dict[str, Any], instance_name: str) -> tuple[dict[str, Any], bool]:
+    """The config as Triton now runs the model: the one given, or, for an added instance, its group grown.
+
+    When a reload changes nothing but the instance counts, Triton keeps the live model and adds (or
+    removes) instances, and it hands an added instance the config of the model's original load, where its
+    name is missing. Such an instance belongs to the group its name starts with; its group's count is
+    raised to include it, so the worker sizes its threads and picks its cores for the new count. Returns
+    the config and whether the instance was added so.
+
+    Raises:
+        ConfigError: the name belongs to no group (should not happen with Triton's own names).
+    """
+    groups = model_config.get("instance_group") or []
+    for i, group in enumerate(groups):
+        k = _group_position(group, instance_name)
+        if k is None:
+            continue
+        if k < group_instances(group):
+            return model_config, False
+        gpus = max(1, len(group.get("gpus") or []))  # Triton creates `count` instances on each listed GPU
+        grown = [dict(g) for g in groups]
+        grown[i]["count"] = k // gpus + 1
+        return {**model_config, "instance_group": grown}, True
+    raise ConfigError(f"instance '{instance_name}' is not in the model's instance groups")
+
+
 def worker_index(model_config: dict[str, Any], instance_name: str) -> int:
     """The instance's position among all instances of the model, by instance group order.
 
@@ -21,7 +54,7 @@ def worker_index(model_config: dict[str, Any], instance_name: str) -> int:
     so the index is looked up, not parsed.
 
     Raises:
-        ConfigError: the instance is not in any group (should not happen with Triton's own names).
+        ConfigError: the instance is not in any group (see `config_with_instance` for added instances).
     """
     offset = 0
     for group in model_config.get("instance_group") or []:

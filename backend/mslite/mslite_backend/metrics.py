@@ -3,6 +3,14 @@
 Every call to a Triton metric is an IPC round trip to the server, too slow for the request path. So
 each execution only updates counters here (execution time and batch size histograms, errors by kind),
 and a flusher sends the deltas once a second: one increment per changed series.
+
+Every series of a worker carries its process id (`pid`) beside `model` and `instance`. Triton keeps one
+Prometheus series per name and labels, shared by every MetricFamily that adds it, yet each MetricFamily
+counts only its own references and frees the series when it drops its last one. When a model is reloaded,
+Triton starts the new workers (named `tiny_0_0` again) before it finalizes the old ones: without the
+`pid` the new worker's counter is the old worker's, the old worker's finalize frees it, and the new
+worker's next increment writes into freed memory (tritonserver then aborts in malloc). With the `pid`,
+no two live workers ever share a series, so each one frees only its own.
 """
 
 from __future__ import annotations
@@ -11,8 +19,37 @@ import bisect
 import threading
 from dataclasses import dataclass, field
 
+# aggregator metric -> Prometheus family name; histograms in Prometheus' bucket/sum/count shape
+FAMILIES = {"exec_ms": "mslite_execution_ms", "batch": "mslite_batch_size", "errors": "mslite_request_errors_total"}
+FAMILY_HELP = {
+    "mslite_execution_ms": "Time an mslite worker spent per execute (ms)",
+    "mslite_batch_size": "Samples an mslite worker ran per execute",
+    "mslite_request_errors_total": "Requests an mslite worker failed, by kind",
+}
+WEIGHTS_VERSION_FAMILY = "mslite_weights_version"
+WEIGHTS_VERSION_HELP = "Version of the updatable weights each mslite worker serves (1 = the model file's)"
+
 EXEC_MS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def worker_labels(model: str, instance: str, pid: int) -> dict[str, str]:
+    """The labels of every series of one worker process; unique among live workers (see the module doc)."""
+    return {"model": model, "instance": instance, "pid": str(pid)}
+
+
+def series_of(metric: str, series: str, labels: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Family name and labels of one `WorkerMetrics.deltas` key (`metric`, `series`) of a worker.
+
+    Raises:
+        KeyError: an unknown metric.
+    """
+    family = FAMILIES[metric]
+    if metric == "errors":
+        return family, {**labels, "kind": series}
+    if series in ("sum", "count"):
+        return f"{family}_{series}", dict(labels)
+    return f"{family}_bucket", {**labels, "le": series}
 
 
 @dataclass

@@ -1,0 +1,166 @@
+"""Reloading a live model through Triton's load API, with a config override, while clients keep calling it."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from conftest import GEN, _add
+
+from mslite_triton import _admin_key
+from mslite_triton._workers import workers_of
+from mslite_triton.server import EmbeddedServer, ServerConfig
+
+pytestmark = pytest.mark.integration
+
+MODEL = "reloaded"
+
+
+def _config(count: int, **parameters: str) -> dict[str, Any]:
+    return {
+        "backend": "mslite",
+        "max_batch_size": 8,
+        "instance_group": [{"kind": "KIND_CPU", "count": count}],
+        "parameters": {k: {"string_value": v} for k, v in parameters.items()},
+    }
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    """A server of its own: a crash here must not take the session's server with it, nor be healed.
+
+    Without the supervisor, a tritonserver that aborts stays dead, and the tests see it.
+    """
+    repo = tmp_path_factory.mktemp("reload")
+    _add(repo, MODEL, GEN.build_tiny(), 'backend: "mslite"\n')
+    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), supervise=False)) as srv:
+        yield srv
+
+
+def _load(server: EmbeddedServer, config: dict[str, Any]) -> None:
+    """Load (or reload) the model with `config`; a refusal fails the test with Triton's message."""
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+    req = urllib.request.Request(f"{server.triton_http_url}/v2/repository/models/{MODEL}/load", body, method="POST")
+    req.add_header(_admin_key.HEADER, server.admin_key or "")
+    try:
+        urllib.request.urlopen(req, timeout=60).close()
+    except urllib.error.HTTPError as e:
+        pytest.fail(f"load refused ({e.code}): {e.read().decode(errors='replace')}")
+    except OSError as e:  # a server that aborted hangs in its signal handler
+        pytest.fail(f"no answer to the load ({e}); server log:\n{server.log_tail(15)}")
+
+
+class _Traffic:
+    """Clients calling the model in a loop from threads, counting answers and errors."""
+
+    def __init__(self, server: EmbeddedServer, clients: int = 3) -> None:
+        self.url = server.grpc_url.split("://", 1)[1]
+        self.ok = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+
+    def _run(self) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        try:
+            while not self._stop.is_set():
+                item = grpcclient.InferInput("x", [1, 4], "FP32")
+                item.set_data_from_numpy(x)
+                try:
+                    y = client.infer(MODEL, [item], client_timeout=30).as_numpy("y")
+                    assert np.array_equal(y, x * 2 + 1)
+                    self.ok += 1
+                except Exception:  # counted; the test asserts on the counts
+                    self.failed += 1
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def __enter__(self) -> _Traffic:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
+
+    def wait_for(self, answers: int, timeout_s: float = 60) -> None:
+        """Until `answers` more calls have succeeded."""
+        target, deadline = self.ok + answers, time.monotonic() + timeout_s
+        while self.ok < target:
+            assert time.monotonic() < deadline, f"only {self.ok} answers (wanted {target}), {self.failed} errors"
+            time.sleep(0.05)
+
+
+def _series_pids(server: EmbeddedServer, name: str) -> dict[str, set[int]]:
+    """instance -> the worker pids that have a `name` series of the model on the metrics page."""
+    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    found: dict[str, set[int]] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'model="{MODEL}"' in line:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            found.setdefault(labels["instance"], set()).add(int(labels["pid"]))
+    return found
+
+
+def _workers(server: EmbeddedServer) -> dict[str, int]:
+    assert server.process is not None
+    return {w.instance: w.pid for w in workers_of(server.process.pid) if w.instance.startswith(MODEL + "_")}
+
+
+def _wait_workers(server: EmbeddedServer, count: int, timeout_s: float = 60) -> dict[str, int]:
+    """instance -> pid of the model's workers, once they are exactly instances 0..count-1 (old ones exit late)."""
+    expected, deadline = {f"{MODEL}_0_{k}" for k in range(count)}, time.monotonic() + timeout_s
+    while set(workers := _workers(server)) != expected:
+        assert time.monotonic() < deadline, f"workers {sorted(workers)}, expected {sorted(expected)}"
+        time.sleep(0.2)
+    return workers
+
+
+def _wait_series(server: EmbeddedServer, expected: dict[str, set[int]], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (got := _series_pids(server, "mslite_execution_ms_count")) != expected:
+        assert time.monotonic() < deadline, f"execution series by instance: {got}, expected {expected}"
+        time.sleep(0.5)
+
+
+def test_reloads_with_metrics_under_traffic_keep_the_server_serving(server: EmbeddedServer) -> None:
+    _load(server, _config(2))
+    pid = server.process.pid if server.process else 0
+    with _Traffic(server) as traffic:
+        traffic.wait_for(50)
+        for i in range(5):  # a changed parameter each time: a real reload, new workers beside the old ones
+            _load(server, _config(2, metrics="true", intra_op_thread_count=str(1 + i % 2)))
+            traffic.wait_for(50)
+            assert server.is_running(), f"tritonserver died after reload {i + 1}:\n{server.log_tail(20)}"
+        time.sleep(2.5)  # the new workers flush their metrics once a second
+        traffic.wait_for(50)
+    assert server.process is not None and server.process.pid == pid and server.is_running()
+    assert "Signal (" not in server.log_tail(400)
+    # each live worker publishes its own series; the old workers' series left with them
+    _wait_series(server, {name: {worker} for name, worker in _wait_workers(server, 2).items()})
+
+
+def test_more_instances_through_a_reload(server: EmbeddedServer) -> None:
+    _load(server, _config(1))
+    first = _wait_workers(server, 1)
+    # only the count differs: Triton adds an instance to the live model rather than reloading it
+    _load(server, _config(2))
+    workers = _wait_workers(server, 2)
+    assert workers[f"{MODEL}_0_0"] == first[f"{MODEL}_0_0"]
+    with _Traffic(server, clients=4) as traffic:
+        traffic.wait_for(200)
+        _wait_series(server, {name: {worker} for name, worker in workers.items()})  # both workers served
+    assert traffic.failed == 0
