@@ -14,7 +14,7 @@
 
 Run: .venv/bin/python benchmarks/chaos.py kill [--seconds 60]
      .venv/bin/python benchmarks/chaos.py overload [--seconds 20]
-     .venv/bin/python benchmarks/chaos.py heal [--rounds 3]
+     .venv/bin/python benchmarks/chaos.py heal [--rounds 1]
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["kill", "overload", "heal", "heal-autostart-child"])
     parser.add_argument("--seconds", type=float, default=None)
-    parser.add_argument("--rounds", type=int, default=3, help="heal: kills per case")
+    parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case")
     args = parser.parse_args()
     if args.mode == "kill":
         sys.exit(kill_campaign(args.seconds or 60))

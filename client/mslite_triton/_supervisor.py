@@ -321,6 +321,10 @@ class Supervisor(threading.Thread):
             self._suspects, self._serving, self._seen_workers = set(), {}, frozenset()
             self._not_live, self.leaked = 0, 0
             ready = set(self.server.loaded_models())
+            log.warning(
+                "tritonserver up again in %.1f s with %d repository model(s); loading %d more",
+                time.monotonic() - started, len(ready), len([s for s in snaps if s.name not in ready]),
+            )  # fmt: skip
             if self._load_all([s for s in snaps if s.name not in ready], reload=False):
                 self._record("tritonserver", cause, started, [s.name for s in snaps], True)
                 return
