@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_java import classes, run_main, unload  # noqa: F401 -- classes: the compiled Java client (a fixture)
 
 import mslite_triton as mslite
 from mslite_triton._admin_key import HEADER
@@ -255,3 +256,24 @@ def test_lite_infer_and_converter_with_mindspore_in_the_process(server, cases, t
     )
     assert done.returncode == 0 and "compared" in done.stdout, done.stderr[-3000:]
     assert (tmp_path / "converted.mindir").read_bytes()[:1] == b"\x08"  # ONNX by content
+
+
+def test_java_client_uploads_mindir(server, cases, classes, tmp_path):  # noqa: F811 -- the imported fixture
+    dense = cases["dense"]
+    (tmp_path / "input.bin").write_bytes(dense.inputs[0][:1].astype("<f4").tobytes())  # one sample, as Main sends
+    out = run_main(
+        classes,
+        server.http_url,
+        str(dense.path),
+        str(tmp_path / "input.bin"),
+        *("--workers", "1", "--threads", "1", "--tasks", "1", "--dump", str(tmp_path)),
+    )
+    uploaded = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("model: ")]
+    try:
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        (dump,) = tmp_path.glob("out_*.bin")
+        got = np.fromfile(dump, dtype="<f4").reshape(dense.expected[:1].shape)
+        np.testing.assert_allclose(got, dense.expected[:1], rtol=1e-4, atol=1e-5)
+    finally:
+        for name in uploaded:
+            unload(server, name)

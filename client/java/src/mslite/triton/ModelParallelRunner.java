@@ -266,16 +266,25 @@ public final class ModelParallelRunner {
             throw new IOException("model_path does not exist: " + path);
         }
         byte[] model = Files.readAllBytes(path);
-        if (model.length == 0 || model[0] != 0x08) { // ONNX's ModelProto starts with field 1 (ir_version)
+        // told by content, as the Python client does (mslite_backend/mindir.py, detect_format): ONNX's
+        // ModelProto starts with field 1 as a varint (0x08), MindIR's with a string (0x0A or 0x12); the server
+        // converts MindIR (with its [mindir] extra); a .ms flatbuffer has "MSL" at offset 4
+        String file = "file:1/model.onnx";
+        if (model.length >= 8 && model[4] == 'M' && model[5] == 'S' && model[6] == 'L') {
+            throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName() + "': MindSpore Lite's .ms"
+                    + " format cannot be served; serve the .mindir (or an ONNX export) the .ms file was converted from");
+        } else if (model.length > 0 && (model[0] == 0x0A || model[0] == 0x12)) {
+            file = "file:1/model.mindir";
+        } else if (model.length == 0 || model[0] != 0x08) {
             throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName()
-                    + "' is not an ONNX model; this server runs ONNX models (export the network to ONNX)");
+                    + "' is neither an ONNX nor a MindIR model");
         }
         Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors());
         String name = ModelConfigs.name(path, config, model);
         if (!http.modelReady(name)) {
             Map<String, Object> named = new LinkedHashMap<>(config);
             named.put("name", name);
-            http.load(name, Json.write(named), Map.of("file:1/model.onnx", model));
+            http.load(name, Json.write(named), Map.of(file, model));
         }
         return name;
     }
