@@ -109,7 +109,10 @@ class Model:
         if context.cpu.thread_affinity_mode == 2:
             log.warning("thread_affinity_mode 2 (middle cores) is not supported by the server: workers are not pinned")
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
-        plan = plan_workers(context, cores=local_cores(), workers_num=1)
+        try:
+            plan = plan_workers(context, cores=local_cores(), workers_num=1)
+        except RuntimeError as e:
+            raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         shared = self._group.shared_model(model_path) if self._group is not None else None
         try:
             self._remote = shared or RemoteModel.build(model_path, context, plan, sections)
