@@ -54,7 +54,9 @@ def gw(tmp_path_factory: pytest.TempPathFactory):
         'backend: "mslite"\ninstance_group [ { kind: KIND_CPU, count: 1 } ]\n'
         'parameters { key: "variable_weights_list" value { string_value: "W" } }\n'
     )
-    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, startup_timeout_s=240)) as srv:
+    # no supervisor: the test restarts tritonserver itself, as a heal does
+    config = ServerConfig(model_repository=repo, gateway=True, supervise=False, startup_timeout_s=240)
+    with EmbeddedServer(config) as srv:
         yield srv
 
 
