@@ -35,7 +35,7 @@ GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("messages_repo")
-    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), gateway=True)) as srv:
+    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), gateway=True, supervise=False)) as srv:
         yield srv
 
 
