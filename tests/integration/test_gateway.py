@@ -86,8 +86,12 @@ def test_triton_listens_privately_behind_the_gateway(gw):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_client_library_uploads_and_predicts_through_the_gateway(gw, files, protocol):
     url = gw.grpc_url if protocol == "grpc" else gw.http_url
+    ctx = _context(url)
+    ctx.cpu.thread_num = 1 if protocol == "grpc" else 2  # a config of its own: each case uploads its own model
+    loaded = set(gw.loaded_models())
     model = mslite.Model()
-    model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, _context(url))  # keyed upload
+    model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, ctx)  # keyed upload
+    assert model._remote.info.name not in loaded and model._remote.info.name in gw.loaded_models()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     (y,) = model.predict([x])
     np.testing.assert_array_equal(y.get_data_to_numpy(), x * 2 + 1)
@@ -350,48 +354,72 @@ def _port(gateway: GatewayProcess, flag: str) -> int:
     return int(next(a for a in gateway.args if a.startswith(f"--{flag}=")).split("=", 1)[1])
 
 
-def test_admission_control_refuses_with_service_deny(tmp_path):
-    """Beyond the in-flight bounds: 503 / UNAVAILABLE kLiteServiceDeny, ServiceDenyError in the client."""
-    dead = f"127.0.0.1:{_free_port()}"  # nothing listens: a sent request stays in flight (retried) for 20 s
-    gateway = _gateway(tmp_path, dead, dead, max_inflight_per_model=1, max_inflight_bytes=1 << 20)
+def test_admission_control_refuses_with_service_deny(gw, tmp_path):
+    """Beyond the in-flight bounds, on both protocols together: 503 / UNAVAILABLE kLiteServiceDeny."""
+    dead = f"127.0.0.1:{_free_port()}"  # nothing listens: an HTTP request stays in flight (retried) for 20 s
+    live_grpc = f"127.0.0.1:{gw.triton_grpc_port}"
+    gateway = _gateway(tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20)
     http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
     body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
     infer = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     held: list[socket.socket] = []
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    model_infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+
+    def deny_seen(request: bytes) -> bytes:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", http_port), timeout=30) as s:
+                s.sendall(request)
+                answer = s.recv(1 << 16)
+            if answer.startswith(b"HTTP/1.1 503") and b"kLiteServiceDeny" in answer:
+                return answer
+            time.sleep(0.1)
+        raise AssertionError(f"no kLiteServiceDeny: {answer[:300]!r}")
+
+    def grpc_refusal(model: str, floats: int) -> grpc.RpcError:
+        request = pb.ModelInferRequest(model_name=model)
+        request.inputs.add(name="x", datatype="FP32", shape=[floats // 4, 4])
+        request.raw_input_contents.append(bytes(4 * floats))
+        with pytest.raises(grpc.RpcError) as info:
+            model_infer(request.SerializeToString(), timeout=30)
+        return info.value
+
     try:
         held.append(socket.create_connection(("127.0.0.1", http_port), timeout=30))
-        held[-1].sendall(infer)  # in flight for model tiny until Triton answers (never)
-
-        def deny_seen(request: bytes) -> bytes:
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
-                with socket.create_connection(("127.0.0.1", http_port), timeout=30) as s:
-                    s.sendall(request)
-                    answer = s.recv(1 << 16)
-                if answer.startswith(b"HTTP/1.1 503") and b"kLiteServiceDeny" in answer:
-                    return answer
-                time.sleep(0.1)
-            raise AssertionError(f"no kLiteServiceDeny: {answer[:300]!r}")
-
-        assert b"requests in flight" in deny_seen(infer)  # per model
-        # 900 KiB announced and not sent: counted in flight from its headers on
+        held[-1].sendall(infer)  # in flight for model tiny until Triton answers (never: its HTTP port is dead)
+        assert b"requests in flight" in deny_seen(infer)  # per model, HTTP
+        error = grpc_refusal("tiny", 4)  # the same model over gRPC: the bound is the model's, not the protocol's
+        assert error.code() == grpc.StatusCode.UNAVAILABLE and "kLiteServiceDeny" in error.details()
+        # what a client of the library sees: ServiceDenyError, not retried as a server outage
+        mapped = classify(InferenceServerException(error.details(), "StatusCode.UNAVAILABLE"), "grpc://x")
+        assert isinstance(mapped, ServiceDenyError), mapped
+        # 900 KiB announced and not sent: counted in flight from its headers on, across connections
         held.append(socket.create_connection(("127.0.0.1", http_port), timeout=30))
         held[-1].sendall(b"POST /v2/models/other/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (900 << 10))
         big = b"POST /v2/models/another/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (200 << 10)
-        assert b"MiB" in deny_seen(big + b"x" * (200 << 10))  # across connections
-        # the same budget holds for gRPC
-        request = pb.ModelInferRequest(model_name="another")
-        request.inputs.add(name="x", datatype="FP32", shape=[1, 51200])
-        request.raw_input_contents.append(bytes(4 * 51200))
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel, pytest.raises(grpc.RpcError) as info:
-            channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(request.SerializeToString(), timeout=30)
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE and "kLiteServiceDeny" in info.value.details()
-        # what a client of the library sees: ServiceDenyError, not retried as a server outage
-        error = classify(InferenceServerException(info.value.details(), "StatusCode.UNAVAILABLE"), "grpc://x")
-        assert isinstance(error, ServiceDenyError), error
+        assert b"MiB" in deny_seen(big + b"x" * (200 << 10))
+        error = grpc_refusal("another", 51200)  # 200 KiB over gRPC: the same bytes budget
+        assert error.code() == grpc.StatusCode.UNAVAILABLE and "MiB" in error.details()
+        for s in held:
+            s.close()
+        # once they are gone (the held HTTP request gives up after its 20 s of retries), the same call is served
+        request = pb.ModelInferRequest(model_name="tiny")
+        request.inputs.add(name="x", datatype="FP32", shape=[1, 4])
+        request.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = pb.ModelInferResponse.FromString(model_infer(request.SerializeToString(), timeout=30))
+                break
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() < deadline, e
+                time.sleep(0.2)
+        assert np.frombuffer(answer.raw_output_contents[0], np.float32).tolist() == [1, 3, 5, 7]
     finally:
         for s in held:
             s.close()
+        channel.close()
         gateway.stop()
 
 
