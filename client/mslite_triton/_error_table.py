@@ -26,7 +26,11 @@ from .errors import (
 _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     (set(), re.compile(r"Stub process .* is not healthy|not healthy", re.I), WorkerUnavailableError),
     ({"StatusCode.DEADLINE_EXCEEDED"}, None, ExecutionTimeoutError),
-    ({"StatusCode.UNAVAILABLE", "503"}, re.compile(r"kLiteServiceDeny|maximum queue size|queue.*full", re.I), ServiceDenyError),
+    (
+        {"StatusCode.UNAVAILABLE", "503"},
+        re.compile(r"kLiteServiceDeny|maximum queue size|queue.*full", re.I),
+        ServiceDenyError,
+    ),
     ({"StatusCode.PERMISSION_DENIED", "403"}, None, PermissionDeniedError),
     (set(), re.compile(r"is restricted|expecting header|weights update refused", re.I), PermissionDeniedError),
     ({"StatusCode.NOT_FOUND", "404"}, None, NotFoundError),
