@@ -113,7 +113,8 @@ class ModelParallelRunner:
 
         Raises:
             TypeError: `weights` is not a list of lists of Tensor.
-            ValueError: a tensor is not a declared weight, or its dtype or shape differs (InvalidInputError).
+            InvalidInputError: a tensor is not a declared weight, or its dtype or shape differs; a ValueError
+                and a RuntimeError (`update weight failed! Error is ...`).
             RuntimeError: the runner is not built, a tensor has no data, or the server failed.
         """
         send_weights(self._remote, weights, self._weight_aliases, "call build_from_file first")
