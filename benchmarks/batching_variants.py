@@ -36,6 +36,9 @@ VARIANTS = {  # name -> what replaces the config's dynamic_batching section
     "all_alone": f"dynamic_batching {{ {QUEUE} }}\n",
     "all_merge": f"dynamic_batching {{ {QUEUE} }}\n" + MERGE,
     "all_alone_unbounded": "dynamic_batching { }\n",
+    "all_merge_unbounded": "dynamic_batching { }\n" + MERGE,
+    "p4_alone_unbounded": "dynamic_batching { preferred_batch_size: [ 4 ] }\n",
+    "p8_alone_unbounded": "dynamic_batching { preferred_batch_size: [ 8 ] }\n",
     "p2_alone_unshared": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n"
     + 'parameters { key: "share_weights" value { string_value: "false" } }\n',
 }
