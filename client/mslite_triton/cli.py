@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import tune
 from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
 from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
 from .server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
+    tune.add_command(sub)
     return parser
 
 
