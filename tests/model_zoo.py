@@ -142,6 +142,29 @@ def variable_seq() -> onnx.ModelProto:
     )
 
 
+def small_classifier(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV2's inputs and outputs (names, dtypes, shapes) in 12 KB: uploads under the HTTP limit.
+
+    Input ``input`` ``[N, 3, 224, 224]`` float32; output ``shape1`` ``[N, 1000]``: the per-channel means
+    times a ``[3, 1000]`` matrix, plus a bias. ``seed`` picks the weights (a different file, a different model).
+    """
+    rng = np.random.default_rng(seed)
+    return _model(
+        "small_classifier",
+        [
+            helper.make_node("GlobalAveragePool", ["input"], ["pooled"]),
+            helper.make_node("Flatten", ["pooled"], ["features"]),
+            helper.make_node("Gemm", ["features", "w", "b"], ["shape1"]),
+        ],
+        [_vi("input", TensorProto.FLOAT, ["N", 3, 224, 224])],
+        [_vi("shape1", TensorProto.FLOAT, ["N", 1000])],
+        [
+            numpy_helper.from_array(rng.standard_normal((3, 1000), dtype=np.float32), name="w"),
+            numpy_helper.from_array(rng.standard_normal(1000, dtype=np.float32), name="b"),
+        ],
+    )
+
+
 def big_weights(mb: int = 200, seed: int = 0) -> onnx.ModelProto:
     """An MLP of square fp32 layers whose weights total about ``mb`` MiB.
 

@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from conftest import GEN, ROOT, ZOO
-from model_zoo import broken_bytes, run_reference
+from model_zoo import broken_bytes, run_reference, small_classifier
 
 import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError, ModelLoadError, MSLiteError, ServerUnavailableError
@@ -31,7 +32,18 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, build in ZOO.items():
         (d / f"{name}.onnx").write_bytes(build().SerializeToString())
     (d / "tiny.onnx").write_bytes(GEN.build_tiny().SerializeToString())
+    # MobileNetV2's interface under the HTTP upload limit: one file per HTTP case, so each really uploads
+    for seed in (0, 1):
+        (d / f"small_classifier_{seed}.onnx").write_bytes(small_classifier(seed).SerializeToString())
     return d
+
+
+# gRPC uploads MobileNetV2 itself; HTTP, whose uploads stop at 2 MiB, a model of the same interface
+UPLOADS = {"grpc": "mobilenetv2.onnx", "http": "small_classifier_0.onnx"}
+
+
+def _reference(files: Path, name: str) -> onnx.ModelProto:
+    return onnx.load(str(files / name))
 
 
 def _context(server, protocol: str = "grpc", workers: int = 2) -> mslite.Context:
@@ -68,8 +80,11 @@ def test_seed_scripts_run_unchanged(server, files, tmp_path, script):
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_model_happy_path(server, files, protocol):
+    loaded = set(server.loaded_models())
     model = mslite.Model()
-    model.build_from_file(str(files / "mobilenetv2.onnx"), mslite.ModelType.MINDIR, _context(server, protocol))
+    model.build_from_file(str(files / UPLOADS[protocol]), mslite.ModelType.MINDIR, _context(server, protocol))
+    if protocol == "http":  # uploaded here, over HTTP, not found already loaded by another case
+        assert model._remote.info.name not in loaded
     inputs = model.get_inputs()
     assert [t.name for t in inputs] == ["input"] and inputs[0].shape == [1, 3, 224, 224]
     assert inputs[0].dtype == mslite.DataType.FLOAT32
@@ -79,12 +94,24 @@ def test_model_happy_path(server, files, protocol):
     x = np.fromfile(files / "input.bin", dtype=np.float32)
     inputs[0].set_data_from_numpy(x)
     (out,) = model.predict(inputs)
-    (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x.reshape(1, 3, 224, 224)})
+    (expected,) = run_reference(_reference(files, UPLOADS[protocol]), {"input": x.reshape(1, 3, 224, 224)})
     assert out.name == "shape1" and out.shape == [1, 1000] and out.data_size == 4000 and out.element_num == 1000
     np.testing.assert_array_equal(out.get_data_to_numpy(), expected)
     (again,) = model.predict([x.reshape(1, 3, 224, 224)])  # numpy inputs are accepted too
     np.testing.assert_array_equal(again.get_data_to_numpy(), expected)
     assert model.get_model_info("current_pid") == str(os.getpid())
+
+
+def test_http_refuses_uploads_over_2_mib(server, files):
+    """Triton 2.51's HTTP load API crashes the server on bodies of a few MiB: the client refuses before sending."""
+    loaded = set(server.loaded_models())
+    model = mslite.Model()
+    ctx = _context(server, "http")
+    ctx.cpu.thread_num = 2  # a config no other test builds: not loaded yet, so the client must upload it
+    with pytest.raises(ModelLoadError, match=r"cannot upload 1\d\.\d MiB over HTTP: .* use a grpc:// URL") as info:
+        model.build_from_file(str(files / "mobilenetv2.onnx"), mslite.ModelType.MINDIR, ctx)
+    assert isinstance(info.value, RuntimeError)
+    assert set(server.loaded_models()) == loaded and server.is_running()
 
 
 def test_same_file_and_config_reuse_the_loaded_model(server, files):
@@ -99,13 +126,16 @@ def test_same_file_and_config_reuse_the_loaded_model(server, files):
     assert c._remote.info.name != a._remote.info.name
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_runner_concurrent_predict_is_exact(server, files, protocol):
+@pytest.mark.parametrize(("protocol", "upload"), [("grpc", "mobilenetv2.onnx"), ("http", "small_classifier_1.onnx")])
+def test_runner_concurrent_predict_is_exact(server, files, protocol, upload):
+    loaded = set(server.loaded_models())
     runner = mslite.ModelParallelRunner()
-    runner.build_from_file(str(files / "mobilenetv2.onnx"), _context(server, protocol))
+    runner.build_from_file(str(files / upload), _context(server, protocol))
+    if protocol == "http":
+        assert runner._remote.info.name not in loaded
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal((1, 3, 224, 224), dtype=np.float32) for _ in range(4)]
-    expected = [run_reference(GEN.build_mobilenetv2(), {"input": x})[0] for x in xs]
+    expected = [run_reference(_reference(files, upload), {"input": x})[0] for x in xs]
 
     def task(i: int) -> np.ndarray:
         inputs = runner.get_inputs()  # fresh tensors per call
