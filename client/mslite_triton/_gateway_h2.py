@@ -1,7 +1,9 @@
 """The gateway's gRPC front as an HTTP/2 frame relay: Triton's own frames passed on as they are, requests checked.
 
 Each client connection gets its own connection to Triton's gRPC port, and every frame goes through unchanged
-(settings, flow control, pings, header blocks: the two HPACK contexts stay the client's and Triton's). The
+(settings, flow control, pings, header blocks: the two HPACK contexts stay the client's and Triton's), but for
+the `grpc-message` of Triton's trailers, scrubbed of server paths, tracebacks and internal region names
+(`_grpc_trailers`: only that non-indexed field is replaced, so the HPACK tables stay in step). The
 relay reads only what its checks need: the request header blocks (decoded with `hpack` to learn each
 stream's method) and, for the methods it checks (ModelInfer, and the version of the model-level calls),
 the request message. A checked stream's DATA frames are passed on as they arrive, except the one that
@@ -27,9 +29,11 @@ from typing import Any
 
 import hpack
 
+from ._error_table import scrub
 from ._gateway_admission import Admission, Overloaded
 from ._gateway_grpc import SERVICE, VERSIONED, check_model_infer, check_versioned
 from ._gateway_rules import Refusal
+from ._grpc_trailers import scrub_grpc_message
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ CANCEL, NO_ERROR = 0x8, 0x0
 # gRPC status codes
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 8, 12, 14, 13
 _HEADER = struct.Struct(">I")
+MIN_MAX_FRAME_SIZE = 16384  # every HTTP/2 peer accepts frames this large
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -77,6 +82,19 @@ def _unpadded(payload: Any, flags: int) -> Any:
     if flags & PADDED and payload:
         return payload[1 : len(payload) - payload[0]]
     return payload
+
+
+def _scrubbed_trailers(flags: int, sid: int, raw: bytes, payload: Any) -> list[Any]:
+    """Triton's trailers frame, its grpc-message without server paths, tracebacks or internal region names.
+
+    Only that field changes (`_grpc_trailers`), so the client's HPACK table stays in step with Triton's.
+    """
+    body = bytes(_unpadded(payload, flags))
+    head, block = (body[:5], body[5:]) if flags & PRIORITY_FLAG else (b"", body)
+    cleaned = scrub_grpc_message(block, scrub)
+    if cleaned is block or len(head) + len(cleaned) > MIN_MAX_FRAME_SIZE:
+        return [raw, payload]
+    return [frame(HEADERS, flags & ~PADDED, sid, head + cleaned)]
 
 
 Check = Callable[[bytes], "str | None"]
@@ -226,6 +244,8 @@ class _UpstreamSide(asyncio.Protocol):
             self.in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
                 client.finish(sid)
+                if flags & END_HEADERS:
+                    return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_frame)
             return PASS
         if sid and sid in client.refused_ids:
             return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
@@ -236,6 +256,9 @@ class _UpstreamSide(asyncio.Protocol):
         return PASS
 
     def _on_frame(self, kind: int, flags: int, sid: int, raw: bytes, payload: Any) -> None:
+        if kind == HEADERS:
+            self.frames.out += _scrubbed_trailers(flags, sid, raw, payload)
+            return
         self.client.peer_settings(payload)  # SETTINGS only
         self.frames.out += (raw, payload)
 

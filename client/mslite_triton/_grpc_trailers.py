@@ -74,6 +74,8 @@ def scrub_grpc_message(block: bytes, scrub: Callable[[str], str]) -> bytes:
 
     Returns `block` itself when there is nothing to change or it cannot be read safely.
     """
+    if _NAME not in block:  # the usual case: an answer without a message (and a Huffman-coded name: left alone)
+        return block
     pos, out, changed = 0, bytearray(), False
     try:
         while pos < len(block):
@@ -93,7 +95,7 @@ def scrub_grpc_message(block: bytes, scrub: Callable[[str], str]) -> bytes:
                 if index == 0:
                     name, pos = _string(block, pos)
                 value, pos = _string(block, pos)
-                if name == _NAME and first == 0x00:
+                if name == _NAME and first == 0x00 and value:
                     text = urllib.parse.unquote(value.decode("ascii", "replace"))
                     cleaned = urllib.parse.quote(scrub(text), safe=_SAFE).encode("ascii")
                     if cleaned != value:
