@@ -127,36 +127,57 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
             lines.append(line)
         prefix = _server_prefix(proc.pid)
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}")
-        results: list = []
+        calls: list[tuple[float, float, object]] = []  # (began, ended, output or error), in any order
+        stop = threading.Event()
 
-        def call() -> None:
+        def loop() -> None:  # until told to stop: the load lasts through the signal and the exit
             item = grpcclient.InferInput("x", [1, 4], "FP32")
             item.set_data_from_numpy(np.ones((1, 4), np.float32))
-            try:
-                results.append(client.infer("tiny", [item]).as_numpy("y"))
-            except InferenceServerException as e:
-                results.append(e)
+            while not stop.is_set():
+                began = time.monotonic()
+                try:
+                    y = client.infer("tiny", [item], client_timeout=60).as_numpy("y")
+                    calls.append((began, time.monotonic(), y))
+                except InferenceServerException as e:
+                    calls.append((began, time.monotonic(), e))
+                    time.sleep(0.01)  # a closed port refuses at once: do not spin
 
-        threads = [threading.Thread(target=lambda: [call() for _ in range(30)]) for _ in range(4)]
+        threads = [threading.Thread(target=loop) for _ in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.3)
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        assert time.monotonic() - started < 15
-        for t in threads:
-            t.join(timeout=30)
-        served = [r for r in results if isinstance(r, np.ndarray)]
-        refused = [r for r in results if not isinstance(r, np.ndarray)]
-        assert served and all(np.array_equal(y, np.full((1, 4), 3.0)) for y in served)
-        for e in refused:  # after shutdown began, new requests are refused, never half-served
+        try:
+            _wait_for(lambda: sum(isinstance(r, np.ndarray) for _, _, r in calls) >= 20, 60, "20 calls served")
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+            exited = time.monotonic()
+            _wait_for(lambda: sum(began > exited for began, _, _ in calls) >= 4, 30, "calls after the exit")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=90)
+        in_flight = [r for began, ended, r in calls if began < signalled < ended]
+        served = [r for _, _, r in calls if isinstance(r, np.ndarray)]
+        refused = [(began, r) for began, _, r in calls if not isinstance(r, np.ndarray)]
+        # load at the signal, and it was served (a call that began just before may still reach a closed door)
+        assert any(isinstance(r, np.ndarray) for r in in_flight), f"none of {len(in_flight)} calls in flight served"
+        assert any(began > signalled for began, _ in refused), "nothing refused after the signal"
+        assert all(np.array_equal(y, np.full((1, 4), 3.0)) for y in served)
+        for _, e in refused:  # after shutdown began, new requests are refused, never half-served
             assert "INTERNAL" not in str(e.status()), e
+        print(f"shutdown under load: {len(served)} served, {len(refused)} refused, exit in {exited - signalled:.1f} s")
         assert not list(Path("/dev/shm").glob(f"{prefix}*"))
         assert not list((tmp_path / "keys").glob("*.key"))
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _wait_for(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f} s"
+        time.sleep(0.05)
 
 
 def _server_prefix(cli_pid: int) -> str:
