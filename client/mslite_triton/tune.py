@@ -244,7 +244,8 @@ def _plot(variants: list[Variant], chosen: Variant, path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
     for v in variants:
-        label = f"{v.workers}w x {'auto' if v.threads is None else v.threads}t c={v.concurrency}"
+        threads = "as given" if v.threads is None else f"{v.threads}t"
+        label = f"{v.workers}w x {threads} c={v.concurrency}"
         ax.scatter(v.p99_ms, v.throughput, marker="*" if v == chosen else "o", s=120 if v == chosen else 40)
         ax.annotate(label, (v.p99_ms, v.throughput), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("p99 latency (ms)")
