@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--compare-only", action="store_true", help="only the backend comparison (the bars)")
     p.add_argument(
+        "--rounds", type=int, metavar="N", help="alternated rounds of the backend comparison (default 5; quick: 1)"
+    )
+    p.add_argument(
         "--max-queue-size",
         type=int,
         default=0,
@@ -174,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         progress.note(f"C++ ONNX Runtime backend: {peer} (ONNX Runtime {peer_ort_version(peer)})")
     plan = make_plan(
-        args.quick, max_queue_size=args.max_queue_size, peer=args.peer_backends, compare_only=args.compare_only
+        args.quick,
+        max_queue_size=args.max_queue_size,
+        peer=args.peer_backends,
+        compare_only=args.compare_only,
+        compare_rounds=args.rounds,
     )
     bench = Bench(plan, tools)
     steps = bench.steps()

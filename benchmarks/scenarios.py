@@ -54,9 +54,19 @@ class Plan:
     client_s: float = 5.0
 
 
-def make_plan(quick: bool, *, max_queue_size: int = 0, peer: Path | None = None, compare_only: bool = False) -> Plan:
-    """The full run, or a short one: the levels the bars need, 1 s windows, one round."""
-    extra = {"max_queue_size": max_queue_size, "peer": str(peer) if peer else None, "compare_only": compare_only}
+def make_plan(
+    quick: bool,
+    *,
+    max_queue_size: int = 0,
+    peer: Path | None = None,
+    compare_only: bool = False,
+    compare_rounds: int | None = None,
+) -> Plan:
+    """The full run, or a short one: the levels the bars need, 1 s windows, one round (unless `compare_rounds`)."""
+    extra: dict[str, Any] = {"max_queue_size": max_queue_size, "peer": str(peer) if peer else None}
+    extra["compare_only"] = compare_only
+    if compare_rounds is not None:
+        extra["compare_rounds"] = compare_rounds
     from mslite_triton import Context
 
     cores = local_cores()
@@ -71,12 +81,11 @@ def make_plan(quick: bool, *, max_queue_size: int = 0, peer: Path | None = None,
             served_levels=(1, 8),
             shm_levels=(8,),
             rounds=1,
-            compare_rounds=1,
             ceiling_s=1.0,
             single_s=1.5,
             client_warmup_s=1.0,
             client_s=3.0,
-            **extra,  # type: ignore[arg-type]
+            **{"compare_rounds": 1, **extra},
         )
     return Plan(
         quick,
@@ -86,7 +95,7 @@ def make_plan(quick: bool, *, max_queue_size: int = 0, peer: Path | None = None,
         PerfSettings(interval_ms=3000, max_trials=6, stability_pct=20),
         served_levels=(1, 2, 4, 8, 16),
         shm_levels=(1, 2, 4, 8, 16),
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
