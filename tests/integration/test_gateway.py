@@ -468,6 +468,7 @@ def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
             t.join(timeout=60)
         client.close()
         gateway.stop()
+    print(f"gateway RSS peak {peak:.0f} MiB, {served} probes served")
     assert peak < 512, f"gateway RSS peaked at {peak:.0f} MiB"
     assert served > 0
     assert len(outcomes) == 4 and all(o.startswith(b"HTTP/1.1 413") for o in outcomes), outcomes
