@@ -40,6 +40,7 @@ class TuneOptions:
     workers: tuple[int, ...] = (1, 2)
     threads: tuple[int, ...] = (1, 2)
     concurrency: tuple[int, ...] = (4,)
+    queue_delays_us: tuple[int, ...] = ()  # dynamic batcher max_queue_delay_microseconds to sweep; (): the config's
     window_ms: int = 2000  # perf_analyzer's measurement interval
     p99_budget_ms: float | None = None  # None: the highest throughput wins; else the highest within the budget
     model_analyzer: str = "model-analyzer"
@@ -54,6 +55,7 @@ class Variant:
     workers: int
     threads: int | None  # None: the config does not set it (the backend's default)
     concurrency: int
+    queue_delay_us: int | None  # the dynamic batcher's max_queue_delay_microseconds; None: no batcher
     throughput: float  # inferences per second
     p99_ms: float
 
@@ -122,13 +124,21 @@ def _analyzer_config(options: TuneOptions, name: str, repo: Path, work: Path, se
         "profile_models": {
             name: {
                 "cpu_only": True,
-                "model_config_parameters": {
-                    "instance_group": [{"kind": "KIND_CPU", "count": list(options.workers)}],
-                    "parameters": {THREADS_PARAMETER: {"string_value": [str(t) for t in options.threads]}},
-                },
+                "model_config_parameters": _sweep(options),
             }
         },
     }
+
+
+def _sweep(options: TuneOptions) -> dict:
+    """Model Analyzer's `model_config_parameters`: every combination of these is one variant."""
+    sweep: dict = {
+        "instance_group": [{"kind": "KIND_CPU", "count": list(options.workers)}],
+        "parameters": {THREADS_PARAMETER: {"string_value": [str(t) for t in options.threads]}},
+    }
+    if options.queue_delays_us:
+        sweep["dynamic_batching"] = {"max_queue_delay_microseconds": list(options.queue_delays_us)}
+    return sweep
 
 
 def _server_wrapper(work: Path, server: EmbeddedServer) -> Path:
@@ -181,13 +191,14 @@ def _read_results(table: Path, variants_dir: Path) -> list[Variant]:
     with table.open(newline="") as f:
         for row in csv.DictReader(f):
             name = row["Model Config Path"]
-            workers, threads = _workers_threads((variants_dir / name / "config.pbtxt").read_text())
+            workers, threads, delay = _settings((variants_dir / name / "config.pbtxt").read_text())
             variants.append(
                 Variant(
                     config=name,
                     workers=workers,
                     threads=threads,
                     concurrency=int(row["Concurrency"]),
+                    queue_delay_us=delay,
                     throughput=float(row["Throughput (infer/sec)"]),
                     p99_ms=float(row["p99 Latency (ms)"]),
                 )
@@ -195,15 +206,17 @@ def _read_results(table: Path, variants_dir: Path) -> list[Variant]:
     return variants
 
 
-def _workers_threads(pbtxt: str) -> tuple[int, int | None]:
-    """Instances and `thread_num` of a config variant (Model Analyzer's own table prints None for the latter)."""
+def _settings(pbtxt: str) -> tuple[int, int | None, int | None]:
+    """Instances, `thread_num` and batcher queue delay of a variant (Model Analyzer's table lacks the last two)."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     config = text_format.Parse(pbtxt, model_config_pb2.ModelConfig())
     workers = sum(max(1, g.count) * max(1, len(g.gpus)) for g in config.instance_group) or 1
     param = config.parameters.get(THREADS_PARAMETER)
-    return workers, int(param.string_value) if param is not None and param.string_value else None
+    threads = int(param.string_value) if param is not None and param.string_value else None
+    delay = config.dynamic_batching.max_queue_delay_microseconds if config.HasField("dynamic_batching") else None
+    return workers, threads, delay
 
 
 def _choose(variants: list[Variant], p99_budget_ms: float | None) -> Variant:
@@ -217,11 +230,12 @@ def _choose(variants: list[Variant], p99_budget_ms: float | None) -> Variant:
 
 def format_table(variants: list[Variant], chosen: Variant) -> str:
     """The results, one line per variant and concurrency, the chosen one marked."""
-    lines = [f"{'config':<28} {'workers':>7} {'threads':>7} {'conc':>5} {'infer/s':>10} {'p99 ms':>8}"]
+    lines = [f"{'config':<28} {'workers':>7} {'threads':>7} {'delay_us':>8} {'conc':>5} {'infer/s':>10} {'p99 ms':>8}"]
     for v in sorted(variants, key=lambda v: -v.throughput):
         threads = "auto" if v.threads is None else str(v.threads)
         mark = "  <- chosen" if v == chosen else ""
-        numbers = f"{v.workers:>7} {threads:>7} {v.concurrency:>5} {v.throughput:>10.1f} {v.p99_ms:>8.1f}"
+        delay = "-" if v.queue_delay_us is None else str(v.queue_delay_us)
+        numbers = f"{v.workers:>7} {threads:>7} {delay:>8} {v.concurrency:>5} {v.throughput:>10.1f} {v.p99_ms:>8.1f}"
         lines.append(f"{v.config:<28} {numbers}{mark}")
     return "\n".join(lines)
 
@@ -229,9 +243,10 @@ def format_table(variants: list[Variant], chosen: Variant) -> str:
 def _write_table(variants: list[Variant], path: Path) -> None:
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["config", "workers", "threads", "concurrency", "throughput_infer_s", "p99_ms"])
+        out.writerow(["config", "workers", "threads", "queue_delay_us", "concurrency", "throughput_infer_s", "p99_ms"])
         for v in variants:
-            out.writerow([v.config, v.workers, v.threads or "", v.concurrency, v.throughput, v.p99_ms])
+            delay = "" if v.queue_delay_us is None else v.queue_delay_us
+            out.writerow([v.config, v.workers, v.threads or "", delay, v.concurrency, v.throughput, v.p99_ms])
 
 
 def _plot(variants: list[Variant], chosen: Variant, path: Path) -> bool:
@@ -245,7 +260,8 @@ def _plot(variants: list[Variant], chosen: Variant, path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6, 4))
     for v in variants:
         threads = "as given" if v.threads is None else f"{v.threads}t"
-        label = f"{v.workers}w x {threads} c={v.concurrency}"
+        delay = "" if v.queue_delay_us is None else f" {v.queue_delay_us}us"
+        label = f"{v.workers}w x {threads}{delay} c={v.concurrency}"
         ax.scatter(v.p99_ms, v.throughput, marker="*" if v == chosen else "o", s=120 if v == chosen else 40)
         ax.annotate(label, (v.p99_ms, v.throughput), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("p99 latency (ms)")
@@ -257,14 +273,18 @@ def _plot(variants: list[Variant], chosen: Variant, path: Path) -> bool:
     return os.path.exists(path)
 
 
-def _csv_ints(text: str) -> tuple[int, ...]:
+def _csv_ints(text: str, least: int = 1) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got '{text}'")
+    if not values or min(values) < least:
+        raise argparse.ArgumentTypeError(f"expected integers >= {least}, got '{text}'")
     return values
+
+
+def _csv_ints0(text: str) -> tuple[int, ...]:
+    return _csv_ints(text, least=0)
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -274,6 +294,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--workers", type=_csv_ints, default=(1, 2), help="instance counts to try (default 1,2)")
     cmd.add_argument("--threads", type=_csv_ints, default=(1, 2), help="thread_num values to try (default 1,2)")
     cmd.add_argument("--concurrency", type=_csv_ints, default=(4,), help="client concurrencies (default 4)")
+    cmd.add_argument(
+        "--queue-delays-us",
+        type=_csv_ints0,
+        default=(),
+        help="dynamic batcher max_queue_delay_microseconds values to sweep too (default: the config's own)",
+    )
     cmd.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer measurement window (default 2000)")
     cmd.add_argument("--p99-budget-ms", type=float, help="choose the highest throughput with p99 within this")
     cmd.add_argument("--output", type=Path, help="where to write config.pbtxt, results.csv and the plot "
@@ -290,6 +316,7 @@ def _command(args: argparse.Namespace) -> int:
         workers=args.workers,
         threads=args.threads,
         concurrency=args.concurrency,
+        queue_delays_us=args.queue_delays_us,
         window_ms=args.window_ms,
         p99_budget_ms=args.p99_budget_ms,
         model_analyzer=args.model_analyzer,

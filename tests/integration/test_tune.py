@@ -46,7 +46,7 @@ def test_tune_sweeps_two_variants_and_writes_the_fastest_config(tmp_path, model_
     _add(tmp_path / "repo", "tiny", GEN.build_tiny(), 'backend: "mslite"\nmax_batch_size: 8\n')
     out = tmp_path / "tuned"
     code = cli.main(["tune", str(tmp_path / "repo" / "tiny"), "--workers", "1,2", "--threads", "1",
-                     "--concurrency", "2", "--window-ms", "1000", "--output", str(out),
+                     "--queue-delays-us", "200", "--concurrency", "2", "--window-ms", "1000", "--output", str(out),
                      "--model-analyzer", model_analyzer, "--perf-analyzer", perf_analyzer])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -55,8 +55,10 @@ def test_tune_sweeps_two_variants_and_writes_the_fastest_config(tmp_path, model_
     swept = {(int(r["workers"]), r["threads"]): float(r["throughput_infer_s"]) for r in rows if r["threads"]}
     assert set(swept) == {(1, "1"), (2, "1")} and min(swept.values()) > 0
     assert all(float(r["p99_ms"]) > 0 for r in rows)
+    assert {r["queue_delay_us"] for r in rows if r["threads"]} == {"200"}
     config = text_format.Parse((out / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     best = max(swept, key=lambda k: swept[k])
     assert (config.name, config.instance_group[0].count) == ("tiny", best[0])
     assert config.parameters["thread_num"].string_value == "1"
+    assert config.dynamic_batching.max_queue_delay_microseconds == 200
     assert "<- chosen" in printed and f"chosen: {best[0]} workers x 1 threads" in printed
