@@ -97,7 +97,9 @@ def replicas(tmp_path_factory: pytest.TempPathFactory):
     for i in range(2):
         repo = tmp_path_factory.mktemp(f"replica{i}")
         shutil.copytree(mobilenet, repo / MODEL, ignore=shutil.ignore_patterns("input.bin"))
-        servers.append(EmbeddedServer(ServerConfig(model_repository=repo, load_models=(MODEL,), exit_timeout_s=5)))
+        # no supervisor: the killed replica must stay down, the proxy's failover is what is measured
+        config = ServerConfig(model_repository=repo, load_models=(MODEL,), exit_timeout_s=5, supervise=False)
+        servers.append(EmbeddedServer(config))
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda s: s.start(), servers))
@@ -249,6 +251,7 @@ class KillRun:
 
     calls: list[tuple[float, str, str | None]] = field(default_factory=list)  # (t, protocol, error or None)
     kill_t: float = 0.0
+    survivor_served: tuple[int, int] = (0, 0)  # the survivor's success count (Triton's statistics) at kill, at end
     figures: dict[str, float] = field(default_factory=dict)
 
     def rate(self, t0: float, t1: float) -> float:
@@ -299,9 +302,11 @@ def kill_run(replicas, proxy, image, expected) -> KillRun:
     assert victim is not None
     os.kill(victim.pid, signal.SIGKILL)
     run.kill_t = time.monotonic() - start
+    at_kill = _success_count(replicas[0])
     for t in threads:
         t.join(LOAD_S + 120)
     assert not any(t.is_alive() for t in threads), "a predict call hung past the load window"
+    run.survivor_served = (at_kill, _success_count(replicas[0]))
     run.figures = {
         "before_kill_per_s": run.rate(1.0, run.kill_t),
         "after_kill_per_s": run.rate(run.kill_t + 3.0, LOAD_S),
@@ -316,14 +321,13 @@ def kill_run(replicas, proxy, image, expected) -> KillRun:
     return run
 
 
-def test_throughput_recovers_after_a_replica_is_killed(kill_run, replicas, proxy, image, expected, record_property):
-    for key, value in kill_run.figures.items():
+def test_the_survivor_serves_after_a_replica_is_killed(kill_run, replicas, proxy, image, expected, record_property):
+    for key, value in kill_run.figures.items():  # the rates are figures to read, not bars: speed is for benchmarks
         record_property(key, value)
     assert not replicas[1].is_running()
     assert kill_run.figures["before_kill_per_s"] > 0
-    # Recovery, not speed: the survivor keeps serving through the proxy (on 2 cores one replica with its two
-    # workers can use the whole machine, so the rate need not drop much; the bar is loose on purpose).
-    assert kill_run.figures["after_kill_per_s"] >= 0.25 * kill_run.figures["before_kill_per_s"], kill_run.figures
+    at_kill, at_end = kill_run.survivor_served
+    assert at_end > at_kill, kill_run.survivor_served  # the proxy sent the load to the survivor
     for protocol in ("grpc", "http"):  # both proxy paths kept serving after the kill
         assert any(p == protocol and err is None and t > kill_run.kill_t + 3.0 for t, p, err in kill_run.calls)
     # and the proxy keeps answering both protocols on the survivor
@@ -331,6 +335,5 @@ def test_throughput_recovers_after_a_replica_is_killed(kill_run, replicas, proxy
         np.testing.assert_array_equal(_predict(_runner(url), image), expected)
 
 
-@pytest.mark.xfail(reason="needs client retry (issue 7)", strict=False)
 def test_no_failed_predict_when_a_replica_is_killed(kill_run):
     assert kill_run.failures == [], kill_run.failures[:5]
