@@ -49,7 +49,7 @@ def transport(explicit_url: str | None) -> Transport:
 def _autostart() -> str:
     global _embedded
     with _lock:
-        if _embedded is not None and _embedded.is_running():
+        if _embedded is not None and _embedded.is_serving():  # healing counts: same URL, clients retry
             return str(_embedded.grpc_url)
         if os.environ.get("MSLITE_TRITON_AUTOSTART", "1") == "0":
             raise ServerUnavailableError(

@@ -477,6 +477,8 @@ class _ClientSide(asyncio.Protocol):
                 encoding = value
         if self.alone:
             self.refuse(sid, UNAVAILABLE, "the inference server is not reachable (restarting?)")
+            if self.transport is not None:  # and close: the client's retry connects again, and so do we to Triton
+                self.transport.close()
         elif self.relay.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
         elif path in self.relay.checks:

@@ -367,10 +367,13 @@ class Supervisor(threading.Thread):
         else:
             params.pop(RELOAD_PARAMETER, None)
         files = {} if snap.files_dir is None else _read_files(snap.files_dir)
-        # over gRPC: Triton 2.51's HTTP load API crashes the server on bodies of a few MiB
+        # Over gRPC (Triton 2.51's HTTP load API crashes the server on bodies of a few MiB), to Triton's own
+        # port: the gateway in front of it may be the process being healed.
+        host = "127.0.0.1" if self.server.config.gateway else self.server.config.host
+        url = f"grpc://{host}:{self.server.triton_grpc_port}"
         deadline = time.monotonic() + LOAD_DEADLINE_S
-        with Transport(self.server.grpc_url, key=self.server.admin_key, retry_s=0) as transport:
-            while True:
+        while True:
+            with Transport(url, key=self.server.admin_key, retry_s=0) as transport:  # a new connection each try
                 try:
                     transport.load_model(snap.name, config, {f"file:{k}": v for k, v in files.items()})
                     return True
@@ -378,10 +381,10 @@ class Supervisor(threading.Thread):
                     if time.monotonic() > deadline or self._halt.is_set():
                         log.error("loading model '%s' again failed: %s", snap.name, e)
                         return False
-                    time.sleep(0.2)
                 except Exception as e:  # one model failing to come back must not stop the others
                     log.error("loading model '%s' again failed: %s", snap.name, e)
                     return False
+            time.sleep(0.2)
 
 
 def _instance_names(config: dict[str, Any]) -> set[str]:

@@ -64,7 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
     out.write("serving; Ctrl-C or SIGTERM stops\n")
     out.flush()
     while not stop.wait(0.5):
-        if not server.is_running():
+        if not server.is_serving():  # with the supervisor: only once it could not start tritonserver again
             sys.stderr.write(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
             server.stop()
             return 1

@@ -462,13 +462,17 @@ class EmbeddedServer:
 
     # -- inspection ------------------------------------------------------------------------------
     def is_running(self) -> bool:
+        """True while the server process is alive (and the gateway, when there is one)."""
+        if self.gateway is not None and not self.gateway.is_running():
+            return False
+        return self.process is not None and self.process.poll() is None
+
+    def is_serving(self) -> bool:
         """True while the server serves: its processes are alive, or the supervisor is healing them."""
         supervisor = self._supervisor
         if supervisor is not None and not supervisor.halted:
             return not supervisor.gave_up
-        if self.gateway is not None and not self.gateway.is_running():
-            return False
-        return self.process is not None and self.process.poll() is None
+        return self.is_running()
 
     def _answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
