@@ -271,7 +271,7 @@ class _UpstreamSide(asyncio.Protocol):
             client.queued = []
         if frames.out:
             out, frames.out = frames.out, []
-            if client.transport is not None:
+            if client.transport is not None and not client.transport.is_closing():
                 client.transport.writelines(out)
 
     def pause_writing(self) -> None:
@@ -359,7 +359,7 @@ class _ClientSide(asyncio.Protocol):
         """A frame of ours to the client, now if Triton's side is between frames, else at its next boundary."""
         if self.upstream is not None and not self.upstream.can_inject:
             self.queued.append(data)
-        elif self.transport is not None:
+        elif self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
     def peer_settings(self, payload: Any) -> None:
@@ -394,7 +394,8 @@ class _ClientSide(asyncio.Protocol):
         if frames.out:
             out, frames.out = frames.out, []
             if self.upstream is not None and self.upstream.transport is not None:
-                self.upstream.transport.writelines(out)
+                if not self.upstream.transport.is_closing():
+                    self.upstream.transport.writelines(out)
 
     def _on_header(self, length: int, kind: int, flags: int, sid: int, raw: bytes) -> int:
         if self.alone:
@@ -479,6 +480,10 @@ class _ClientSide(asyncio.Protocol):
             self.refuse(sid, UNAVAILABLE, "the inference server is not reachable (restarting?)")
             if self.transport is not None:  # and close: the client's retry connects again, and so do we to Triton
                 self.transport.close()
+            # and hang up: the client's next call connects again, and finds tritonserver once it is back
+            self.send(frame(GOAWAY, 0, 0, _HEADER.pack(sid) + _HEADER.pack(NO_ERROR)))
+            if self.transport is not None:
+                self.transport.close()  # after what is written
         elif self.relay.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
         elif path in self.relay.checks:

@@ -73,6 +73,13 @@ def _serve(args: argparse.Namespace) -> int:
     return 0 if code in (0, None) else 1
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="mslite-triton", description=__doc__)
@@ -97,25 +104,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-gateway",
         action="store_true",
         help="serve tritonserver directly on the ports, without the validating gateway (which answers malformed "
-        "requests with a 4xx naming the problem and refuses oversized ones before they reach Triton; it costs "
-        "2-3 ms of CPU per 600 KB request)",
+        "requests with a 4xx naming the problem, refuses oversized ones before they reach Triton and bounds "
+        "what is in flight; it costs about 0.9 ms of CPU per 600 KB request, 0.1-0.2 ms per small one)",
     )
     serve.add_argument(
         "--max-request-mib",
-        type=int,
+        type=_positive,
         default=DEFAULT_MAX_REQUEST_BYTES >> 20,
         help="the largest request the gateway accepts; larger ones get 413 / RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-per-model",
-        type=int,
+        type=_positive,
         default=DEFAULT_MAX_INFLIGHT_PER_MODEL,
         help="gateway admission control: inference requests one model may have in flight (sent on to Triton, "
         "not yet answered); more are refused at once with 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-mib",
-        type=int,
+        type=_positive,
         default=DEFAULT_MAX_INFLIGHT_BYTES >> 20,
         help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
         "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
