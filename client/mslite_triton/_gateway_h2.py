@@ -478,9 +478,7 @@ class _ClientSide(asyncio.Protocol):
                 encoding = value
         if self.alone:
             self.refuse(sid, UNAVAILABLE, "the inference server is not reachable (restarting?)")
-            if self.transport is not None:  # and close: the client's retry connects again, and so do we to Triton
-                self.transport.close()
-            # and hang up: the client's next call connects again, and finds tritonserver once it is back
+            # and hang up: the client's retry connects again, and so do we to tritonserver, once it is back
             self.send(frame(GOAWAY, 0, 0, _HEADER.pack(sid) + _HEADER.pack(NO_ERROR)))
             if self.transport is not None:
                 self.transport.close()  # after what is written
