@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,19 @@ def build_repository(repo: Path) -> None:
     )
 
 
+def private_tiny(directory: Path, tag: str) -> Path:
+    """The tiny model (y = 2x + 1) in a file of its own: uploaded, it is a model no other test shares.
+
+    The client names a model by a hash of its file and config, so a different doc string is a different model,
+    whose batching a test may configure as it needs.
+    """
+    model = GEN.build_tiny()
+    model.doc_string = f"private to {tag}"
+    path = directory / f"tiny_{tag}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
 @pytest.fixture(scope="session")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("repo")
@@ -78,7 +92,35 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+# What the server log holds after a crash or a bug of ours: Triton's crash handler ("Signal (11) received"),
+# an abort, a worker found dead, a traceback from the backend.
+LOG_ALARMS = ("Signal (", "terminate called", "is not healthy", "Traceback", "mslite: execute failed")
+
+
+def log_alarms(text: str) -> list[str]:
+    """The lines of a server log that say something crashed (at most 10)."""
+    return [line for line in text.splitlines() if any(alarm in line for alarm in LOG_ALARMS)][:10]
+
+
+def assert_never_healed(srv: EmbeddedServer) -> None:
+    """The server never restarted nor replaced a worker, and its log holds no crash.
+
+    The supervisor heals crashes and the client retries meanwhile, so without this check a backend crash
+    during a test would pass unseen. Tests that kill workers or servers on purpose start their own.
+    """
+    supervisor = srv._supervisor
+    heals = list(supervisor.recoveries) if supervisor is not None else []
+    alarms = log_alarms(srv.log_path.read_text(errors="replace"))
+    running = srv.is_running()
+    dead = [w.pid for w in workers_of(srv.process.pid) if w.state == "Z"] if running else []  # died too late to heal
+    assert running and srv.restarts == 0 and not heals and not alarms and not dead, (
+        f"the session server crashed: running {running}, {srv.restarts} restart(s), heals taking {heals} s; "
+        f"dead workers {dead}; log: {alarms}"
+    )
+
+
 @pytest.fixture(scope="session")
 def server(repository: Path):
     with EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240)) as srv:
         yield srv
+        assert_never_healed(srv)  # before the log goes with the workspace
