@@ -165,6 +165,26 @@ def small_classifier(seed: int = 0) -> onnx.ModelProto:
     )
 
 
+def slow(rounds: int = 8, size: int = 1024) -> onnx.ModelProto:
+    """A model that keeps one core busy: ``rounds`` chained ``size x size`` MatMul + Tanh (~0.1 s each here).
+
+    Input ``x`` ``[N, 1]`` float32, batch 1 only (it is broadcast to a square); output ``y`` ``[N, 1]``, the mean.
+    For tests that need a request to be really running on the server: timeouts, a full queue.
+    """
+    nodes = [helper.make_node("Expand", ["x", "square"], ["m0"])]
+    for i in range(rounds):
+        nodes.append(helper.make_node("MatMul", [f"m{i}", f"m{i}"], [f"p{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"p{i}"], [f"m{i + 1}"]))
+    nodes.append(helper.make_node("ReduceMean", [f"m{rounds}"], ["y"], axes=[0, 1], keepdims=1))
+    return _model(
+        "slow",
+        nodes,
+        [_vi("x", TensorProto.FLOAT, ["N", 1])],
+        [_vi("y", TensorProto.FLOAT, ["N", 1])],
+        [numpy_helper.from_array(np.array([size, size], dtype=np.int64), name="square")],
+    )
+
+
 def big_weights(mb: int = 200, seed: int = 0) -> onnx.ModelProto:
     """An MLP of square fp32 layers whose weights total about ``mb`` MiB.
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,11 +16,17 @@ import numpy as np
 import onnx
 import pytest
 from conftest import GEN, ROOT, ZOO
-from model_zoo import broken_bytes, run_reference, small_classifier
+from model_zoo import broken_bytes, run_reference, slow, small_classifier
 
 import mslite_triton as mslite
 from mslite_triton._transport import Transport
-from mslite_triton.errors import InvalidInputError, ModelLoadError, MSLiteError, ServerUnavailableError
+from mslite_triton.errors import (
+    InvalidInputError,
+    ModelLoadError,
+    MSLiteError,
+    ServerUnavailableError,
+    ServiceDenyError,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -251,6 +258,77 @@ def test_unreachable_server_names_the_url(files):
     with pytest.raises(ServerUnavailableError, match=r"grpc://127\.0\.0\.1:9.*mslite-triton serve") as info:
         mslite.ModelParallelRunner().build_from_file(str(files / "tiny.onnx"), ctx)
     assert isinstance(info.value, RuntimeError)
+
+
+def test_autostart_off_names_the_variable_and_starts_nothing(files):
+    """MSLITE_TRITON_AUTOSTART=0 with no URL: ServerUnavailableError at build, and no server process."""
+    script = (
+        "import sys, mslite_triton as mslite\n"
+        "from mslite_triton import _endpoint\n"
+        "try:\n"
+        "    mslite.ModelParallelRunner().build_from_file(sys.argv[1])\n"
+        "except mslite.errors.ServerUnavailableError as e:\n"
+        "    print('REFUSED', e, flush=True)\n"
+        "print('EMBEDDED', _endpoint._embedded, flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MSLITE_TRITON_URL"}
+    env["MSLITE_TRITON_AUTOSTART"] = "0"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(files / "tiny.onnx")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "REFUSED" in proc.stdout and "MSLITE_TRITON_AUTOSTART=0" in proc.stdout, proc.stdout
+    assert "EMBEDDED None" in proc.stdout, proc.stdout
+
+
+def test_overload_and_bad_input_are_never_retried(server, tmp_path, monkeypatch):
+    """One request reaches the server for a predict refused as bad input or for a full queue (README: never retried)."""
+    import tritonclient.grpc as grpcclient
+
+    sent: list[int] = []  # the thread of each gRPC infer call the client makes
+    infer = grpcclient.InferenceServerClient.infer
+
+    def counted(self, *args, **kwargs):
+        sent.append(threading.get_ident())
+        return infer(self, *args, **kwargs)
+
+    monkeypatch.setattr(grpcclient.InferenceServerClient, "infer", counted)
+    mine = threading.get_ident()
+
+    mixed = mslite.Model()
+    mixed.build_from_file("triton://mixed_dtypes", mslite.ModelType.MINDIR, _context(server))
+    ids, h = np.zeros((1, 5), np.int64), np.zeros((1, 5), np.float16)
+    sent.clear()
+    with pytest.raises(InvalidInputError, match="0 or 1"):  # BOOL bytes other than 0/1: the backend refuses
+        mixed.predict([ids, np.full((1, 5), 7, np.uint8).view(np.bool_), h])
+    assert sent == [mine]
+
+    # a full queue: one slow request running, one queued, the others refused at once (kLiteServiceDeny)
+    path = tmp_path / "slow.onnx"
+    path.write_bytes(slow(rounds=8).SerializeToString())  # ~1 s a request here
+    ctx = _context(server, workers=1)
+    ctx.cpu.thread_num = 1
+    ctx.parallel.config_info = {"dynamic_batching": {"max_queue_size": "1", "max_batch_size": "1"}}
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(path), ctx)
+    outcomes: dict[int, str] = {}
+
+    def one_predict() -> None:
+        try:
+            runner.predict([mslite.Tensor(np.ones((1, 1), np.float32))])
+            outcomes[threading.get_ident()] = "served"
+        except ServiceDenyError:
+            outcomes[threading.get_ident()] = "denied"
+
+    sent.clear()
+    threads = [threading.Thread(target=one_predict) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    denied = [tid for tid, what in outcomes.items() if what == "denied"]
+    assert denied and "served" in outcomes.values(), outcomes
+    assert all(sent.count(tid) == 1 for tid in denied), [sent.count(tid) for tid in denied]
 
 
 AUTOSTART = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -134,3 +135,19 @@ def test_full_queue_rejects_at_once_with_service_deny(server):
     assert "kLiteServiceDeny" in str(denied[0])
     for y in served:
         np.testing.assert_array_equal(y, served[0])
+
+
+def test_middle_core_mode_on_a_model_warns_and_does_not_pin(server, tiny, caplog):
+    """thread_affinity_mode 2: a ModelParallelRunner refuses it (as MindSpore Lite does), a Model warns, unpinned."""
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.cpu.thread_num = 1
+    ctx.cpu.thread_affinity_mode = 2
+    model = mslite.Model()
+    with caplog.at_level(logging.WARNING, logger="mslite_triton"):
+        model.build_from_file(tiny, mslite.ModelType.MINDIR, ctx)
+    assert "thread_affinity_mode 2 (middle cores) is not supported by the server" in caplog.text
+    (y,) = model.predict([np.ones((1, 4), np.float32)])
+    np.testing.assert_array_equal(y.get_data_to_numpy(), np.full((1, 4), 3.0))
+    (pid,) = _worker_pids(server, model._remote.info.name)
+    assert os.sched_getaffinity(pid) == os.sched_getaffinity(0)  # every core this test may use: not pinned

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mslite_triton._workers import workers_of
@@ -120,3 +121,35 @@ def test_upload_copies_do_not_outlive_the_server(repository: Path, tmp_path: Pat
             srv.process.kill()
             srv.process.wait()
     assert not [c for c in copies if Path(c).exists()]
+
+
+def _pairs_model() -> bytes:
+    """y = x reshaped to pairs: runs for an even number of values, fails for the warm-up's one value."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([-1, 2], dtype=np.int64), name="pairs")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "pairs"], ["y"])],
+        "pairs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", 2])],
+        initializer=[shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model.SerializeToString()
+
+
+def test_warm_up_runs_before_the_model_is_ready(tmp_path: Path):
+    """A model whose warm-up (zeros, every dynamic dim 1) fails never becomes ready; with warmup off it serves."""
+    for name, extra in (("warm", ""), ("cold", 'parameters { key: "warmup" value { string_value: "false" } }\n')):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.onnx").write_bytes(_pairs_model())
+        (tmp_path / name / "config.pbtxt").write_text('backend: "mslite"\n' + extra)
+    with EmbeddedServer(ServerConfig(model_repository=tmp_path)) as srv:
+        states = _states(srv)
+        assert not states["warm"].ready and "reshape" in states["warm"].reason.lower(), states["warm"]
+        assert states["cold"].ready, states["cold"]
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": x.flatten().tolist()}]}
+        out = srv.http_json("POST", "/v2/models/cold/infer", body)["outputs"][0]
+        assert out["shape"] == [2, 2] and out["data"] == [0, 1, 2, 3]
