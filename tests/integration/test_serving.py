@@ -91,8 +91,8 @@ def test_concurrent_requests_are_batched_and_exact(server, tmp_path):
     inferences = after["inference_count"] - before["inference_count"]
     executions = after["execution_count"] - before["execution_count"]
     assert inferences == sum(x.shape[0] for x in xs)
-    assert executions < 32, "no request was merged with another"
-    print(f"32 requests in {executions} executions")
+    # without the batcher Triton's default scheduler still pairs a few (30 executions, measured): ask for more
+    assert executions <= 8, f"32 requests in {executions} executions: the batcher did not merge them"
 
 
 def test_minimal_config_gets_no_queue_bound_and_two_requests_per_execute_on_cpu(server):
