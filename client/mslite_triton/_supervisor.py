@@ -102,6 +102,7 @@ class Supervisor(threading.Thread):
         self._files_root = Path(server.workspace) / "uploads"
         self._dirs: dict[str, str] = {}  # instance name -> model directory, learnt from live workers
         self._suspects: set[int] = set()
+        self._short: set[str] = set()  # catalog models short of a live worker at the last poll
         self._serving: dict[int, str] = {}  # pid -> instance name of workers seen alive
         self._seen_workers: frozenset[int] = frozenset()
         self._not_live = 0
@@ -196,11 +197,17 @@ class Supervisor(threading.Thread):
                 self._serving[w.pid] = w.instance
         dead = {w.pid for w in workers if w.state == "Z" and w.pid in self._serving}
         confirmed, self._suspects = dead & self._suspects, dead
-        if confirmed:
+        # A worker that died before this thread saw it alive (e.g. while a heal was loading its model) left
+        # no trace but a missing instance: a catalog model short of a worker, two polls in a row.
+        live = {w.instance for w in workers if w.instance and w.state != "Z"}
+        short = {n for n, snap in self._catalog.items() if not _instance_names(snap.config) <= live}
+        short, self._short = short & self._short, short
+        if confirmed or short:
             instances = {pid: self._serving.pop(pid) for pid in confirmed}
-            models = self._models_of(set(instances.values()))
+            models = set(self._models_of(set(instances.values()))) if confirmed else set()
+            models |= short & set(self.server.loaded_models())  # not one unloaded on purpose
             if models:
-                self.heal_models(models)
+                self.heal_models(sorted(models))
                 return
         alive = frozenset(w.pid for w in workers if w.state != "Z")
         if alive != self._seen_workers:  # a model was loaded, reloaded or unloaded: learn what it takes
@@ -284,7 +291,7 @@ class Supervisor(threading.Thread):
         survivors = [pid for pid, instance in self._serving.items() if instance in instances]
         ok = self._load_all(snaps, reload=True)
         self._retire(survivors)
-        self._seen_workers = frozenset()  # learn the new workers' directories and configs
+        self._seen_workers, self._short = frozenset(), set()  # learn the new workers' directories and configs
         self._record("worker", f"a worker of {names} died", started, names, ok)
 
     def _retire(self, pids: list[int]) -> None:
@@ -296,7 +303,7 @@ class Supervisor(threading.Thread):
         server_pid = self.server.process.pid if self.server.process is not None else -1
         for pid in pids:
             self._serving.pop(pid, None)
-            if any(w.pid == pid for w in workers_of(server_pid)):  # still ours (pids are reused)
+            if any(w.pid == pid and w.state != "Z" for w in workers_of(server_pid)):  # still ours, still alive
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 self.leaked += 1
@@ -318,7 +325,7 @@ class Supervisor(threading.Thread):
                 log.error("restarting tritonserver failed (try %d of 3): %s", attempt + 1, e)
                 time.sleep(1.0)
                 continue
-            self._suspects, self._serving, self._seen_workers = set(), {}, frozenset()
+            self._suspects, self._serving, self._seen_workers, self._short = set(), {}, frozenset(), set()
             self._not_live, self.leaked = 0, 0
             ready = set(self.server.loaded_models())
             log.warning(

@@ -155,6 +155,26 @@ def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
     assert clients.failures == []
 
 
+def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(healing):
+    srv, runner = healing
+    name = runner._remote.info.name
+    with Clients(runner) as clients:
+        clients.wait_for(20)
+        before = len(srv._supervisor.heals)
+        first = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        os.kill(first.pid, signal.SIGKILL)
+        _wait(lambda: len(srv._supervisor.heals) > before, "the first heal")
+        # at once, before the supervisor's next look: the new worker was never seen alive
+        new = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        os.kill(new.pid, signal.SIGKILL)
+        _wait(lambda: len(srv._supervisor.heals) > before + 1, "a heal of the new worker")
+        clients.wait_for(20)
+    assert [h.what for h in srv._supervisor.heals[before:]] == ["worker", "worker"]
+    live = [w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z"]
+    assert len(live) == 2, live
+    assert clients.failures == []
+
+
 def test_a_dead_gateway_comes_back_on_its_ports(healing):
     srv, runner = healing
     old_pid = srv.gateway.pid
