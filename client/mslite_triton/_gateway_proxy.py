@@ -29,6 +29,7 @@ from ._gateway_http import (
     read_head,
     remap_parse_500,
     upstream_head,
+    within,
 )
 from ._gateway_rules import Refusal
 
@@ -131,7 +132,7 @@ class Upstream:
                 if len(body) >= 4096:
                     writer.write(body)
                 await writer.drain()
-                resp = await asyncio.wait_for(read_response(reader), self.timeout_s)
+                resp = await within(read_response(reader), self.timeout_s)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 writer.close()
                 if fresh or (isinstance(e, asyncio.IncompleteReadError) and e.partial):

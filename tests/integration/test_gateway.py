@@ -46,8 +46,14 @@ GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
 
 @pytest.fixture(scope="module")
 def gw(repository: Path):
+    # No supervisor: test_http_requests_wait_out_a_server_restart restarts tritonserver itself, and a
+    # supervisor would take the stopped server for a dead one and restart it too (healing: test_healing.py).
     config = ServerConfig(
-        model_repository=repository, load_models=("tiny", "multi_io"), gateway=True, max_request_bytes=CAP
+        model_repository=repository,
+        load_models=("tiny", "multi_io"),
+        gateway=True,
+        max_request_bytes=CAP,
+        supervise=False,
     )
     with EmbeddedServer(config) as srv:
         yield srv
