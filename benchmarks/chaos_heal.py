@@ -203,8 +203,11 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
         clients = Clients(runner).start()
         for case, kill in kills:
             for _ in range(rounds):
+                failed = len(clients.failures)
                 rows.append(_kill_and_measure(case, clients, kill, heals))
                 print(_format(rows[-1]), flush=True)
+                for failure in clients.failures[failed : failed + 2]:
+                    print(f"    failure: {failure}", flush=True)
     finally:
         if clients is not None:
             clients.stop()

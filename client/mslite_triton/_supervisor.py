@@ -153,7 +153,8 @@ class Supervisor(threading.Thread):
                     break
                 try:
                     self.poll()
-                    self.client_regions.maybe_sweep()
+                    if not self._not_live:  # not while the server hangs: its calls would wait too
+                        self.client_regions.maybe_sweep()
                 except Exception:  # the supervisor must outlive any one bad poll
                     log.exception("supervisor poll failed")
         self._release.wait()
