@@ -39,6 +39,10 @@ VARIANTS = {  # name -> what replaces the config's dynamic_batching section
     "all_merge_unbounded": "dynamic_batching { }\n" + MERGE,
     "p4_alone_unbounded": "dynamic_batching { preferred_batch_size: [ 4 ] }\n",
     "p8_alone_unbounded": "dynamic_batching { preferred_batch_size: [ 8 ] }\n",
+    "p2_no_metrics": UNBOUNDED_CPU_BATCHER  # no metrics publisher thread in the workers
+    + 'parameters { key: "metrics" value { string_value: "false" } }\n',
+    "p2_pinned": UNBOUNDED_CPU_BATCHER  # worker i on core i (thread_affinity_mode 1)
+    + 'parameters { key: "thread_affinity_mode" value { string_value: "1" } }\n',
     "p2_alone_unshared": f"dynamic_batching {{ preferred_batch_size: [ 2 ] {QUEUE} }}\n"
     + 'parameters { key: "share_weights" value { string_value: "false" } }\n',
 }
