@@ -240,6 +240,9 @@ class _UpstreamSide(asyncio.Protocol):
 
     def _on_header(self, length: int, kind: int, flags: int, sid: int, raw: bytes) -> int:
         client = self.client
+        if client.queued and not self.in_block:  # a frame boundary: our answers go first, before Triton's
+            self.frames.out += client.queued  # (Triton may answer a call we refused, e.g. after our reset)
+            client.queued = []
         if kind == HEADERS or kind == CONTINUATION:
             self.in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
@@ -299,6 +302,7 @@ class _ClientSide(asyncio.Protocol):
         self.frames = _Frames()
         self.decoder = hpack.Decoder()
         self.block = bytearray()  # a header block being collected (HEADERS + CONTINUATIONs)
+        self.in_block = False  # between a HEADERS frame without END_HEADERS and its last CONTINUATION
         self.block_stream = 0
         self.streams: dict[int, _Stream] = {}
         self.refused_ids: set[int] = set()
@@ -388,7 +392,7 @@ class _ClientSide(asyncio.Protocol):
             data = data[take:]
         frames = self.frames
         frames.feed(data, self._on_header, self._on_frame)
-        if self.to_upstream and frames.at_boundary and not self.block:
+        if self.to_upstream and frames.at_boundary and not self.in_block:
             frames.out += self.to_upstream
             self.to_upstream = []
         if frames.out:
@@ -398,6 +402,11 @@ class _ClientSide(asyncio.Protocol):
                     self.upstream.transport.writelines(out)
 
     def _on_header(self, length: int, kind: int, flags: int, sid: int, raw: bytes) -> int:
+        if self.to_upstream and not self.in_block:  # a frame boundary: our resets reach Triton as early as they can
+            self.frames.out += self.to_upstream
+            self.to_upstream = []
+        if kind == HEADERS or kind == CONTINUATION:
+            self.in_block = not flags & END_HEADERS
         if self.alone:
             if kind == DATA:
                 self._credit(length)

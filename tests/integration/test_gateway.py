@@ -429,6 +429,53 @@ def test_admission_control_refuses_with_service_deny(gw, tmp_path):
         gateway.stop()
 
 
+def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, tmp_path):
+    """Multi-frame gRPC requests refused by admission while others are served: the refused get kLiteServiceDeny,
+    never Triton's answer to the call the gateway reset ("Unable to parse request" reached clients once)."""
+    model = mslite.Model()
+    model.build_from_file(str(files / "variable_seq.onnx"), mslite.ModelType.MINDIR, _context(gw.grpc_url))
+    stats_client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
+    try:
+        stats = stats_client.get_inference_statistics(as_json=True)["model_stats"]
+    finally:
+        stats_client.close()
+    name = next(m["name"] for m in stats if m["name"].startswith("variable_seq"))
+    gateway = _gateway(
+        tmp_path, _address(gw.triton_http_url), f"127.0.0.1:{gw.triton_grpc_port}", max_inflight_per_model=2
+    )
+    request = pb.ModelInferRequest(model_name=name)
+    request.inputs.add(name="tokens", datatype="FP32", shape=[1, 65536])  # 256 KiB: many DATA frames
+    request.raw_input_contents.append(np.ones(65536, dtype=np.float32).tobytes())
+    data = request.SerializeToString()
+    outcomes: dict[str, int] = {}
+    lock = threading.Lock()
+    stop = time.monotonic() + 6
+    channel = grpc.insecure_channel(f"127.0.0.1:{_port(gateway, 'grpc-port')}")
+    call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+
+    def client() -> None:
+        while time.monotonic() < stop:
+            try:
+                call(data, timeout=30)
+                key = "ok"
+            except grpc.RpcError as e:
+                key = "deny" if "kLiteServiceDeny" in (e.details() or "") else f"{e.code()}: {e.details()}"
+            with lock:
+                outcomes[key] = outcomes.get(key, 0) + 1
+
+    threads = [threading.Thread(target=client) for _ in range(12)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        channel.close()
+        gateway.stop()
+    assert outcomes.get("ok", 0) > 0 and outcomes.get("deny", 0) > 0, outcomes
+    assert set(outcomes) == {"ok", "deny"}, outcomes
+
+
 def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     """32 MiB bodies in 2-byte chunks on 4 connections: gateway RSS < 512 MiB, other clients served."""
     gateway = _gateway(tmp_path, _address(gw.triton_http_url), f"127.0.0.1:{gw.triton_grpc_port}")
