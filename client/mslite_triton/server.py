@@ -208,7 +208,7 @@ class EmbeddedServer:
             self._supervisor.start()
         return self
 
-    def _launch(self, *, stop_on_failure: bool = True) -> None:
+    def _launch(self, *, stop_on_failure: bool = True, load_models: tuple[str, ...] | None = None) -> None:
         """Start the tritonserver process and wait until it is ready (also used to restart it).
 
         Raises:
@@ -216,7 +216,7 @@ class EmbeddedServer:
         """
         if self._supervisor is not None and self._supervisor.halted:
             raise ServerStartError("the server is stopping")
-        args = [str(self._binary), *self._flags()]
+        args = [str(self._binary), *self._flags(self.config.load_models if load_models is None else load_models)]
         env = dict(os.environ)
         bindir = str(Path(sys.executable).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
@@ -309,7 +309,7 @@ class EmbeddedServer:
         shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
         return src / "bin" / "tritonserver"
 
-    def _flags(self) -> list[str]:
+    def _flags(self, load_models: tuple[str, ...]) -> list[str]:
         cfg = self.config
         host = LOOPBACK if cfg.gateway else cfg.host
         flags = [
@@ -333,7 +333,7 @@ class EmbeddedServer:
             f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
             f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
         ]
-        flags += [f"--load-model={m}" for m in cfg.load_models]
+        flags += [f"--load-model={m}" for m in load_models]
         if self.admin_key:
             flags += _admin_key.flags(self.admin_key)
         return flags + list(cfg.extra_args)
@@ -424,19 +424,19 @@ class EmbeddedServer:
         """Remember the upload copies among the model directories of this server's workers (removed after it exits)."""
         self._upload_copies |= upload_copies(model_dirs)
 
-    def restart(self) -> None:
+    def restart(self, *, load_models: tuple[str, ...] | None = None) -> None:
         """Kill the server and every worker, remove their shm regions, and start it again on the same ports.
 
         The same admin key and weights owner: clients keep working, and the workers adopt the weights
-        published last. Models loaded from the repository at start come back by themselves; the others
-        are the supervisor's to load again.
+        published last. The models of `load_models` (default: the configured ones) load at start; the
+        others are the supervisor's to load again.
 
         Raises:
             ServerStartError: it did not start again.
         """
         self._terminate(timeout_s=0)
         self.restarts += 1
-        self._launch(stop_on_failure=False)
+        self._launch(stop_on_failure=False, load_models=load_models)
 
     def cleanup_shm(self) -> list[str]:
         """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
