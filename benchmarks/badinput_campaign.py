@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.badinput_campaign --replay 1234 [--seed 7]    # one case, sent and printed
 
 Without `--http`/`--grpc` it starts its own embedded tritonserver on 127.0.0.1, serving the test repository
-(`tiny`, `mobilenetv2` and the model zoo of tests/integration/conftest.py), and stops it at the end. Case `i`
+(`tiny`, `mobilenetv2` and the model zoo of tests/support/repository.py), and stops it at the end. Case `i`
 of a seed depends on nothing else, so every failure can be replayed alone. The test suite's fast version
 (tests/integration/test_bad_input.py) runs the same generator on ~11,000 cases.
 
@@ -1306,16 +1306,13 @@ def start_server(*, gateway: bool = False) -> Served:
     """
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    sys.path.insert(0, str(ROOT / "tests"))
-    import conftest  # the test repository builder: the same models the test suite serves
-
     from mslite_triton.server import EmbeddedServer, ServerConfig
+    from tests.support.repository import build_repository  # the same models the test suite serves
 
     tmp = tempfile.TemporaryDirectory(prefix="mslite-badinput-")
     repo = Path(tmp.name) / "repo"
     repo.mkdir()
-    conftest.build_repository(repo)
+    build_repository(repo)
     srv = EmbeddedServer(ServerConfig(model_repository=repo, startup_timeout_s=240, gateway=gateway)).start()
     assert srv.process is not None
 

@@ -38,12 +38,10 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-import model_zoo  # noqa: E402
-
 import mslite_triton as mslite  # noqa: E402
 from mslite_triton._workers import workers_of  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+from tests.support import model_zoo  # noqa: E402
 
 BARS = {"pss_ratio": 1.5, "latency_ratio": 1.10, "update_s": 1.0}
 T0 = time.monotonic()

@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import assert_never_healed, log_alarms
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.badinput_campaign import (  # noqa: E402
+from benchmarks.badinput_campaign import (
     GRPC_CATEGORIES,
     HTTP_CATEGORIES,
     Case,
@@ -51,6 +45,8 @@ from benchmarks.badinput_campaign import (  # noqa: E402
     run_cases,
     tree_rss_kb,
 )
+from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.server_checks import assert_never_healed, log_alarms
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import GEN, ROOT, ZOO
-from model_zoo import broken_bytes, run_reference, slow, small_classifier
 
 import mslite_triton as mslite
 from mslite_triton._transport import Transport
@@ -27,6 +25,8 @@ from mslite_triton.errors import (
     ServerUnavailableError,
     ServiceDenyError,
 )
+from tests.support.model_zoo import broken_bytes, run_reference, slow, small_classifier
+from tests.support.repository import GEN, ROOT, ZOO
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ import textwrap
 import time
 from pathlib import Path
 
-import private_shm
 import pytest
-from conftest import GEN
 
 from mslite_triton._transport import region_owner
+from tests.support import private_shm
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import GEN
 
 import mslite_triton as mslite
 from mslite_triton._workers import workers_of
 from mslite_triton.errors import ServiceDenyError
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GEN, ROOT
 
 import mslite_triton as mslite
+from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
 

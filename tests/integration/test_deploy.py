@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+
+from tests.support.repository import ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -26,8 +26,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
-from conftest import GEN, ZOO
-from model_zoo import run_reference
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
@@ -37,6 +35,8 @@ from mslite_triton._error_table import classify
 from mslite_triton._gateway import GatewayProcess
 from mslite_triton.errors import ServiceDenyError
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.model_zoo import run_reference
+from tests.support.repository import GEN, ZOO
 
 pytestmark = pytest.mark.integration
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GEN
 from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
 from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer, ServerConfig, _pick_ports
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 
@@ -222,7 +222,7 @@ AUTOSTART_CLIENT = textwrap.dedent(
     import os, signal, sys, threading, time
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
-    from test_healing import Clients, build_updated
+    from tests.integration.test_healing import Clients, build_updated
     from mslite_triton import _endpoint
 
     url = _endpoint.server_url(None)  # starts the loopback server
@@ -248,10 +248,10 @@ AUTOSTART_CLIENT = textwrap.dedent(
 def test_the_autostarted_server_heals_a_dead_tritonserver(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k not in ("MSLITE_TRITON_URL", "MSLITE_TRITON_AUTOSTART")}
     env["MSLITE_TRITON_KEY_DIR"] = str(tmp_path / "keys")
-    tests = str(Path(__file__).parent)
+    root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run(
-        [sys.executable, "-c", AUTOSTART_CLIENT, tests, str(tmp_path)],
-        env={**env, "PYTHONPATH": tests}, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", AUTOSTART_CLIENT, root, str(tmp_path)],
+        env={**env, "PYTHONPATH": root}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert "heals [('tritonserver', True)] failures 0" in out.stdout, out.stdout + out.stderr[-3000:]

@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import GEN
 from onnx import helper
-from test_java import JAVA, require_jdk
 
 import mslite_triton as mslite
 from mslite_triton._workers import workers_of
+from tests.integration.test_java import JAVA, require_jdk
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

@@ -14,17 +14,17 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import private_shm
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import GEN
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_triton import _admin_key
 from mslite_triton.errors import InferenceError, ModelLoadError
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support import private_shm
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_java import classes, run_main, unload  # noqa: F401 -- classes: the compiled Java client (a fixture)
 
 import mslite_triton as mslite
 from mslite_triton._admin_key import HEADER
+from tests.integration.test_java import classes, run_main, unload  # noqa: F401 -- classes: the compiled Java client (a fixture)
 
 pytestmark = pytest.mark.integration
 

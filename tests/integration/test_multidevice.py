@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import GEN
-from model_zoo import no_batch, run_reference
 from onnx import TensorProto, helper
 
 import mslite_triton as mslite
 from mslite_triton.parallel_predict import ParallelPredictUtils
+from tests.support.model_zoo import no_batch, run_reference
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import GEN
 from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
 from mslite_triton._workers import workers_of
 from mslite_triton.errors import InvalidInputError, ModelLoadError, ServiceDenyError
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

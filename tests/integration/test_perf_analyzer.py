@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+
+from tests.support.repository import ROOT
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def perf_analyzer():
-    sys.path.insert(0, str(ROOT))
     from benchmarks.tools import ToolsError, ensure_tools
 
     try:

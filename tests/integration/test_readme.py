@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GEN, ROOT
-from model_zoo import run_reference
+
+from tests.support.model_zoo import run_reference
+from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
 

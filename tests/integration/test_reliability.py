@@ -15,11 +15,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import model_zoo
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import GEN
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
@@ -27,6 +25,8 @@ from mslite_triton import _admin_key
 from mslite_triton._workers import workers_of
 from mslite_triton.errors import ExecutionTimeoutError
 from mslite_triton.server import EmbeddedServer, ServerConfig, _pick_ports
+from tests.support import model_zoo
+from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import GEN, _add
 
 from mslite_triton import _admin_key
 from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.repository import GEN, add_model
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
     Without the supervisor, a tritonserver that aborts stays dead, and the tests see it.
     """
     repo = tmp_path_factory.mktemp("reload")
-    _add(repo, MODEL, GEN.build_tiny(), 'backend: "mslite"\n')
+    add_model(repo, MODEL, GEN.build_tiny(), 'backend: "mslite"\n')
     with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), supervise=False)) as srv:
         yield srv
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GEN, ROOT
 
 import mslite_triton as mslite
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import GEN, ZOO, private_tiny
-from model_zoo import run_reference
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 import mslite_triton as mslite
+from tests.support.model_zoo import run_reference
+from tests.support.repository import GEN, ZOO, private_tiny
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import GEN, ROOT, _add
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from mslite_triton import cli
+from tests.support.repository import GEN, ROOT, add_model
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,6 @@ def model_analyzer() -> str:
 
 @pytest.fixture(scope="module")
 def perf_analyzer() -> str:
-    sys.path.insert(0, str(ROOT))
     from benchmarks.tools import ToolsError, ensure_tools
 
     try:
@@ -43,7 +42,7 @@ def perf_analyzer() -> str:
 
 
 def test_tune_sweeps_two_variants_and_writes_the_fastest_config(tmp_path, model_analyzer, perf_analyzer, capsys):
-    _add(tmp_path / "repo", "tiny", GEN.build_tiny(), 'backend: "mslite"\nmax_batch_size: 8\n')
+    add_model(tmp_path / "repo", "tiny", GEN.build_tiny(), 'backend: "mslite"\nmax_batch_size: 8\n')
     out = tmp_path / "tuned"
     code = cli.main(["tune", str(tmp_path / "repo" / "tiny"), "--workers", "1,2", "--threads", "1",
                      "--queue-delays-us", "200", "--concurrency", "2", "--window-ms", "1000", "--output", str(out),

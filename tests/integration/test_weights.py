@@ -8,7 +8,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import model_zoo as zoo
 import numpy as np
 import pytest
 from onnx import numpy_helper
@@ -16,6 +15,7 @@ from onnx import numpy_helper
 import mslite_triton as mslite
 from mslite_triton._workers import workers_of
 from mslite_triton.errors import InvalidInputError
+from tests.support import model_zoo as zoo
 
 pytestmark = pytest.mark.integration
 

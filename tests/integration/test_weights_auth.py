@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from mslite_triton_backend.mslite_backend.protocol import (
-    PROOF_PARAMETER,
-    UPDATE_PARAMETER,
-    WEIGHTS_INPUT,
-    sign_update,
-)
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_triton.errors import PermissionDeniedError
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_triton_backend.mslite_backend.protocol import (
+    PROOF_PARAMETER,
+    UPDATE_PARAMETER,
+    WEIGHTS_INPUT,
+    sign_update,
+)
 
 pytestmark = pytest.mark.integration
 

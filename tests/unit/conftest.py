@@ -1,4 +1,4 @@
-"""Unit tests import the backend's runtime (`mslite_backend`) and the test model zoo directly."""
+"""Unit tests import the backend's runtime (`mslite_backend`) directly, as Triton does."""
 
 from __future__ import annotations
 
@@ -8,6 +8,5 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # Triton puts backend/mslite on sys.path when it loads the backend; unit tests do the same.
-for _path in (ROOT / "backend" / "mslite", ROOT / "tests"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+if str(ROOT / "backend" / "mslite") not in sys.path:
+    sys.path.insert(0, str(ROOT / "backend" / "mslite"))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import model_zoo as zoo
 import numpy as np
 import onnx
 import pytest
@@ -22,6 +21,7 @@ from mslite_backend.graph import (
     plan_auto_complete,
     read_graph_io,
 )
+from tests.support import model_zoo as zoo
 
 
 def _save(tmp_path: Path, model: onnx.ModelProto, name: str = "model.onnx") -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import model_zoo as zoo
 import numpy as np
 import onnx
 import pytest
@@ -16,6 +15,7 @@ from mslite_backend.config import BackendConfig, InstanceInfo
 from mslite_backend.errors import BackendError, InferenceFailure, ModelLoadError, RequestError, client_message
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.runtime import ModelRuntime
+from tests.support import model_zoo as zoo
 
 CPU = InstanceInfo(name="t_0", kind="CPU", device_id=0)
 RNG = np.random.default_rng(0)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from benchmarks import bars  # noqa: E402
-from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402
+from benchmarks import bars
+from benchmarks.serving import find_peer_backend, peer_ort_version
 
 
 def _point(infer_s: float, p50: float = 1.0, p99: float = 2.0, stable: bool = True) -> dict:

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import model_zoo as zoo
 import onnx
 import pytest
 from tritonclient.utils import InferenceServerException
@@ -32,6 +31,7 @@ from mslite_triton.errors import (
     ServerUnavailableError,
     ServiceDenyError,
 )
+from tests.support import model_zoo as zoo
 
 URL = "grpc://127.0.0.1:8001"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import model_zoo as zoo
 import onnx
 import pytest
-from mslite_triton_backend.mslite_backend import mindir
 
 import mslite_triton as mslite
 from mslite_triton._onnx_io import has_dynamic_batch
+from mslite_triton_backend.mslite_backend import mindir
+from tests.support import model_zoo as zoo
 
 
 def test_fmk_type_has_mindspore_lites_numbers() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import model_zoo as zoo
 import pytest
 
 from mslite_backend import mindir
 from mslite_backend.errors import ModelLoadError
+from tests.support import model_zoo as zoo
 
 MINDIR_HEAD = b"\x0a\x031.1\x12\x09MindSpore"
 MS_HEAD = b"\x1c\x00\x00\x00MSL2\x00\x00\x00\x00"

@@ -25,7 +25,7 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-zoo = _load("model_zoo", ROOT / "tests" / "model_zoo.py")
+zoo = _load("model_zoo", ROOT / "tests" / "support" / "model_zoo.py")
 gm = _load("generate_models", ROOT / "model_repository" / "generate_models.py")
 
 RNG = np.random.default_rng(123)

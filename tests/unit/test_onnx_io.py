@@ -13,7 +13,8 @@ from mslite_triton._onnx_io import has_dynamic_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model_repository"))
 import generate_models  # noqa: E402
-import model_zoo  # noqa: E402
+
+from tests.support import model_zoo  # noqa: E402
 
 
 @pytest.mark.parametrize(

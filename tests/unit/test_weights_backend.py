@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import model_zoo as zoo
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -23,6 +22,7 @@ from mslite_backend.protocol import WEIGHTS_INPUT
 from mslite_backend.runtime import ModelRuntime
 from mslite_backend.weight_store import WeightStore, check_full_update, layout, parse_update, sweep_stale
 from mslite_backend.weights import WeightSpec, ensure_built, prepare_model
+from tests.support import model_zoo as zoo
 
 CPU = InstanceInfo(name="m_0", kind="CPU", device_id=0)
 GPU = InstanceInfo(name="m_0", kind="GPU", device_id=0)

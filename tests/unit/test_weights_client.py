@@ -9,14 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mslite_triton_backend.mslite_backend.errors import UpdateDenied
-from mslite_triton_backend.mslite_backend.protocol import (
-    FILE_PARAMETER,
-    PROOF_PARAMETER,
-    UPDATE_PARAMETER,
-    WEIGHTS_INPUT,
-)
-from mslite_triton_backend.mslite_backend.update_auth import UpdateGuard
 
 import mslite_triton as mslite
 from mslite_triton import _remote
@@ -26,6 +18,14 @@ from mslite_triton._remote import FILE_REFUSED, RemoteModel
 from mslite_triton._transport import ModelInfo, TensorInfo
 from mslite_triton.context import Context
 from mslite_triton.errors import InvalidInputError, PermissionDeniedError
+from mslite_triton_backend.mslite_backend.errors import UpdateDenied
+from mslite_triton_backend.mslite_backend.protocol import (
+    FILE_PARAMETER,
+    PROOF_PARAMETER,
+    UPDATE_PARAMETER,
+    WEIGHTS_INPUT,
+)
+from mslite_triton_backend.mslite_backend.update_auth import UpdateGuard
 
 WHO = "build_from_file failed"
 

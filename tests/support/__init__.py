@@ -1,0 +1,1 @@
+"""What the unit and integration tests share: the model zoo, the served test repository, server checks."""

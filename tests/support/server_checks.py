@@ -1,0 +1,32 @@
+"""Checks that a server neither crashed nor healed: the supervisor and client retries would hide both."""
+
+from __future__ import annotations
+
+from mslite_triton._workers import workers_of
+from mslite_triton.server import EmbeddedServer
+
+# What the server log holds after a crash or a bug of ours: Triton's crash handler ("Signal (11) received"),
+# an abort, a worker found dead, a traceback from the backend.
+LOG_ALARMS = ("Signal (", "terminate called", "is not healthy", "Traceback", "mslite: execute failed")
+
+
+def log_alarms(text: str) -> list[str]:
+    """The lines of a server log that say something crashed (at most 10)."""
+    return [line for line in text.splitlines() if any(alarm in line for alarm in LOG_ALARMS)][:10]
+
+
+def assert_never_healed(srv: EmbeddedServer) -> None:
+    """The server never restarted nor replaced a worker, and its log holds no crash.
+
+    The supervisor heals crashes and the client retries meanwhile, so without this check a backend crash
+    during a test would pass unseen. Tests that kill workers or servers on purpose start their own.
+    """
+    supervisor = srv._supervisor
+    heals = list(supervisor.recoveries) if supervisor is not None else []
+    alarms = log_alarms(srv.log_path.read_text(errors="replace"))
+    running = srv.is_running()
+    dead = [w.pid for w in workers_of(srv.process.pid) if w.state == "Z"] if running else []  # died too late to heal
+    assert running and srv.restarts == 0 and not heals and not alarms and not dead, (
+        f"the session server crashed: running {running}, {srv.restarts} restart(s), heals taking {heals} s; "
+        f"dead workers {dead}; log: {alarms}"
+    )
