@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))  # benchmarks.chaos_heal, when run as a script
 import generate_models  # noqa: E402
 
 import mslite_triton as mslite  # noqa: E402
-from mslite_triton._workers import workers_of  # noqa: E402
 from mslite_triton.errors import ServiceDenyError  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_triton.server.workers import workers_of  # noqa: E402
 
 
 def _rss_kib(pid: int) -> int:

@@ -25,8 +25,8 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
-from mslite_triton._workers import workers_of
-from mslite_triton.server import _pick_ports
+from mslite_triton.server.launcher import _pick_ports
+from mslite_triton.server.workers import workers_of
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAL_DEADLINE_S = 90.0
@@ -168,7 +168,8 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
     log_path = work / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mslite_triton.cli", "serve", "--model-repository", str(ROOT / "model_repository"),
+            [sys.executable, "-m", "mslite_triton.server.cli", "serve",
+             "--model-repository", str(ROOT / "model_repository"),
              "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
             env=env, stdout=subprocess.PIPE, stderr=log, text=True,
         )  # fmt: skip
@@ -196,7 +197,8 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
 
         kills: list[tuple[str, Callable[[], None]]] = [
             ("serve: SIGKILL a worker", lambda: os.kill(worker(), signal.SIGKILL)),
-            ("serve: SIGKILL the gateway", lambda: os.kill(child("mslite_triton._gateway"), signal.SIGKILL)),
+            ("serve: SIGKILL the gateway",
+             lambda: os.kill(child("mslite_triton.server.gateway.process"), signal.SIGKILL)),
             ("serve: SIGKILL tritonserver", lambda: os.kill(child("tritonserver"), signal.SIGKILL)),
             ("serve: SIGSTOP tritonserver (hung)", lambda: os.kill(child("tritonserver"), signal.SIGSTOP)),
         ]

@@ -39,8 +39,8 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 
 ROOT = Path(__file__).resolve().parent.parent
 import mslite_triton as mslite  # noqa: E402
-from mslite_triton._workers import workers_of  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_triton.server.workers import workers_of  # noqa: E402
 from tests.support import model_zoo  # noqa: E402
 
 BARS = {"pss_ratio": 1.5, "latency_ratio": 1.10, "update_s": 1.0}

@@ -110,3 +110,11 @@ class ExecutionTimeoutError(MSLiteError, RuntimeError):
     """Raised when a request got no answer within the execution timeout (`MSLITE_TRITON_TIMEOUT_S`)."""
 
     status = "kLiteTimeout"
+
+
+class ServerStartError(RuntimeError):
+    """The embedded server could not start: a port is taken, the binary is missing, or it died during start-up."""
+
+
+class GatewayError(RuntimeError):
+    """The gateway process could not start (a port in use, or it died)."""

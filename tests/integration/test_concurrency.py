@@ -12,8 +12,8 @@ import pytest
 import tritonclient.http as httpclient
 
 import mslite_triton as mslite
-from mslite_triton._workers import workers_of
 from mslite_triton.errors import ServiceDenyError
+from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration

@@ -22,8 +22,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
-from mslite_triton._workers import workers_of
-from mslite_triton.server import EmbeddedServer, ServerConfig, _pick_ports
+from mslite_triton.server.launcher import EmbeddedServer, ServerConfig, _pick_ports
+from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
@@ -264,7 +264,7 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
     ports = [str(p) for p in _pick_ports([("127.0.0.1", 0, "free")] * 3)]
     env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mslite_triton.cli", "serve", "--model-repository", str(repo),
+        [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

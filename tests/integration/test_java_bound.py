@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 import mslite_triton as mslite
-from mslite_triton._workers import workers_of
+from mslite_triton.server.workers import workers_of
 from tests.integration.test_java import JAVA, require_jdk
 from tests.support.repository import GEN
 

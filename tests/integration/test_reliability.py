@@ -22,9 +22,9 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_triton import _admin_key
-from mslite_triton._workers import workers_of
 from mslite_triton.errors import ExecutionTimeoutError
-from mslite_triton.server import EmbeddedServer, ServerConfig, _pick_ports
+from mslite_triton.server.launcher import EmbeddedServer, ServerConfig, _pick_ports
+from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.repository import GEN
 
@@ -116,7 +116,7 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
     env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
     ports = [str(_free_port()) for _ in range(3)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mslite_triton.cli", "serve", "--model-repository", str(repo),
+        [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "10"],
         env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

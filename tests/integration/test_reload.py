@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from mslite_triton import _admin_key
-from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN, add_model
 
 pytestmark = pytest.mark.integration

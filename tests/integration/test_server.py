@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError
+from mslite_triton.server.workers import workers_of
 
 pytestmark = pytest.mark.integration
 

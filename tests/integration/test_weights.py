@@ -13,8 +13,8 @@ import pytest
 from onnx import numpy_helper
 
 import mslite_triton as mslite
-from mslite_triton._workers import workers_of
 from mslite_triton.errors import InvalidInputError
+from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo as zoo
 
 pytestmark = pytest.mark.integration

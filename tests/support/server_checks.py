@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mslite_triton._workers import workers_of
 from mslite_triton.server import EmbeddedServer
+from mslite_triton.server.workers import workers_of
 
 # What the server log holds after a crash or a bug of ours: Triton's crash handler ("Signal (11) received"),
 # an abort, a worker found dead, a traceback from the backend.

@@ -492,7 +492,7 @@ def test_model_name_of_an_odd_file_name(tmp_path: Path) -> None:
 
 
 def test_free_ports_picked_together_are_distinct() -> None:
-    from mslite_triton.server import ServerStartError, _pick_ports
+    from mslite_triton.server.launcher import ServerStartError, _pick_ports
 
     for _ in range(50):
         ports = _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", 0, "grpc"), ("127.0.0.1", 0, "metrics")])

@@ -7,8 +7,8 @@ import random
 import hpack
 import pytest
 
-from mslite_triton._gateway_admission import Admission, Overloaded
-from mslite_triton._gateway_h2 import (
+from mslite_triton.server.gateway.admission import Admission, Overloaded
+from mslite_triton.server.gateway.grpc_relay import (
     COLLECT,
     DATA,
     DROP,

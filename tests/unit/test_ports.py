@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from mslite_triton.server import ServerStartError, _pick_ports
+from mslite_triton.server.launcher import ServerStartError, _pick_ports
 
 
 def _time_wait_port() -> int:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import time
 
-from mslite_triton._shm_sweep import process_alive
 from mslite_triton._transport import region_owner
+from mslite_triton.server.shm_sweep import process_alive
 
 
 def test_the_owner_pid_is_read_from_the_region_name() -> None:

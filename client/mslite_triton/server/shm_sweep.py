@@ -21,8 +21,8 @@ import time
 import urllib.parse
 from typing import Any
 
-from ._transport import region_owner
-from .errors import ServerUnavailableError
+from mslite_triton._transport import region_owner
+from mslite_triton.errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 

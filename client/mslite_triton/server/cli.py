@@ -9,10 +9,9 @@ import sys
 import threading
 from pathlib import Path
 
-from . import tune
-from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
-from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
-from .server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
+from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError, tune
+from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._shm_sweep import ClientRegionSweep
-from ._transport import Transport
-from ._workers import upload_copies, workers_of
-from .errors import ServerUnavailableError
+from mslite_triton._transport import Transport
+from mslite_triton.errors import ServerUnavailableError
+from mslite_triton.server.shm_sweep import ClientRegionSweep
+from mslite_triton.server.workers import upload_copies, workers_of
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ class Supervisor(threading.Thread):
         return self._halt.is_set()
 
     def run(self) -> None:
+        """The supervisor thread: one check of every process per interval until halted."""
         while not self._halt.wait(self.interval_s):
             with self._busy:
                 if self._halt.is_set():

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ._gateway_admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
-from ._gateway_json import check_infer_request
-from ._gateway_rules import Refusal, check_version
+from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
+from mslite_triton.server.gateway.kserve_json import check_infer_request
+from mslite_triton.server.gateway.rules import Refusal, check_version
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from .errors import ServiceDenyError
+from mslite_triton.errors import ServiceDenyError
 
 SERVICE_DENY = ServiceDenyError.status  # the word clients match on
 

@@ -15,7 +15,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from ._gateway_rules import (
+from mslite_triton._onnx_io import read_varint
+from mslite_triton.server.gateway.rules import (
     Refusal,
     SizeBudget,
     byte_size_mismatch,
@@ -24,7 +25,6 @@ from ._gateway_rules import (
     check_version,
     element_count,
 )
-from ._onnx_io import read_varint
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import hpack
 
-from ._error_table import scrub
-from ._gateway_admission import Admission, Overloaded
-from ._gateway_grpc import SERVICE, VERSIONED, check_model_infer, check_versioned
-from ._gateway_rules import Refusal
-from ._grpc_trailers import scrub_grpc_message
+from mslite_triton._error_table import scrub
+from mslite_triton.server.gateway.admission import Admission, Overloaded
+from mslite_triton.server.gateway.grpc_checks import SERVICE, VERSIONED, check_model_infer, check_versioned
+from mslite_triton.server.gateway.grpc_trailers import scrub_grpc_message
+from mslite_triton.server.gateway.rules import Refusal
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The validating gateway in front of Triton: its process, and the handle the launcher keeps of it.
 
-    python -m mslite_triton._gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
+    python -m mslite_triton.server.gateway.process --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
         --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
         [--max-inflight-per-model N] [--max-inflight-bytes N]
 
@@ -27,18 +27,16 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL, Admission
-from ._gateway_h2 import start_relay
-from ._gateway_http import MAX_HEAD_BYTES
-from ._gateway_proxy import HttpFront, Upstream
-from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
+from mslite_triton.errors import GatewayError
+from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL, Admission
+from mslite_triton.server.gateway.grpc_relay import start_relay
+from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
+from mslite_triton.server.gateway.http_front import HttpFront, Upstream
+from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 READY = "ready"
 
-
-class GatewayError(RuntimeError):
-    """The gateway process could not start (a port in use, or it died)."""
 
 
 class GatewayProcess:
@@ -83,7 +81,7 @@ class GatewayProcess:
         """
         with open(self.log_path, "ab") as logf:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mslite_triton._gateway", *self.args],
+                [sys.executable, "-m", "mslite_triton.server.gateway.process", *self.args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=logf,
@@ -179,7 +177,9 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the gateway process."""
-    ap = argparse.ArgumentParser(prog="python -m mslite_triton._gateway", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m mslite_triton.server.gateway.process", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--http-port", type=int, required=True)
     ap.add_argument("--grpc-port", type=int, required=True)

@@ -13,9 +13,9 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 
-from ._error_table import scrub_json_error
-from ._gateway_admission import Admission, Overloaded
-from ._gateway_http import (
+from mslite_triton._error_table import scrub_json_error
+from mslite_triton.server.gateway.admission import Admission, Overloaded
+from mslite_triton.server.gateway.http_framing import (
     INFER_ROUTE,
     LINGER_BYTES,
     LINGER_S,
@@ -31,7 +31,7 @@ from ._gateway_http import (
     upstream_head,
     within,
 )
-from ._gateway_rules import Refusal
+from mslite_triton.server.gateway.rules import Refusal
 
 log = logging.getLogger(__name__)
 

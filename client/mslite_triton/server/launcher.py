@@ -30,14 +30,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from mslite_triton import _admin_key
+from mslite_triton.errors import ServerStartError, ServerUnavailableError
+from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
+from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
+from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
 from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
-
-from . import _admin_key
-from ._gateway import GatewayError, GatewayProcess
-from ._gateway_admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
-from ._gateway_rules import DEFAULT_MAX_REQUEST_BYTES
-from ._workers import remove_upload_copies, upload_copies, workers_of
-from .errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +45,6 @@ LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instance
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 
-
-class ServerStartError(RuntimeError):
-    """The server could not start: a port is taken, the binary is missing, or it died during start-up."""
 
 
 @dataclass(frozen=True)
@@ -202,7 +198,7 @@ class EmbeddedServer:
         if cfg.gateway:
             self._start_gateway()
         if cfg.supervise:  # its thread starts the processes of every heal (see `_child_setup`)
-            from ._supervisor import Supervisor
+            from mslite_triton.server.supervisor import Supervisor
 
             self._supervisor = Supervisor(self)
             self._supervisor.start()

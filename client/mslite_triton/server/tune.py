@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .server import LOOPBACK, EmbeddedServer, ServerConfig, _pick_ports, _triton_dir
+from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, _pick_ports, _triton_dir
 
 THREADS_PARAMETER = "thread_num"  # the MindSpore Lite name the backend reads (alias of intra_op_thread_count)
 

@@ -1,0 +1,1 @@
+"""The validating gateway's process: admission control and request checks in front of Triton's HTTP and gRPC."""
