@@ -168,7 +168,8 @@ def dockerfile_cmd() -> list[str]:
 
 def test_image_is_the_embedded_release_with_what_the_backend_needs():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
-    assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in text  # Triton 2.51, the wheel's release
+    # Triton 2.59.1: the first release with the fixes for 2.51's public advisories
+    assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:25.07-py3" in text
     (numpy,) = re.findall(r"NUMPY_PACKAGE=numpy==(\d+)\.", text)
     assert int(numpy) < 2 and "ORT_PACKAGE=onnxruntime==" in text  # numpy 2 empties every output
     ignored = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
