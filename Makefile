@@ -23,7 +23,7 @@ models: $(STAMP)
 
 ## The main job: embedded server + MobileNetV2 at 3 workers + seed 001's 5 threads x 2 tasks.
 demo: models
-	cd examples && ../$(PY) quick_start_parallel_python.py
+	cd examples && MSLITE_TRITON_LOG=info ../$(PY) quick_start_parallel_python.py
 
 ## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
 test: system-packages models

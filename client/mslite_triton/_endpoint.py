@@ -66,7 +66,8 @@ def _autostart() -> str:
         except Exception as e:
             shutil.rmtree(repo, ignore_errors=True)
             raise ServerUnavailableError("(embedded)", f"the embedded server did not start: {e}") from e
-        log.info("started an embedded Triton server at %s", server.grpc_url)
+        log.info("started an embedded Triton server at %s (log: %s); it stops when this process exits",
+                 server.grpc_url, server.log_path)  # fmt: skip
         _embedded = server
         atexit.register(_stop_embedded, server, repo)
         return str(server.grpc_url)

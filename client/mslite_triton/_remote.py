@@ -120,6 +120,10 @@ class RemoteModel:
         name = model_name(path, files, config)
         if not transport.is_model_ready(name):
             transport.load_model(name, {**config, "name": name}, files)
+            log.info("model '%s' loaded at %s: %d worker(s) x %d thread(s)", name, transport.url, plan.workers,
+                     plan.thread_num)  # fmt: skip
+        else:
+            log.info("model '%s' already loaded at %s: reused", name, transport.url)
         return cls(transport, transport.model_info(name))
 
     @property

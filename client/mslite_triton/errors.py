@@ -37,7 +37,8 @@ class ServerUnavailableError(MSLiteError, RuntimeError):
         self.reason = reason
         detail = f" ({reason})" if reason else ""
         super().__init__(
-            f"cannot reach the Triton server at {url}{detail}. Start one with `mslite-triton serve`, "
+            f"cannot reach the Triton server at {url}{detail}. Start one with `mslite-triton serve` "
+            f"(`.venv/bin/mslite-triton serve` in a checkout of mslite-triton), "
             f"or set Context.server_url to the URL of a running server."
         )
 

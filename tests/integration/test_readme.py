@@ -34,12 +34,15 @@ def test_readme_quick_start_runs(server, tmp_path: Path):
     proc = subprocess.run(
         [sys.executable, "-c", _quick_start()],
         cwd=tmp_path,
-        env={**os.environ, "MSLITE_TRITON_URL": server.grpc_url},
+        env={**os.environ, "MSLITE_TRITON_URL": server.grpc_url, "MSLITE_TRITON_LOG": "info"},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # MSLITE_TRITON_LOG=info (what `make demo` sets) says where the model went and with how many workers
+    said = r"mslite_triton: model '\S+' (loaded at \S+: 2 worker\(s\) x 1 thread|already loaded)"
+    assert re.search(said, proc.stderr), proc.stderr[-3000:]
     (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x.reshape(1, 3, 224, 224)})
     printed = [float(v) for v in re.findall(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?", proc.stdout.split("]", 1)[1])]
     np.testing.assert_allclose(printed, expected.flatten()[:3], rtol=1e-5)
