@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
 from mslite_triton.server.launcher import _pick_ports
-from mslite_triton.server.workers import workers_of
+from mslite_triton.server.workers import children_of, workers_of
+from tests.support.updatable import build_updated
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAL_DEADLINE_S = 90.0
@@ -45,38 +45,6 @@ class Row:
     failed: int
     longest_wait_s: float
     weights_kept: bool
-
-
-def linear_model() -> bytes:
-    """y = x @ w with w = I (4 x 4), declared updatable."""
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "linear",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
-        initializer=[numpy_helper.from_array(np.eye(4, dtype=np.float32), name="w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
-
-
-def build_updated(url: str, work: Path) -> mslite.ModelParallelRunner:
-    """Upload the linear model with 2 workers and update its weight to 10 x I."""
-    (work / "linear.onnx").write_bytes(linear_model())
-    (work / "names.txt").write_text("w\n")
-    (work / "config.ini").write_text('[ascend_context]\nvariable_weights_file="names.txt"\n')
-    ctx = mslite.Context()
-    ctx.server_url = url
-    ctx.cpu.thread_num = 1
-    ctx.parallel.workers_num = 2
-    ctx.parallel.config_path = str(work / "config.ini")
-    runner = mslite.ModelParallelRunner()
-    runner.build_from_file(str(work / "linear.onnx"), ctx)
-    weight = mslite.Tensor(10 * np.eye(4, dtype=np.float32))
-    weight.name = "w"
-    runner.update_weights([[weight]])
-    return runner
 
 
 class Clients:
@@ -150,16 +118,6 @@ def _kill_and_measure(case: str, clients: Clients, kill: Callable[[], None], hea
     )
 
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append((int(entry.name), (entry / "cmdline").read_bytes().decode(errors="replace")))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 def _serve_rows(rounds: int, work: Path) -> list[Row]:
@@ -188,7 +146,7 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
             return [float(m.group(2)) for m in _HEALED.finditer(log_path.read_text())]
 
         def child(word: str) -> int:
-            return next(pid for pid, cmd in _children(proc.pid) if word in cmd)
+            return next(pid for pid, cmd in children_of(proc.pid) if word in cmd)
 
         def worker() -> int:
             name = runner._remote.info.name

@@ -15,7 +15,7 @@ import pytest
 
 from mslite_triton._transport import region_owner
 from tests.support import private_shm
-from tests.support.repository import GEN
+from tests.support.repository import flat_tiny
 
 pytestmark = pytest.mark.integration
 
@@ -121,14 +121,7 @@ def test_a_nearly_full_dev_shm_gives_the_client_an_answer_not_a_signal(tmp_path)
     reason = private_shm.unavailable()
     if reason:
         pytest.skip(reason)
-    model = tmp_path / "repo" / "flat" / "1"
-    model.mkdir(parents=True)
-    (model / "model.onnx").write_bytes(GEN.build_tiny().SerializeToString())
-    (model.parent / "config.pbtxt").write_text(
-        'backend: "mslite"\nmax_batch_size: 0\ninstance_group [ { kind: KIND_CPU, count: 1 } ]\n'
-        'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
-        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
-    )
+    flat_tiny(tmp_path / "repo")
     run = private_shm.popen(
         32 * 1024, [sys.executable, "-c", _FULL, str(tmp_path / "repo")], stdout=subprocess.PIPE, text=True
     )

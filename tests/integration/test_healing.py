@@ -19,49 +19,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
 from mslite_triton.server.launcher import EmbeddedServer, ServerConfig, _pick_ports
-from mslite_triton.server.workers import workers_of
+from mslite_triton.server.workers import children_of, workers_of
 from tests.support.repository import GEN
+from tests.support.updatable import build_updated
 
 pytestmark = pytest.mark.integration
 
 HEAL_DEADLINE_S = 60  # generous: the bar (10 s) is the chaos benchmark's, on a quiet machine
 X = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
-
-
-def linear_model() -> bytes:
-    """y = x @ w, w = I (4 x 4): an updatable weight whose value shows in every answer."""
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "linear",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
-        initializer=[numpy_helper.from_array(np.eye(4, dtype=np.float32), name="w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
-
-
-def build_updated(url: str, root: Path, scale: float = 10.0) -> mslite.ModelParallelRunner:
-    """The linear model uploaded with 2 workers, its weight updated to `scale` x I."""
-    (root / "linear.onnx").write_bytes(linear_model())
-    (root / "names.txt").write_text("w\n")
-    (root / "config.ini").write_text('[ascend_context]\nvariable_weights_file="names.txt"\n')
-    ctx = mslite.Context()
-    ctx.server_url = url
-    ctx.cpu.thread_num = 1
-    ctx.parallel.workers_num = 2
-    ctx.parallel.config_path = str(root / "config.ini")
-    runner = mslite.ModelParallelRunner()
-    runner.build_from_file(str(root / "linear.onnx"), ctx)
-    weight = mslite.Tensor(scale * np.eye(4, dtype=np.float32))
-    weight.name = "w"
-    runner.update_weights([[weight]])
-    return runner
 
 
 class Clients:
@@ -222,7 +190,8 @@ AUTOSTART_CLIENT = textwrap.dedent(
     import os, signal, sys, threading, time
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
-    from tests.integration.test_healing import Clients, build_updated
+    from tests.integration.test_healing import Clients
+    from tests.support.updatable import build_updated
     from mslite_triton import _endpoint
 
     url = _endpoint.server_url(None)  # starts the loopback server
@@ -279,7 +248,7 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
         time.sleep(2)  # the supervisor's catalog learns the new model at its next poll
         with Clients(runner) as clients:
             clients.wait_for(20)
-            server_pid = next(p for p in _children(proc.pid) if "tritonserver" in p[1])[0]
+            server_pid = next(p for p in children_of(proc.pid) if "tritonserver" in p[1])[0]
             os.kill(server_pid, signal.SIGKILL)
             time.sleep(1)
             clients.wait_for(20, timeout_s=HEAL_DEADLINE_S)
@@ -292,14 +261,3 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
     assert "tritonserver healed in" in log, log[-3000:]
 
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the direct children of `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append((int(entry.name), (entry / "cmdline").read_bytes().decode(errors="replace")))
-        except (OSError, ValueError):
-            continue
-    return found

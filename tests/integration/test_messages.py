@@ -24,7 +24,7 @@ from mslite_triton import _admin_key
 from mslite_triton.errors import InferenceError, ModelLoadError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import private_shm
-from tests.support.repository import GEN
+from tests.support.repository import flat_tiny
 
 pytestmark = pytest.mark.integration
 
@@ -102,14 +102,7 @@ def small_shm_server(tmp_path: Path):
     reason = private_shm.unavailable()
     if reason:
         pytest.skip(reason)
-    model = tmp_path / "repo" / "flat" / "1"
-    model.mkdir(parents=True)
-    (model / "model.onnx").write_bytes(GEN.build_tiny().SerializeToString())
-    (model.parent / "config.pbtxt").write_text(
-        'backend: "mslite"\nmax_batch_size: 0\ninstance_group [ { kind: KIND_CPU, count: 1 } ]\n'
-        'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
-        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
-    )
+    flat_tiny(tmp_path / "repo")
     proc = private_shm.popen(
         24 * 1024,
         [sys.executable, "-c", _SERVER, str(tmp_path / "repo")],

@@ -78,3 +78,16 @@ def private_tiny(directory: Path, tag: str) -> Path:
     path = directory / f"tiny_{tag}.onnx"
     path.write_bytes(model.SerializeToString())
     return path
+
+
+def flat_tiny(repo: Path) -> Path:
+    """The tiny model as `flat`: one worker, no batch dimension (any leading size), in `repo`; returns its dir."""
+    model = repo / "flat" / "1"
+    model.mkdir(parents=True)
+    (model / "model.onnx").write_bytes(GEN.build_tiny().SerializeToString())
+    (model.parent / "config.pbtxt").write_text(
+        'backend: "mslite"\nmax_batch_size: 0\ninstance_group [ { kind: KIND_CPU, count: 1 } ]\n'
+        'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
+        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
+    )
+    return model.parent

@@ -30,6 +30,21 @@ class Worker:
     model_dir: str
 
 
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the direct children of `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append((int(entry.name), (entry / "cmdline").read_bytes().decode(errors="replace")))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def workers_of(server_pid: int) -> list[Worker]:
     """The python-backend stub processes whose parent is `server_pid`."""
     found = []
