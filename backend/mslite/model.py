@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 import traceback
 from typing import Any
@@ -27,14 +26,12 @@ from mslite_backend.errors import (
 )
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.metrics import (
-    FAMILIES,
-    FAMILY_HELP,
     WEIGHTS_VERSION_FAMILY,
     WEIGHTS_VERSION_HELP,
     WorkerMetrics,
-    series_of,
     worker_labels,
 )
+from mslite_backend.metrics_publisher import MetricsPublisher
 from mslite_backend.mindir import onnx_source
 from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
 from mslite_backend.update_auth import UpdateGuard
@@ -48,60 +45,6 @@ _ERROR_CODES = {
 
 
 _ERROR_KINDS = {RequestError: "invalid_input", InferenceFailure: "inference"}
-
-
-class _MetricsPublisher:
-    """Sends a worker's aggregated metrics to Triton's metrics endpoint once a second, from a thread.
-
-    Its series are labelled with this process' id (`metrics.worker_labels`): a reloaded model's new
-    worker must never share a series with the old worker that Triton finalizes after it.
-    """
-
-    def __init__(self, labels: dict[str, str], metrics: WorkerMetrics, interval_s: float = 1.0) -> None:
-        self._labels = labels
-        self._metrics = metrics
-        self._families: dict[str, Any] = {}
-        self._series: dict[tuple[str, str], Any] = {}
-        self._lock = threading.Lock()  # one flush at a time, none after close
-        self._closed = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, args=(interval_s,), name="mslite-metrics", daemon=True)
-        self._thread.start()
-
-    def _loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            self.flush()
-
-    def flush(self) -> None:
-        """Send what changed since the last flush."""
-        with self._lock:
-            if self._closed:
-                return
-            try:
-                for key, delta in self._metrics.deltas().items():
-                    self._metric(*key).increment(delta)
-            except Exception:  # metrics must never take a worker down
-                _log().log_warn(f"mslite: metrics flush failed:\n{traceback.format_exc()}")
-
-    def _metric(self, metric: str, series: str) -> Any:
-        key = (metric, series)
-        if key not in self._series:
-            name, labels = series_of(metric, series, self._labels)
-            if name not in self._families:
-                help_text = FAMILY_HELP[FAMILIES[metric]]
-                self._families[name] = pb_utils.MetricFamily(name, help_text, pb_utils.MetricFamily.COUNTER)
-            self._series[key] = self._families[name].Metric(labels=labels)
-        return self._series[key]
-
-    def close(self) -> None:
-        """Flush once more and stop; the metrics go before their families (safe to call twice)."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.flush()
-        with self._lock:  # a flush still running in the thread finishes first
-            self._closed = True
-            self._series.clear()
-            self._families.clear()
 
 
 def _log() -> Any:
@@ -147,7 +90,7 @@ class TritonPythonModel:
         self._version_family: Any = None
         self._version_metric: Any = None
         self.metrics = WorkerMetrics()
-        self._publisher: _MetricsPublisher | None = None
+        self._publisher: MetricsPublisher | None = None
         self.update_guard = UpdateGuard.from_environment()
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -175,7 +118,12 @@ class TritonPythonModel:
             _log().log_warn(note)
         labels = worker_labels(cfg.model_name, self.instance.name, os.getpid())
         if cfg.metrics:
-            self._publisher = _MetricsPublisher(labels, self.metrics)
+            self._publisher = MetricsPublisher(
+                labels,
+                self.metrics,
+                counter_family=lambda name, text: pb_utils.MetricFamily(name, text, pb_utils.MetricFamily.COUNTER),
+                warn=lambda message: _log().log_warn(message),
+            )
         store = self.runtime.weights
         if store is not None:
             self._version_family = pb_utils.MetricFamily(
