@@ -29,7 +29,7 @@ demo: models
 test: system-packages models
 	$(PY) -m ruff check .
 	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
