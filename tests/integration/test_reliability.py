@@ -106,7 +106,7 @@ def test_killed_workers_are_replaced_without_failed_predicts(tmp_path: Path):
         assert failures == []
         assert len(counts) > 50
         workers = [w for w in workers_of(srv.process.pid) if w.state != "Z"]
-        assert len(workers) == 2  # the dead ones stay registered in Triton until a restart (see _supervisor.py)
+        assert len(workers) == 2  # the dead ones stay registered in Triton until a restart (see supervisor.py)
 
 
 def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):

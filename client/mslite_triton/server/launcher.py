@@ -41,7 +41,7 @@ from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV, WEI
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see _supervisor.py)
+LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 
@@ -65,10 +65,10 @@ class ServerConfig:
     restrict_admin: bool = True  # model control, shm, logging, trace need the admin key (both protocols)
     supervise: bool = True  # restart the server and reload its models when a worker process dies
     # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
-    # naming the problem, requests over max_request_bytes are refused before they reach Triton (_gateway.py).
+    # naming the problem, requests over max_request_bytes are refused before they reach Triton (server/gateway/).
     gateway: bool = False
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    # The gateway's admission control (_gateway_admission.py): beyond either, requests are refused at once.
+    # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
     max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
     extra_args: tuple[str, ...] = field(default=())

@@ -3,11 +3,11 @@
 Each client connection gets its own connection to Triton's gRPC port, and every frame goes through unchanged
 (settings, flow control, pings, header blocks: the two HPACK contexts stay the client's and Triton's), but for
 the `grpc-message` of Triton's trailers, scrubbed of server paths, tracebacks and internal region names
-(`_grpc_trailers`: only that non-indexed field is replaced, so the HPACK tables stay in step). The
+(`grpc_trailers`: only that non-indexed field is replaced, so the HPACK tables stay in step). The
 relay reads only what its checks need: the request header blocks (decoded with `hpack` to learn each
 stream's method) and, for the methods it checks (ModelInfer, and the version of the model-level calls),
 the request message. A checked stream's DATA frames are passed on as they arrive, except the one that
-completes the message: when it arrives the whole message is checked (`_gateway_grpc.check_model_infer`) and
+completes the message: when it arrives the whole message is checked (`grpc_checks.check_model_infer`) and
 the frame is passed on, or the stream is reset at Triton (which never saw a whole message, so never ran
 it) and the client gets the refusal as a trailers-only answer. Measured here, this costs a tenth of the CPU
 of a grpcio server relaying the same calls.
@@ -87,7 +87,7 @@ def _unpadded(payload: Any, flags: int) -> Any:
 def _scrubbed_trailers(flags: int, sid: int, raw: bytes, payload: Any) -> list[Any]:
     """Triton's trailers frame, its grpc-message without server paths, tracebacks or internal region names.
 
-    Only that field changes (`_grpc_trailers`), so the client's HPACK table stays in step with Triton's.
+    Only that field changes (`grpc_trailers`), so the client's HPACK table stays in step with Triton's.
     """
     body = bytes(_unpadded(payload, flags))
     head, block = (body[:5], body[5:]) if flags & PRIORITY_FLAG else (b"", body)

@@ -3,7 +3,7 @@
 Triton 2.51's HTTP server (libevhtp) drops the connection on many framing errors, serves HTTP/9.9, has no
 body-size limit and answers 500 for bodies it cannot parse. This front reads each request itself (request
 line, headers within 64 KiB, Content-Length or chunked body within the cap: 413 before the body is read),
-checks `/v2/models/<m>[/versions/<v>]/infer` bodies (`_gateway_json`), and forwards the same bytes over a
+checks `/v2/models/<m>[/versions/<v>]/infer` bodies (`kserve_json`), and forwards the same bytes over a
 pooled keep-alive connection; every other endpoint (health, metadata, config, statistics, repository,
 shared memory, logging, trace) goes through unchecked, headers included, so the admin key reaches Triton.
 """

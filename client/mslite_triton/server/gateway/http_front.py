@@ -1,6 +1,6 @@
 """The gateway's HTTP proxy: one asyncio task per client connection, pooled keep-alive connections to Triton.
 
-Framing and checks live in `_gateway_http`; this module only moves bytes. Requests on one connection are
+Framing and checks live in `http_framing`; this module only moves bytes. Requests on one connection are
 served in order (pipelining works, one at a time). A refused body is read and dropped for a few seconds
 after the answer ("lingering close"), so a client still sending it sees the 413 instead of a reset.
 """

@@ -7,8 +7,8 @@
 With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
 the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
 it, and it cannot crash the caller): one asyncio loop (uvloop where installed) serves HTTP
-(`_gateway_proxy`) and relays gRPC frame by frame (`_gateway_h2`), with one admission control for both
-(`_gateway_admission`). It prints `ready` once both listen; SIGTERM stops taking requests, lets those in
+(`http_front`) and relays gRPC frame by frame (`grpc_relay`), with one admission control for both
+(`admission`). It prints `ready` once both listen; SIGTERM stops taking requests, lets those in
 progress finish (up to `--grace-s`) and exits.
 """
 
