@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 
 import mslite_triton as mslite
 from mslite_triton.errors import ServiceDenyError
-from mslite_triton.server.workers import workers_of
+from tests.support.processes import worker_pids
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
@@ -25,11 +25,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     path.write_bytes(GEN.build_tiny().SerializeToString())
     return str(path)
 
-
-def _worker_pids(server, model_name: str) -> list[int]:
-    """This server's worker processes serving `model_name`, in worker order."""
-    workers = [w for w in workers_of(server.process.pid) if w.instance.startswith(model_name + "_")]
-    return [w.pid for w in sorted(workers, key=lambda w: w.instance)]
 
 
 def _build(server, path: str, **cpu) -> mslite.ModelParallelRunner:
@@ -52,7 +47,7 @@ def _predict(runner):
 def test_big_core_binding_gives_each_worker_its_own_core(server, tiny):
     runner = _build(server, tiny, thread_num=1, thread_affinity_mode=1)
     np.testing.assert_array_equal(_predict(runner), np.full((1, 4), 3.0))
-    pids = _worker_pids(server, runner._remote.info.name)
+    pids = worker_pids(server, runner._remote.info.name)
     assert len(pids) == 2
     for core, pid in enumerate(pids):  # worker i on core i, and every thread of it, ORT's included
         threads = {int(t.name): os.sched_getaffinity(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
@@ -61,7 +56,7 @@ def test_big_core_binding_gives_each_worker_its_own_core(server, tiny):
 
 def test_core_list_slices_follow_worker_order(server, tiny):
     runner = _build(server, tiny, thread_num=1, thread_affinity_core_list=[1, 0])
-    pids = _worker_pids(server, runner._remote.info.name)
+    pids = worker_pids(server, runner._remote.info.name)
     assert [os.sched_getaffinity(p) for p in pids] == [{1}, {0}]
 
 
@@ -72,7 +67,7 @@ def test_bad_core_list_fails_at_build(server, tiny):
 
 def test_unbound_workers_may_use_every_core(server, tiny):
     runner = _build(server, tiny, thread_num=1)
-    pids = _worker_pids(server, runner._remote.info.name)
+    pids = worker_pids(server, runner._remote.info.name)
     every_core = os.sched_getaffinity(0)  # what this test (and the server it started) may use
     assert len(pids) == 2 and len(every_core) >= 2 and os.sched_getaffinity(server.process.pid) == every_core
     assert [os.sched_getaffinity(p) for p in pids] == [every_core, every_core]
@@ -149,5 +144,5 @@ def test_middle_core_mode_on_a_model_warns_and_does_not_pin(server, tiny, caplog
     assert "thread_affinity_mode 2 (middle cores) is not supported by the server" in caplog.text
     (y,) = model.predict([np.ones((1, 4), np.float32)])
     np.testing.assert_array_equal(y.get_data_to_numpy(), np.full((1, 4), 3.0))
-    (pid,) = _worker_pids(server, model._remote.info.name)
+    (pid,) = worker_pids(server, model._remote.info.name)
     assert os.sched_getaffinity(pid) == os.sched_getaffinity(0)  # every core this test may use: not pinned

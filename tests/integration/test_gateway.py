@@ -36,6 +36,7 @@ from mslite_triton.errors import ServiceDenyError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.gateway.process import GatewayProcess
 from tests.support.model_zoo import run_reference
+from tests.support.processes import free_port
 from tests.support.repository import GEN, ZOO
 
 pytestmark = pytest.mark.integration
@@ -297,20 +298,15 @@ def test_http_requests_wait_out_a_server_restart(gw):
     assert len(statuses) > 10 and set(statuses) == {200}, statuses
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_triton_unreachable_is_503_and_unavailable(tmp_path):
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     gateway = GatewayProcess(
         host="127.0.0.1",
         http_port=http_port,
         grpc_port=grpc_port,
-        upstream_http=f"127.0.0.1:{_free_port()}",  # nothing listens there
-        upstream_grpc=f"127.0.0.1:{_free_port()}",
+        upstream_http=f"127.0.0.1:{free_port()}",  # nothing listens there
+        upstream_grpc=f"127.0.0.1:{free_port()}",
         grace_s=1,
         upstream_retry_s=0.5,
         log_path=tmp_path / "gateway.log",
@@ -343,8 +339,8 @@ def _rss_mib(pid: int) -> float:
 def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: int) -> GatewayProcess:
     gateway = GatewayProcess(
         host="127.0.0.1",
-        http_port=_free_port(),
-        grpc_port=_free_port(),
+        http_port=free_port(),
+        grpc_port=free_port(),
         upstream_http=upstream_http,
         upstream_grpc=upstream_grpc,
         grace_s=1,
@@ -362,7 +358,7 @@ def _port(gateway: GatewayProcess, flag: str) -> int:
 
 def test_admission_control_refuses_with_service_deny(gw, tmp_path):
     """Beyond the in-flight bounds, on both protocols together: 503 / UNAVAILABLE kLiteServiceDeny."""
-    dead = f"127.0.0.1:{_free_port()}"  # nothing listens: an HTTP request stays in flight (retried) for 20 s
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens: an HTTP request stays in flight (retried) for 20 s
     live_grpc = f"127.0.0.1:{gw.triton_grpc_port}"
     gateway = _gateway(tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20)
     http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")

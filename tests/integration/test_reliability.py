@@ -23,9 +23,10 @@ from tritonclient.utils import InferenceServerException
 import mslite_triton as mslite
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
-from mslite_triton.server.launcher import EmbeddedServer, ServerConfig, _pick_ports
+from mslite_triton.server.launcher import EmbeddedServer, ServerConfig
 from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo
+from tests.support.processes import free_port
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
@@ -114,7 +115,7 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
     repo.mkdir()
     (repo / "tiny").symlink_to(repository / "tiny")
     env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
-    ports = [str(_free_port()) for _ in range(3)]
+    ports = [str(free_port()) for _ in range(3)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "10"],
@@ -192,9 +193,6 @@ def _server_prefix(cli_pid: int) -> str:
             return flag.split("shm-region-prefix-name=", 1)[1]
     raise AssertionError("server process not found")
 
-
-def _free_port() -> int:
-    return _pick_ports([("127.0.0.1", 0, "free")])[0]
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
@@ -50,11 +50,6 @@ def fill_template(text: str, values: dict[str, str]) -> str:
 
     return _VARIABLE.sub(sub, text)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -128,7 +123,7 @@ def proxy(replicas, tmp_path_factory: pytest.TempPathFactory):
     """Debian's nginx on loopback with the shipped template filled for the two replicas."""
     nginx = nginx_binary()
     prefix = tmp_path_factory.mktemp("nginx")
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     body = fill_template(
         TEMPLATE.read_text(),
         {

@@ -14,8 +14,8 @@ from onnx import numpy_helper
 
 import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError
-from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo as zoo
+from tests.support.processes import worker_pids
 
 pytestmark = pytest.mark.integration
 
@@ -54,13 +54,9 @@ def _unload(server, *runners: mslite.ModelParallelRunner) -> None:
         name = runner._remote.info.name
         runner._remote.transport.unload_model(name)
         deadline = time.monotonic() + 30
-        while _worker_pids(server, name) and time.monotonic() < deadline:
+        while worker_pids(server, name) and time.monotonic() < deadline:
             time.sleep(0.1)
 
-
-def _worker_pids(server, model: str) -> list[int]:
-    """This server's worker processes serving an instance of `model`."""
-    return sorted(w.pid for w in workers_of(server.process.pid) if w.instance.startswith(model + "_"))
 
 
 def _pss_mib(pid: int) -> float:
@@ -106,8 +102,8 @@ def test_the_workers_of_a_model_share_one_copy_of_its_weights(server, files) -> 
         for runner in (one, four):
             for _ in range(8):
                 _predict(runner, x8)
-        single = [_pss_mib(p) for p in _worker_pids(server, one._remote.info.name)]
-        shared = [_pss_mib(p) for p in _worker_pids(server, four._remote.info.name)]
+        single = [_pss_mib(p) for p in worker_pids(server, one._remote.info.name)]
+        shared = [_pss_mib(p) for p in worker_pids(server, four._remote.info.name)]
         assert len(single) == 1 and len(shared) == 4
         # unshared, each worker would hold its own 64 MiB (about 4 x); shared, the copy is paid once
         assert sum(shared) <= 2.5 * single[0], f"4 workers {shared} MiB vs 1 worker {single} MiB"
@@ -198,6 +194,6 @@ def test_under_load_every_worker_switches_and_no_request_fails_or_mixes(server, 
         kinds = [k for _, k in records]
         assert "mixed" not in kinds and "old" in kinds and "new" in kinds
         assert [k for s, k in records if s > returned and k != "new"] == []  # after the update: new only
-        assert len(_worker_pids(server, name)) == 4  # no worker was restarted along the way
+        assert len(worker_pids(server, name)) == 4  # no worker was restarted along the way
     finally:
         _unload(server, runner)

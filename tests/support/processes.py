@@ -1,0 +1,22 @@
+"""Ports and worker processes, as the integration tests look at them."""
+
+from __future__ import annotations
+
+import socket
+
+from mslite_triton.server import EmbeddedServer
+from mslite_triton.server.workers import workers_of
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker_pids(server: EmbeddedServer, model: str) -> list[int]:
+    """The server's worker processes serving an instance of `model`, in worker (instance name) order."""
+    assert server.process is not None
+    workers = [w for w in workers_of(server.process.pid) if w.instance.startswith(model + "_")]
+    return [w.pid for w in sorted(workers, key=lambda w: w.instance)]
