@@ -16,7 +16,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from mslite_triton import cli
+from mslite_triton.server import cli
 from tests.support.repository import GEN, ROOT, add_model
 
 pytestmark = pytest.mark.integration
