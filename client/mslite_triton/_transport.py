@@ -6,6 +6,7 @@ library's own exceptions (which subclass the builtins MindSpore Lite users catch
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import json
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from typing import Any
 from urllib.parse import urlparse
 
@@ -345,7 +347,7 @@ class _Connection:
             try:
                 self.client.register_system_shared_memory(name, "/" + name, capacity, headers=headers)
             except Exception:
-                sysshm.destroy_shared_memory_region(handle)
+                _destroy(name, handle)
                 raise
         except Exception as e:  # e.g. a server on another host, or the shm API refused: send inline
             log.info("shared memory unavailable (%s); sending tensors inline", e)
@@ -358,7 +360,7 @@ class _Connection:
         """Drop the region locally without asking the server, which no longer knows it."""
         region, self.region = self.region, None
         if region is not None:
-            sysshm.destroy_shared_memory_region(region.handle)
+            _destroy(region.name, region.handle)
 
     def _release(self, headers: dict[str, str] | None) -> None:
         region, self.region = self.region, None
@@ -368,7 +370,7 @@ class _Connection:
             self.client.unregister_system_shared_memory(region.name, headers=headers)
         except Exception:  # the server may be gone; the local region is removed regardless
             pass
-        sysshm.destroy_shared_memory_region(region.handle)
+        _destroy(region.name, region.handle)
 
     def close(self, headers: dict[str, str] | None) -> None:
         self._release(headers)
@@ -385,6 +387,22 @@ def region_owner(name: str) -> int | None:
         return None
     pid = name[len(_SHM_PREFIX) :].split("_", 1)[0]
     return int(pid) if pid.isdigit() else None
+
+
+def _destroy(name: str, handle: Any) -> None:
+    """Unmap a region and remove its file.
+
+    `_reserve` creates the file, so tritonclient only attaches to it: it never unlinks it, and Python's
+    resource tracker, which registers every attach, would report it leaked at exit (and only then remove
+    it). The file goes now, and the tracker forgets it.
+    """
+    tracked = getattr(getattr(handle, "_mpsm_handle", None), "_name", None)  # the name the tracker holds
+    sysshm.destroy_shared_memory_region(handle)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"/dev/shm/{name}")
+    if tracked:
+        with contextlib.suppress(Exception):
+            resource_tracker.unregister(tracked, "shared_memory")
 
 
 def _reserve(name: str, size: int) -> None:

@@ -131,3 +131,27 @@ def test_a_nearly_full_dev_shm_gives_the_client_an_answer_not_a_signal(tmp_path)
     assert result["rc"] == 0, f"the client died with signal {-result['rc']}: {result['err']}"
     # served inline: tiny computes 2x + 1
     assert result["out"].split() == ["ok", "3.0"], result
+
+
+_GROWING = textwrap.dedent(
+    """
+    import glob, os, sys, warnings
+    import numpy as np
+    import mslite_triton as mslite
+    warnings.simplefilter("error")  # the resource tracker's "leaked shared_memory" warning fails the run
+    ctx = mslite.Context()
+    ctx.server_url = sys.argv[1]
+    model = mslite.Model()
+    model.build_from_file("triton://variable_seq", mslite.ModelType.MINDIR, ctx)
+    for n in (1024, 8192, 65536):  # each larger input moves to a larger region
+        model.predict([mslite.Tensor(np.ones((1, n), np.float32))])
+    print(len(glob.glob(f"/dev/shm/mslite_client_{os.getpid()}_*")), flush=True)
+    """
+)
+
+
+def test_a_client_keeps_one_region_file_and_leaves_none(server):
+    run = subprocess.run([sys.executable, "-c", _GROWING, server.grpc_url], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["1"]  # a grown region's old file is gone at once, not at exit
+    assert "leaked" not in run.stderr, run.stderr[-3000:]
