@@ -30,39 +30,48 @@ class Worker:
     model_dir: str
 
 
-def children_of(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the direct children of `pid`."""
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    comm: str
+    state: str
+    parent: int
+    args: list[bytes]
+
+
+def _children(parent: int) -> list[_Process]:
+    """The processes whose parent is `parent`, read from /proc (one that exits meanwhile is skipped)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append((int(entry.name), (entry / "cmdline").read_bytes().decode(errors="replace")))
+            rest = stat[stat.rindex(")") + 2 :].split()
+            if int(rest[1]) != parent:
+                continue
+            args = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
+        found.append(_Process(int(entry.name), stat[stat.index("(") + 1 : stat.rindex(")")], rest[0], parent, args))
     return found
+
+
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the direct children of `pid`."""
+    return [(p.pid, b"\0".join(p.args).decode(errors="replace")) for p in _children(pid)]
 
 
 def workers_of(server_pid: int) -> list[Worker]:
     """The python-backend stub processes whose parent is `server_pid`."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if int(rest[1]) != server_pid or not _STUB.startswith(comm):
+    for p in _children(server_pid):
+        if not _STUB.startswith(p.comm):
             continue
         # argv: stub, <model dir>/<version>/model.py, shm region, ..., instance name (8), runtime dir
-        instance = args[8].decode() if len(args) > 8 else ""
-        model_dir = os.path.dirname(os.path.dirname(args[1].decode())) if len(args) > 1 else ""
-        found.append(Worker(int(entry.name), rest[0], instance, model_dir))
+        instance = p.args[8].decode() if len(p.args) > 8 else ""
+        model_dir = os.path.dirname(os.path.dirname(p.args[1].decode())) if len(p.args) > 1 else ""
+        found.append(Worker(p.pid, p.state, instance, model_dir))
     return found
 
 
