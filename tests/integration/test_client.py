@@ -305,15 +305,17 @@ def test_overload_and_bad_input_are_never_retried(server, tmp_path, monkeypatch)
 
     # a full queue: one slow request running, one queued, the others refused at once (kLiteServiceDeny)
     path = tmp_path / "slow.onnx"
-    path.write_bytes(slow(rounds=8).SerializeToString())  # ~1 s a request here
+    path.write_bytes(slow(rounds=64).SerializeToString())  # >= 0.3 s a request even on a quiet machine
     ctx = _context(server, workers=1)
     ctx.cpu.thread_num = 1
     ctx.parallel.config_info = {"dynamic_batching": {"max_queue_size": "1", "max_batch_size": "1"}}
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(path), ctx)
     outcomes: dict[int, str] = {}
+    all_started = threading.Barrier(6)  # no thread ends before all have started: their idents stay distinct
 
     def one_predict() -> None:
+        all_started.wait(timeout=60)
         try:
             runner.predict([mslite.Tensor(np.ones((1, 1), np.float32))])
             outcomes[threading.get_ident()] = "served"

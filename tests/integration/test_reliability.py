@@ -201,7 +201,7 @@ def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_pa
     from mslite_triton._transport import Transport
 
     path = tmp_path / "slow.onnx"
-    path.write_bytes(model_zoo.slow(rounds=24).SerializeToString())  # ~0.9 s a request here, 4 x the timeout
+    path.write_bytes(model_zoo.slow(rounds=240).SerializeToString())  # >= 1 s a request even on a quiet machine
     url = server.grpc_url if protocol == "grpc" else server.http_url
     ctx = mslite.Context()
     ctx.server_url = url

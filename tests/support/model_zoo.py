@@ -166,7 +166,8 @@ def small_classifier(seed: int = 0) -> onnx.ModelProto:
 
 
 def slow(rounds: int = 8, size: int = 1024) -> onnx.ModelProto:
-    """A model that keeps one core busy: ``rounds`` chained ``size x size`` MatMul + Tanh (~0.1 s each here).
+    """A model that keeps one core busy: ``rounds`` chained ``size x size`` MatMul + Tanh
+    (~5 ms each on a quiet 2-core machine with one thread free, many times that under load).
 
     Input ``x`` ``[N, 1]`` float32, batch 1 only (it is broadcast to a square); output ``y`` ``[N, 1]``, the mean.
     For tests that need a request to be really running on the server: timeouts, a full queue.
