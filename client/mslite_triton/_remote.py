@@ -19,8 +19,12 @@ import numpy as np
 from mslite_triton_backend.mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
 from mslite_triton_backend.mslite_backend.protocol import (
     FILE_PARAMETER,
+    FILE_REFUSED,
     PROOF_PARAMETER,
+    UPDATE_ALIGN,
     UPDATE_PARAMETER,
+    UPLOAD_PREFIX,
+    VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,
     sign_update,
 )
@@ -34,14 +38,9 @@ from .errors import InvalidInputError, PermissionDeniedError
 from .tensor import DataType, Tensor, TensorMeta, _contiguous, from_triton_dtype
 
 BIND_PREFIX = "triton://"
-# The config keys naming the updatable weights (backend/mslite/mslite_backend/config.py).
-VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
 # A client on the server's host writes a full update straight into /dev/shm in the store's version layout
-# (weight_store.py: ALIGN, UPLOAD_PREFIX, FILE_REFUSED) and the server links it in: one copy, not three.
+# and the server links it in: one copy, not three (protocol.py: UPLOAD_PREFIX, UPDATE_ALIGN, FILE_REFUSED).
 UPLOAD_DIR = "/dev/shm"
-UPLOAD_PREFIX = "mslite_weights_upload_"
-UPLOAD_ALIGN = 64
-FILE_REFUSED = "update file not usable on the server's host"
 log = logging.getLogger(__name__)
 
 
@@ -246,8 +245,8 @@ class RemoteModel:
                 written = 0
                 while written < view.nbytes:
                     written += os.pwrite(fd, view[written:], offset + written)
-                offset = -(-(offset + view.nbytes) // UPLOAD_ALIGN) * UPLOAD_ALIGN
-            os.ftruncate(fd, max(offset, UPLOAD_ALIGN))
+                offset = -(-(offset + view.nbytes) // UPDATE_ALIGN) * UPDATE_ALIGN
+            os.ftruncate(fd, max(offset, UPDATE_ALIGN))
             os.close(fd)
             fd = -1
             self._send_update(inputs, _manifest([n for n, _ in weights], [a for _, a in weights]), name)

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
-from .protocol import WEIGHTS_INPUT  # the optional input of weights updates: not one of the model's inputs
+from .protocol import (
+    VARIABLE_WEIGHTS_KEYS,
+    WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
+)
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
 _ALIASES = {
@@ -41,10 +44,8 @@ DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
 DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
-# Weights: sharing (bool) and the updatable tensors, each under any of these names: top-level, MindSpore
-# Lite's `[ascend_context] variable_weights_list` as the client forwards it, or the neutral `[weights]` section.
+# Weights: sharing (bool) under either name; the updatable tensors under any of protocol.VARIABLE_WEIGHTS_KEYS.
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
-VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
 WEIGHT_KEYS = frozenset({SHARE_WEIGHTS_KEYS[0], VARIABLE_WEIGHTS_KEYS[0]})
 
 _OPT_LEVELS = {"disable_all": 0, "basic": 1, "extended": 2, "all": 99}

@@ -64,6 +64,15 @@ FILE_PARAMETER = "mslite_weights_file"
 WEIGHTS_INPUT = "__mslite_weights__"
 # Proof that the sender holds the admin key: `v1.<unix seconds>.<nonce>.<hex HMAC-SHA256>`, the MAC taken
 # under the key over `update_message(...)`. The key itself never travels in a request.
+# The config keys that name the updatable weights: MindSpore Lite's `[ascend_context] variable_weights_list`
+# as it stands in a hand-written config or as the client forwards it, or the neutral `[weights] updatable`.
+VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
+# A client on the server's host writes a full update straight into /dev/shm, in the store's version layout
+# (every tensor at an UPDATE_ALIGN-byte offset), under a name starting UPLOAD_PREFIX; the worker links it in.
+# A worker that cannot use the file answers with FILE_REFUSED in its message, and the client sends inline.
+UPLOAD_PREFIX = "mslite_weights_upload_"
+UPDATE_ALIGN = 64
+FILE_REFUSED = "update file not usable on the server's host"
 PROOF_PARAMETER = "mslite_weights_proof"
 PROOF_SCHEME = "v1"
 PROOF_WINDOW_S = 300  # a proof older or newer than this (clock skew included) is refused

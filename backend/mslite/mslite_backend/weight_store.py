@@ -36,13 +36,11 @@ import numpy as np
 
 from .dtypes import TRITON_TO_NUMPY, short_name
 from .errors import InferenceFailure, ModelLoadError, RequestError
-from .protocol import WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
+from .protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
 from .weights import WeightSpec
 
-ALIGN = 64
+ALIGN = UPDATE_ALIGN
 PREFIX = WEIGHTS_STORE_PREFIX
-UPLOAD_PREFIX = "mslite_weights_upload_"  # update files a client on the server's host writes (see `adopt`)
-FILE_REFUSED = "update file not usable on the server's host"  # the client then sends the values inline
 _UPLOAD_NAME = re.compile(UPLOAD_PREFIX + r"[A-Za-z0-9_]{1,64}")
 _VERSION_FILE = re.compile(r"^v(\d+)\.bin$")
 _OWNER = re.compile(r"[0-9]{1,10}_[0-9a-f]{8,32}")  # `<launcher pid>_<hex>`, see protocol.WEIGHTS_OWNER_ENV
