@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import mslite_triton as mslite
 from mslite_triton.server.launcher import EmbeddedServer, ServerConfig, _pick_ports
 from mslite_triton.server.workers import children_of, workers_of
 from tests.support.repository import GEN
+from tests.support.traffic import Traffic
 from tests.support.updatable import build_updated
 
 pytestmark = pytest.mark.integration
@@ -32,46 +32,19 @@ HEAL_DEADLINE_S = 60  # generous: the bar (10 s) is the chaos benchmark's, on a 
 X = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
 
 
-class Clients:
+class Clients(Traffic):
     """4 threads predicting until stopped; every answer must be the updated weights' (10 x)."""
 
     def __init__(self, runner: mslite.ModelParallelRunner) -> None:
+        super().__init__(4)
         self.runner = runner
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._loop) for _ in range(4)]
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                inputs = self.runner.get_inputs()
-                inputs[0].set_data_from_numpy(X)
-                y = self.runner.predict(inputs)[0].get_data_to_numpy()
-                if not np.array_equal(y, 10 * X):
-                    raise AssertionError(f"answer {y.tolist()} is not the updated weights' {(10 * X).tolist()}")
-                with self._lock:
-                    self.ok += 1
-            except Exception as e:  # every failure is recorded and fails the test
-                self.failures.append(repr(e)[:300])
-
-    def wait_for(self, count: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        target = self.ok + count
-        while self.ok < target and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert self.ok >= target, f"only {self.ok} predicts done; failures: {self.failures[:3]}"
-
-    def __enter__(self) -> Clients:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=120)
+    def call(self) -> None:
+        inputs = self.runner.get_inputs()
+        inputs[0].set_data_from_numpy(X)
+        y = self.runner.predict(inputs)[0].get_data_to_numpy()
+        if not np.array_equal(y, 10 * X):
+            raise AssertionError(f"answer {y.tolist()} is not the updated weights' {(10 * X).tolist()}")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from mslite_triton import _admin_key
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN, add_model
+from tests.support.traffic import Traffic
 
 pytestmark = pytest.mark.integration
 
@@ -59,49 +60,22 @@ def _load(server: EmbeddedServer, config: dict[str, Any]) -> None:
         pytest.fail(f"no answer to the load ({e}); server log:\n{server.log_tail(15)}")
 
 
-class _Traffic:
-    """Clients calling the model in a loop from threads, counting answers and errors."""
+class _Traffic(Traffic):
+    """Raw gRPC clients calling the model in a loop, one connection per thread."""
 
     def __init__(self, server: EmbeddedServer, clients: int = 3) -> None:
+        super().__init__(clients, pause_after_failure_s=0.05)
         self.url = server.grpc_url.split("://", 1)[1]
-        self.ok = 0
-        self.failed = 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        self._local = threading.local()
 
-    def _run(self) -> None:
-        client = grpcclient.InferenceServerClient(self.url)
+    def call(self) -> None:
+        if not hasattr(self._local, "client"):
+            self._local.client = grpcclient.InferenceServerClient(self.url)
         x = np.arange(4, dtype=np.float32).reshape(1, 4)
-        try:
-            while not self._stop.is_set():
-                item = grpcclient.InferInput("x", [1, 4], "FP32")
-                item.set_data_from_numpy(x)
-                try:
-                    y = client.infer(MODEL, [item], client_timeout=30).as_numpy("y")
-                    assert np.array_equal(y, x * 2 + 1)
-                    self.ok += 1
-                except Exception:  # counted; the test asserts on the counts
-                    self.failed += 1
-                    time.sleep(0.05)
-        finally:
-            client.close()
-
-    def __enter__(self) -> _Traffic:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=60)
-
-    def wait_for(self, answers: int, timeout_s: float = 60) -> None:
-        """Until `answers` more calls have succeeded."""
-        target, deadline = self.ok + answers, time.monotonic() + timeout_s
-        while self.ok < target:
-            assert time.monotonic() < deadline, f"only {self.ok} answers (wanted {target}), {self.failed} errors"
-            time.sleep(0.05)
+        item = grpcclient.InferInput("x", [1, 4], "FP32")
+        item.set_data_from_numpy(x)
+        y = self._local.client.infer(MODEL, [item], client_timeout=30).as_numpy("y")
+        assert np.array_equal(y, x * 2 + 1)
 
 
 def _series_pids(server: EmbeddedServer, name: str) -> dict[str, set[int]]:
@@ -163,4 +137,4 @@ def test_more_instances_through_a_reload(server: EmbeddedServer) -> None:
     with _Traffic(server, clients=4) as traffic:
         traffic.wait_for(200)
         _wait_series(server, {name: {worker} for name, worker in workers.items()})  # both workers served
-    assert traffic.failed == 0
+    assert traffic.failures == []
