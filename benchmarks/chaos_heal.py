@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import mslite_triton as mslite
-from mslite_triton.server.launcher import _pick_ports
+from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.workers import children_of, workers_of
 from tests.support.updatable import build_updated
 
@@ -121,7 +121,7 @@ def _kill_and_measure(case: str, clients: Clients, kill: Callable[[], None], hea
 
 
 def _serve_rows(rounds: int, work: Path) -> list[Row]:
-    ports = [str(p) for p in _pick_ports([("127.0.0.1", 0, "free")] * 3)]
+    ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
     env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(work / "keys")}
     log_path = work / "serve.log"
     with open(log_path, "w") as log:

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_triton.server.launcher import EmbeddedServer, ServerConfig, _pick_ports
+from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.workers import children_of, workers_of
 from tests.support.repository import GEN
 from tests.support.traffic import Traffic
@@ -203,7 +204,7 @@ def test_the_autostarted_server_heals_a_dead_tritonserver(tmp_path: Path):
 def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    ports = [str(p) for p in _pick_ports([("127.0.0.1", 0, "free")] * 3)]
+    ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
     env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),

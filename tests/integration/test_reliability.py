@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 import mslite_triton as mslite
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
-from mslite_triton.server.launcher import EmbeddedServer, ServerConfig
+from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.processes import free_port

@@ -492,18 +492,19 @@ def test_model_name_of_an_odd_file_name(tmp_path: Path) -> None:
 
 
 def test_free_ports_picked_together_are_distinct() -> None:
-    from mslite_triton.server.launcher import ServerStartError, _pick_ports
+    from mslite_triton.errors import ServerStartError
+    from mslite_triton.server.ports import pick_ports
 
     for _ in range(50):
-        ports = _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", 0, "grpc"), ("127.0.0.1", 0, "metrics")])
+        ports = pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", 0, "grpc"), ("127.0.0.1", 0, "metrics")])
         assert len(set(ports)) == 3
-    taken = _pick_ports([("127.0.0.1", 0, "x")])[0]
+    taken = pick_ports([("127.0.0.1", 0, "x")])[0]
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", taken))
         with pytest.raises(ServerStartError, match=f"grpc port {taken} on 127.0.0.1 is already in use"):
-            _pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", taken, "grpc")])
+            pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", taken, "grpc")])
 
 
 @pytest.mark.parametrize("workers", [1, 2])

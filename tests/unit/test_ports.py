@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from mslite_triton.server.launcher import ServerStartError, _pick_ports
+from mslite_triton.errors import ServerStartError
+from mslite_triton.server.ports import pick_ports
 
 
 def _time_wait_port() -> int:
@@ -30,7 +31,7 @@ def test_a_port_left_in_time_wait_by_a_dead_server_can_be_taken_again() -> None:
     with pytest.raises(OSError):  # what a plain bind (the old probe) says for the next minute
         probe.bind(("127.0.0.1", port))
     probe.close()
-    assert _pick_ports([("127.0.0.1", port, "http")]) == [port]
+    assert pick_ports([("127.0.0.1", port, "http")]) == [port]
 
 
 def test_a_port_something_listens_on_is_refused_by_name() -> None:
@@ -40,4 +41,4 @@ def test_a_port_something_listens_on_is_refused_by_name() -> None:
         listener.listen()
         port = int(listener.getsockname()[1])
         with pytest.raises(ServerStartError, match=f"http port {port} on 127.0.0.1 is already in use"):
-            _pick_ports([("127.0.0.1", port, "http")])
+            pick_ports([("127.0.0.1", port, "http")])

@@ -1,128 +1,46 @@
-"""The embedded Triton server: the real `tritonserver` 2.51 from the nvidia-pytriton wheel, started on loopback.
+"""The embedded Triton server, `EmbeddedServer`: start, wait for readiness, inspect, restart and stop.
 
-Used by the `mslite-triton serve` command, the tests and the client's auto-start. It composes a backend
-directory (the python backend and the stub matching this interpreter, copied, plus `backend/mslite`),
-starts the server with model control `explicit`, waits for readiness with a deadline, reports each
-model's state, and on stop removes the `/dev/shm` regions of its unique prefix.
+Used by the `mslite-triton serve` command, the tests and the client's auto-start. It picks the ports
+(`ports.py`), composes and starts the tritonserver process (`triton_process.py`), waits for readiness with
+a deadline, reports each model's state, starts the gateway and the supervisor when configured, and on stop
+removes what the server leaves behind (`cleanup.py`, `workers.py`).
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
-from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from mslite_triton.server import cleanup, triton_process
+from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
-from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
+from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
-from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
+
+__all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "ServerConfig", "ServerStartError"]
 
 log = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
-_ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
-
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """How to start one embedded server. Ports of 0 mean "pick a free one"."""
-
-    model_repository: Path
-    host: str = LOOPBACK
-    http_port: int = 0
-    grpc_port: int = 0
-    metrics_port: int = 0
-    load_models: tuple[str, ...] = ("*",)
-    startup_timeout_s: float = 180.0
-    exit_timeout_s: int = 30
-    log_verbose: int = 0
-    shm_default_byte_size: int = 4 * 1024 * 1024
-    shm_growth_byte_size: int = 4 * 1024 * 1024
-    restrict_admin: bool = True  # model control, shm, logging, trace need the admin key (both protocols)
-    supervise: bool = True  # restart the server and reload its models when a worker process dies
-    # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
-    # naming the problem, requests over max_request_bytes are refused before they reach Triton (server/gateway/).
-    gateway: bool = False
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
-    max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL
-    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
-    extra_args: tuple[str, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class ModelState:
-    """One row of the repository index."""
-
-    name: str
-    version: str
-    state: str
-    reason: str
-
-    @property
-    def ready(self) -> bool:
-        """True when Triton reports the model READY."""
-        return self.state == "READY"
-
-
-def _triton_dir() -> Path:
-    try:
-        import pytriton  # noqa: F401  (only to locate the wheel's files)
-    except ImportError as e:
-        raise ServerStartError(
-            "the embedded server needs the [server] extra: pip install 'mslite-triton[server]'"
-        ) from e
-    return Path(pytriton.__file__).parent / "tritonserver"
-
-
-def _pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
-    """For each (host, port, what): `port`, or a free one when it is 0; raise naming a port that is taken.
-
-    Every socket stays bound until all are picked, so two free ports are never the same one. The probe
-    binds as the servers do, with SO_REUSEADDR (Triton's HTTP and gRPC fronts and the gateway all set it):
-    the connections of a server that just died linger in TIME_WAIT on its port for a minute, and only a
-    listener makes the port really taken.
-    """
-    held: list[socket.socket] = []
-    try:
-        for host, port, what in wanted:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(s)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-            except OSError as e:
-                raise ServerStartError(
-                    f"{what} port {port} on {host} is already in use; choose another with --{what}-port"
-                ) from e
-        return [int(s.getsockname()[1]) for s in held]
-    finally:
-        for s in held:
-            s.close()
+# Until tune.py's pending edits (which import these from ports / triton_process) are committed: its
+# committed version imports them from here.
+_pick_ports, _triton_dir = pick_ports, triton_process.triton_dir
 
 
 class EmbeddedServer:
@@ -187,7 +105,7 @@ class EmbeddedServer:
         wanted += [(cfg.host, cfg.metrics_port, "metrics")]
         if cfg.gateway:  # Triton's own ports, private, behind the gateway's
             wanted += [(LOOPBACK, 0, "http"), (LOOPBACK, 0, "grpc")]
-        ports = _pick_ports(wanted)
+        ports = pick_ports(wanted)
         self.http_port, self.grpc_port, self.metrics_port = ports[:3]
         self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]
         self._binary = self._compose_workspace()
@@ -212,30 +130,21 @@ class EmbeddedServer:
         """
         if self._supervisor is not None and self._supervisor.halted:
             raise ServerStartError("the server is stopping")
-        args = [str(self._binary), *self._flags(self.config.load_models if load_models is None else load_models)]
-        env = dict(os.environ)
-        bindir = str(Path(sys.executable).parent)
-        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-        libs = str(_triton_dir().parent.parent / "nvidia_pytriton.libs")
-        env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
-        # The workers inherit it and refuse weights updates that do not prove it; the same key on every
-        # (re)start, so clients keep working across heals. Without a key, none (not one of the caller's).
-        env.pop(_admin_key.ADMIN_KEY_ENV, None)
-        if self.admin_key:
-            env[_admin_key.ADMIN_KEY_ENV] = self.admin_key
-        env[WEIGHTS_OWNER_ENV] = self.weights_owner
+        args = triton_process.command_line(
+            str(self._binary),
+            self.config,
+            workspace=self.workspace,
+            http_port=self.triton_http_port,
+            grpc_port=self.triton_grpc_port,
+            metrics_port=self.metrics_port,
+            shm_prefix=self.shm_prefix,
+            admin_key=self.admin_key,
+            load_models=self.config.load_models if load_models is None else load_models,
+        )
+        env = triton_process.environment(admin_key=self.admin_key, weights_owner=self.weights_owner)
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
-        with open(self.log_path, "ab") as logf:
-            self.process = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=self._child_setup(),
-            )
+        self.process = triton_process.spawn(args, env, self.log_path, self._child_setup())
         try:
             self._wait_ready()
         except BaseException:
@@ -244,14 +153,14 @@ class EmbeddedServer:
             raise
 
     def _child_setup(self) -> Any:
-        """`_die_with_parent` when the calling thread lives as long as the child should, else None.
+        """`die_with_parent` when the calling thread lives as long as the child should, else None.
 
         PR_SET_PDEATHSIG fires when the *thread* that started the child ends: the main thread, or the
         supervisor's, which lives until the server is stopped.
         """
         current = threading.current_thread()
         if current is threading.main_thread() or (self._supervisor is not None and current is self._supervisor):
-            return _die_with_parent
+            return triton_process.die_with_parent
         return None
 
     def _start_gateway(self, *, stop_on_failure: bool = True) -> None:
@@ -286,53 +195,7 @@ class EmbeddedServer:
         self._start_gateway(stop_on_failure=False)
 
     def _compose_workspace(self) -> Path:
-        src = _triton_dir()
-        ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-        stub = src / "python_backend_stubs" / ver / "triton_python_backend_stub"
-        if not stub.exists():
-            raise ServerStartError(f"the server wheel has no python backend stub for Python {ver}")
-        backends = self.workspace / "backends"
-        python_dir = backends / "python"
-        python_dir.mkdir(parents=True)
-        # Copies, not symlinks: Triton rejects backend files that resolve outside the backend directory.
-        for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-            shutil.copy2(src / "backends" / "python" / name, python_dir / name)
-        shutil.copy2(stub, python_dir / "triton_python_backend_stub")
-        backend_src = Path(str(resources.files("mslite_triton_backend")))
-        shutil.copytree(backend_src, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        caches = self.workspace / "caches" / "local"
-        caches.mkdir(parents=True)
-        shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
-        return src / "bin" / "tritonserver"
-
-    def _flags(self, load_models: tuple[str, ...]) -> list[str]:
-        cfg = self.config
-        host = LOOPBACK if cfg.gateway else cfg.host
-        flags = [
-            f"--model-repository={Path(cfg.model_repository).resolve()}",
-            f"--backend-directory={self.workspace / 'backends'}",
-            f"--cache-directory={self.workspace / 'caches'}",
-            "--model-control-mode=explicit",
-            # One bad model must not stop the server, nor keep /v2/health/ready at 400:
-            # per-model state is reported from the repository index instead.
-            "--exit-on-error=false",
-            "--strict-readiness=false",
-            f"--exit-timeout-secs={cfg.exit_timeout_s}",
-            f"--http-address={host}",
-            f"--http-port={self.triton_http_port}",
-            f"--grpc-address={host}",
-            f"--grpc-port={self.triton_grpc_port}",
-            f"--metrics-address={cfg.host}",
-            f"--metrics-port={self.metrics_port}",
-            f"--log-verbose={cfg.log_verbose}",
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-            f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
-            f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
-        ]
-        flags += [f"--load-model={m}" for m in load_models]
-        if self.admin_key:
-            flags += _admin_key.flags(self.admin_key)
-        return flags + list(cfg.extra_args)
+        return triton_process.compose_workspace(self.workspace)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -343,7 +206,7 @@ class EmbeddedServer:
                     f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
                 )
             grpc_host = LOOPBACK if self.config.gateway else self.config.host
-            if self._http_status("GET", "/v2/health/ready") == 200 and _accepts(grpc_host, self.triton_grpc_port):
+            if self._http_status("GET", "/v2/health/ready") == 200 and accepts(grpc_host, self.triton_grpc_port):
                 return
             time.sleep(0.2)
         raise ServerStartError(
@@ -383,12 +246,7 @@ class EmbeddedServer:
 
     def remove_weight_stores(self) -> list[str]:
         """Remove this launcher's weights stores (call once its server has exited); returns their names."""
-        removed = []
-        for root in {"/dev/shm", tempfile.gettempdir()}:
-            for path in glob.glob(os.path.join(root, f"{WEIGHTS_STORE_PREFIX}{self.weights_owner}_*")):
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(os.path.basename(path))
-        return removed
+        return cleanup.remove_weight_stores(self.weights_owner)
 
     def _terminate(self, timeout_s: float | None = None) -> int | None:
         """Stop tritonserver: SIGTERM, then SIGKILL after `timeout_s`; SIGKILL at once when it is 0."""
@@ -436,14 +294,7 @@ class EmbeddedServer:
 
     def cleanup_shm(self) -> list[str]:
         """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
-        removed = []
-        for path in glob.glob(f"/dev/shm/{self.shm_prefix}*"):
-            try:
-                os.unlink(path)
-                removed.append(os.path.basename(path))
-            except FileNotFoundError:
-                pass
-        return removed
+        return cleanup.remove_shm_regions(self.shm_prefix)
 
     def remove_workspace(self) -> None:
         """Delete the composed backend directory and the log."""
@@ -481,13 +332,7 @@ class EmbeddedServer:
 
     def log_tail(self, lines: int = 30) -> str:
         """The server log's error lines (up to 10), then its last lines."""
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        errors = [line for line in text if _ERROR_LINE.search(line)][:10]
-        tail = [line for line in text[-lines:] if line not in errors]
-        return "\n".join(errors + (["..."] if errors and tail else []) + tail)
+        return triton_process.log_tail(self.log_path, lines)
 
     def model_states(self) -> list[ModelState]:
         """Per-model readiness from the repository index (`POST /v2/repository/index`)."""
@@ -527,22 +372,3 @@ class EmbeddedServer:
                 return json.loads(resp.read() or b"null")
         except OSError as e:
             raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e
-
-
-def _accepts(host: str, port: int) -> bool:
-    """True when something accepts TCP connections on host:port (the gRPC endpoint starts on its own)."""
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: ask the kernel for SIGTERM when the parent dies (Linux prctl)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass

@@ -1,0 +1,52 @@
+"""How to start one embedded server (`ServerConfig`), and one model's row of its repository index."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
+from mslite_triton.server.ports import LOOPBACK
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How to start one embedded server. Ports of 0 mean "pick a free one"."""
+
+    model_repository: Path
+    host: str = LOOPBACK
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+    load_models: tuple[str, ...] = ("*",)
+    startup_timeout_s: float = 180.0
+    exit_timeout_s: int = 30
+    log_verbose: int = 0
+    shm_default_byte_size: int = 4 * 1024 * 1024
+    shm_growth_byte_size: int = 4 * 1024 * 1024
+    restrict_admin: bool = True  # model control, shm, logging, trace need the admin key (both protocols)
+    supervise: bool = True  # restart the server and reload its models when a worker process dies
+    # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
+    # naming the problem, requests over max_request_bytes are refused before they reach Triton (server/gateway/).
+    gateway: bool = False
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
+    max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    extra_args: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """One row of the repository index."""
+
+    name: str
+    version: str
+    state: str
+    reason: str
+
+    @property
+    def ready(self) -> bool:
+        """True when Triton reports the model READY."""
+        return self.state == "READY"

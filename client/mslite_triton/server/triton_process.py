@@ -1,0 +1,161 @@
+"""The tritonserver child process: its backend directory, command line and environment, and its log.
+
+The server is the real `tritonserver` 2.51 from the nvidia-pytriton wheel. Each launcher composes a
+backend directory of its own (the python backend and the stub matching this interpreter, copied, plus
+`backend/mslite`) and starts the server with model control `explicit`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+from mslite_triton import _admin_key
+from mslite_triton.errors import ServerStartError
+from mslite_triton.server.config import ServerConfig
+from mslite_triton.server.ports import LOOPBACK
+from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV
+
+_ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
+
+
+def triton_dir() -> Path:
+    """The `tritonserver` folder of the nvidia-pytriton wheel.
+
+    Raises:
+        ServerStartError: the wheel (the `[server]` extra) is not installed.
+    """
+    try:
+        import pytriton  # noqa: F401  (only to locate the wheel's files)
+    except ImportError as e:
+        raise ServerStartError(
+            "the embedded server needs the [server] extra: pip install 'mslite-triton[server]'"
+        ) from e
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def compose_workspace(workspace: Path) -> Path:
+    """Fill `workspace` with the backend and cache directories; returns the `tritonserver` binary.
+
+    Raises:
+        ServerStartError: the wheel has no python backend stub for this interpreter.
+    """
+    src = triton_dir()
+    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = src / "python_backend_stubs" / ver / "triton_python_backend_stub"
+    if not stub.exists():
+        raise ServerStartError(f"the server wheel has no python backend stub for Python {ver}")
+    backends = workspace / "backends"
+    python_dir = backends / "python"
+    python_dir.mkdir(parents=True)
+    # Copies, not symlinks: Triton rejects backend files that resolve outside the backend directory.
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        shutil.copy2(src / "backends" / "python" / name, python_dir / name)
+    shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    backend_src = Path(str(resources.files("mslite_triton_backend")))
+    shutil.copytree(backend_src, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    caches = workspace / "caches" / "local"
+    caches.mkdir(parents=True)
+    shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
+    return src / "bin" / "tritonserver"
+
+
+def command_line(
+    binary: str,
+    cfg: ServerConfig,
+    *,
+    workspace: Path,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    shm_prefix: str,
+    admin_key: str | None,
+    load_models: tuple[str, ...],
+) -> list[str]:
+    """The server's arguments: Triton's own ports (private on loopback behind a gateway), and the rest."""
+    host = LOOPBACK if cfg.gateway else cfg.host
+    flags = [
+        f"--model-repository={Path(cfg.model_repository).resolve()}",
+        f"--backend-directory={workspace / 'backends'}",
+        f"--cache-directory={workspace / 'caches'}",
+        "--model-control-mode=explicit",
+        # One bad model must not stop the server, nor keep /v2/health/ready at 400:
+        # per-model state is reported from the repository index instead.
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+        f"--exit-timeout-secs={cfg.exit_timeout_s}",
+        f"--http-address={host}",
+        f"--http-port={http_port}",
+        f"--grpc-address={host}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-address={cfg.host}",
+        f"--metrics-port={metrics_port}",
+        f"--log-verbose={cfg.log_verbose}",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
+        f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
+    ]
+    flags += [f"--load-model={m}" for m in load_models]
+    if admin_key:
+        flags += _admin_key.flags(admin_key)
+    return [binary, *flags, *cfg.extra_args]
+
+
+def environment(*, admin_key: str | None, weights_owner: str) -> dict[str, str]:
+    """The server's environment: this interpreter's tools and the wheel's libraries first, the key, the owner."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    libs = str(triton_dir().parent.parent / "nvidia_pytriton.libs")
+    env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    # The workers inherit it and refuse weights updates that do not prove it; the same key on every
+    # (re)start, so clients keep working across heals. Without a key, none (not one of the caller's).
+    env.pop(_admin_key.ADMIN_KEY_ENV, None)
+    if admin_key:
+        env[_admin_key.ADMIN_KEY_ENV] = admin_key
+    env[WEIGHTS_OWNER_ENV] = weights_owner
+    return env
+
+
+def spawn(
+    args: list[str], env: dict[str, str], log_path: Path, preexec_fn: Callable[[], None] | None
+) -> subprocess.Popen[bytes]:
+    """Start the server in a session of its own (its workers with it), its output appended to `log_path`."""
+    with open(log_path, "ab") as logf:
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: ask the kernel for SIGTERM when the parent dies (Linux prctl)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def log_tail(log_path: Path, lines: int = 30) -> str:
+    """The server log's error lines (up to 10), then its last lines."""
+    try:
+        text = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    errors = [line for line in text if _ERROR_LINE.search(line)][:10]
+    tail = [line for line in text[-lines:] if line not in errors]
+    return "\n".join(errors + (["..."] if errors and tail else []) + tail)
