@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ._checkparam import check_isinstance
 from ._model_config import merge_sections, parse_config_file
+from ._weights import check_weights, send_weights, weight_sections  # noqa: F401 -- see below
 from .errors import InferenceError, InvalidInputError, ModelLoadError, NotFoundError, PermissionDeniedError
 from .tensor import Tensor
 
-if TYPE_CHECKING:
-    from ._remote import RemoteModel
+# check_weights, send_weights and weight_sections are imported here only until the pending edits of model.py and
+# runner.py, which import them from _weights, are committed: their committed versions import them from here.
 
 
 def check_config_dict(config_dict: Any) -> dict[str, dict[str, str]]:
@@ -84,39 +85,6 @@ def input_arrays(inputs: list[Tensor]) -> list[np.ndarray]:
     return [t._array() for t in inputs]
 
 
-def check_weights(weights: Any) -> list[Tensor]:
-    """MindSpore Lite's type check of `update_weights`' argument (list[list[Tensor]]), flattened in order.
-
-    Raises:
-        TypeError: naming the level and index of the offending element.
-    """
-    check_isinstance("weights", weights, list)
-    flat = []
-    for i, group in enumerate(weights):
-        if not isinstance(group, list):
-            raise TypeError(f"weights element must be list, but got {type(group)} at index {i}.")
-        for j, t in enumerate(group):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"weights element's element must be Tensor, but got {type(t)} at {i},{j}.")
-            flat.append(t)
-    return flat
-
-
-def send_weights(remote: RemoteModel | None, weights: Any, aliases: dict[str, str], not_built: str) -> None:
-    """The body of `Model.update_weights` and `ModelParallelRunner.update_weights`, checks in MindSpore Lite's order.
-
-    Raises:
-        TypeError: `weights` is not a list of lists of Tensor.
-        RuntimeError: not built (`not_built` says how), no weights given, or the update failed.
-    """
-    tensors = check_weights(weights)
-    if remote is None:
-        raise RuntimeError(f"update weight failed! Error is kLiteError: {not_built}")
-    if not tensors:
-        raise RuntimeError("update weight failed! Error is kLiteInputParamInvalid: no weights given")
-    remote.update_weights(tensors, aliases)
-
-
 def fill_outputs(outputs: list[Tensor], results: list[Tensor]) -> list[Tensor]:
     """Copy results into caller-provided output tensors (MindSpore Lite's `outputs=` argument)."""
     for target, result in zip(outputs, results):
@@ -125,95 +93,3 @@ def fill_outputs(outputs: list[Tensor], results: list[Tensor]) -> list[Tensor]:
         target.shape = result.shape
         target.set_data_from_numpy(result.get_data_to_numpy())
     return outputs
-
-
-# Where the updatable weights are named: MindSpore Lite's `[ascend_context] variable_weights_file=PATH`
-# (read here, on the client, whose disk PATH is on) and the neutral `[weights] updatable_file=PATH`; each
-# becomes the comma-separated list the server reads (`variable_weights_list` / `updatable`).
-_WEIGHT_FILES = {
-    "ascend_context": ("variable_weights_file", "variable_weights_list"),
-    "weights": ("updatable_file", "updatable"),
-}
-_SHAREABLE_KEYS = ("shareable_weight_pid_list", "shareable_weight_mem_handle")
-
-
-def weight_sections(
-    sections: dict[str, dict[str, str]], config_path: str, who: str
-) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """Resolve the weights settings of the config sections for the server.
-
-    Name-list files become comma-separated lists; the spec's cross-process sharing keys are dropped, since
-    the workers of a model share its weights on CPU without them (and dropping them lets the builds of
-    MindSpore Lite's "master" and "slave" processes map to the same server model).
-
-    Args:
-        sections: the merged config sections.
-        config_path: the config file, whose directory relative list paths may also be found in.
-        who: the message prefix of the caller's build errors.
-
-    Returns:
-        The sections to send, and the name map of two-column list lines (name used in updates -> graph name).
-
-    Raises:
-        RuntimeError: a list file is missing or has a line of more than two columns, or both sharing keys are set.
-    """
-    out = {section: dict(entries) for section, entries in sections.items()}
-    aliases: dict[str, str] = {}
-    for section, (file_key, list_key) in _WEIGHT_FILES.items():
-        entries = out.get(section, {})
-        if file_key not in entries:
-            continue
-        names, mapping = read_weight_names(entries.pop(file_key), config_path, who)
-        entries[list_key] = ",".join(names)
-        aliases.update(mapping)
-    ascend = out.get("ascend_context", {})
-    if all(k in ascend for k in _SHAREABLE_KEYS):
-        raise RuntimeError(
-            f"{who}! Error is kLiteError: shareable_weight_pid_list and shareable_weight_mem_handle are mutually "
-            "exclusive"
-        )
-    for key in _SHAREABLE_KEYS:
-        ascend.pop(key, None)
-    return {s: e for s, e in out.items() if e or s not in _WEIGHT_FILES}, aliases
-
-
-def read_weight_names(value: str, config_path: str, who: str) -> tuple[list[str], dict[str, str]]:
-    """Read a name-list file: one weight per line, `graph_name` or `update_name,graph_name`.
-
-    The path may be quoted (the spec's own example is); a relative path is tried from the working
-    directory, then from the config file's directory.
-
-    Raises:
-        RuntimeError: the file is missing or unreadable, or a line has more than two columns.
-    """
-    path = value.strip().strip("\"'")
-    candidates = [path]
-    if config_path and not os.path.isabs(path):
-        candidates.append(os.path.join(os.path.dirname(os.path.abspath(config_path)), path))
-    found = next((c for c in candidates if os.path.isfile(c)), None)
-    if found is None:
-        raise RuntimeError(f"{who}! Error is variable weight name list '{os.path.basename(path)}' does not exist")
-    names: list[str] = []
-    mapping: dict[str, str] = {}
-    try:
-        with open(found, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise RuntimeError(f"{who}! Error is cannot read variable weight name list: {e}") from e
-    for number, line in enumerate(lines, 1):
-        columns = [c.strip() for c in line.split(",")]
-        if not line.strip():
-            continue
-        if len(columns) > 2:
-            raise RuntimeError(
-                f"{who}! Error is variable weight name list line {number}: only support 1 or 2 row name list, "
-                f"current row num: {len(columns)}"
-            )
-        if not all(columns):
-            raise RuntimeError(f"{who}! Error is variable weight name list line {number} has an empty name")
-        name = columns[-1]
-        if len(columns) == 2:
-            mapping[columns[0]] = name
-        if name not in names:
-            names.append(name)
-    return names, mapping

@@ -1,14 +1,15 @@
-"""A model living on the server: upload or bind, metadata, and one predict call. Model and runner wrap it."""
+"""A model living on the server: upload or bind, metadata, and one predict call. Model and runner wrap it.
+
+Its weights updates are `_weights.py`'s.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
-import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -17,30 +18,16 @@ from typing import Any
 import numpy as np
 
 from mslite_triton_backend.mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
-from mslite_triton_backend.mslite_backend.protocol import (
-    FILE_PARAMETER,
-    FILE_REFUSED,
-    PROOF_PARAMETER,
-    UPDATE_ALIGN,
-    UPDATE_PARAMETER,
-    UPLOAD_PREFIX,
-    VARIABLE_WEIGHTS_KEYS,
-    WEIGHTS_INPUT,
-    sign_update,
-)
+from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_INPUT
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
 from ._onnx_io import has_dynamic_batch
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
-from .errors import InvalidInputError, PermissionDeniedError
-from .tensor import DataType, Tensor, TensorMeta, _contiguous, from_triton_dtype
+from .tensor import Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
 
 BIND_PREFIX = "triton://"
-# A client on the server's host writes a full update straight into /dev/shm in the store's version layout
-# and the server links it in: one copy, not three (protocol.py: UPLOAD_PREFIX, UPDATE_ALIGN, FILE_REFUSED).
-UPLOAD_DIR = "/dev/shm"
 log = logging.getLogger(__name__)
 
 
@@ -141,119 +128,16 @@ class RemoteModel:
             meta = TensorMeta()
             meta.name = t.name
             meta.dtype = from_triton_dtype(t.datatype)
-            meta.shape = _present_shape(t, self.batched)
+            meta.shape = present_shape(t, self.batched)
             meta.element_num = int(np.prod(meta.shape)) if all(d >= 0 for d in meta.shape) else 0
-            meta.data_size = meta.element_num * np.dtype(_numpy(meta.dtype)).itemsize
+            meta.data_size = meta.element_num * np.dtype(to_numpy_dtype(meta.dtype)).itemsize
             metas.append(meta)
         return tuple(metas)
-
-    @property
-    def variable_weights(self) -> tuple[str, ...]:
-        """The updatable weights the model declares, in their list order."""
-        for key in VARIABLE_WEIGHTS_KEYS:
-            value = self.info.parameters.get(key, "")
-            if value.strip():
-                return tuple(n.strip() for n in value.split(",") if n.strip())
-        return ()
 
     @property
     def shareable_handle(self) -> str:
         """A stable, non-zero integer naming this server model (MindSpore Lite's shared-weights handle)."""
         return str(int(hashlib.sha256(self.info.name.encode()).hexdigest()[:15], 16) | 1)
-
-    def update_weights(self, tensors: list[Tensor], aliases: dict[str, str]) -> None:
-        """Send new values for updatable weights; every worker serves them from its next request on.
-
-        Tensors are matched by name (`aliases` maps a name-list file's first column to the graph name),
-        or, when a tensor has no name, by its position in the declared list. The server checks
-        everything before it changes anything.
-
-        Raises:
-            InvalidInputError: a tensor is not an updatable weight, appears twice, or does not match its
-                weight's dtype or shape (the server's message); nothing changed.
-            RuntimeError: a tensor has no data, or the server failed (subclasses name the cause).
-        """
-        declared = self.variable_weights
-        failed = f"update weight failed! Error is model '{self.info.name}'"
-        if self.weights_input is None or not declared:
-            raise InvalidInputError(
-                f"{failed} declares no updatable weights; name them at build time with [ascend_context] "
-                "variable_weights_file=FILE (or [weights] updatable_file=FILE)"
-            )
-        names = []
-        for i, t in enumerate(tensors):
-            if t.name:
-                names.append(aliases.get(t.name, t.name))
-            elif i < len(declared):
-                names.append(declared[i])
-            else:
-                raise InvalidInputError(
-                    f"{failed}: tensor {i} has no name and only {len(declared)} updatable weights are declared"
-                )
-        unknown = [n for n in names if n not in declared]
-        if unknown:
-            raise InvalidInputError(
-                f"{failed}: tensor(s) {unknown} are not updatable weights of this model; updatable: {list(declared)}"
-            )
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise InvalidInputError(f"{failed}: tensor(s) {repeated} are given more than once")
-        arrays = [_contiguous(t._array()) for t in tensors]  # keeps 0-d weights 0-d
-        # Triton requires every non-optional input: placeholders of one sample, which the backend ignores.
-        inputs = [(t.name, _placeholder(t, self.batched)) for t in self.info.inputs]
-        try:
-            if sorted(names) == sorted(declared) and self.transport.use_shm and os.access(UPLOAD_DIR, os.W_OK):
-                order = {n: i for i, n in enumerate(declared)}
-                try:
-                    self._update_by_file(sorted(zip(names, arrays), key=lambda p: order[p[0]]), inputs)
-                    return
-                except InvalidInputError as e:
-                    if FILE_REFUSED not in str(e):
-                        raise
-                    log.info(
-                        "the server cannot use an update file in %s (%s); sending the weights inline", UPLOAD_DIR, e
-                    )
-                except OSError as e:  # e.g. /dev/shm full (ENOSPC): the file is removed, the values go inline
-                    log.info("cannot write an update file in %s (%s); sending the weights inline", UPLOAD_DIR, e)
-            data = np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
-            inputs.append((WEIGHTS_INPUT, data.reshape(1, -1) if self.batched else data))
-            self._send_update(inputs, _manifest(names, arrays))
-        except InvalidInputError as e:
-            raise InvalidInputError(f"update weight failed! Error is {e}") from None
-        except PermissionDeniedError as e:
-            raise PermissionDeniedError(f"update weight failed! Error is kLiteError: {e}") from None
-
-    def _send_update(self, inputs: list[tuple[str, np.ndarray]], manifest: str, file: str = "") -> None:
-        """One update request, with the proof of the admin key when this client has the key."""
-        parameters = {UPDATE_PARAMETER: manifest}
-        if file:
-            parameters[FILE_PARAMETER] = file
-        if self.transport.key:
-            parameters[PROOF_PARAMETER] = sign_update(self.transport.key, self.info.name, manifest, file)
-        self.transport.infer(self.info.name, inputs, [], parameters=parameters)
-
-    def _update_by_file(self, weights: list[tuple[str, np.ndarray]], inputs: list[tuple[str, np.ndarray]]) -> None:
-        """Write every weight into a /dev/shm file in the store's layout and let the server link it in."""
-        _sweep_uploads()
-        name = f"{UPLOAD_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
-        path = os.path.join(UPLOAD_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            offset = 0
-            for _, array in weights:
-                view = array.reshape(-1).view(np.uint8).data
-                written = 0
-                while written < view.nbytes:
-                    written += os.pwrite(fd, view[written:], offset + written)
-                offset = -(-(offset + view.nbytes) // UPDATE_ALIGN) * UPDATE_ALIGN
-            os.ftruncate(fd, max(offset, UPDATE_ALIGN))
-            os.close(fd)
-            fd = -1
-            self._send_update(inputs, _manifest([n for n, _ in weights], [a for _, a in weights]), name)
-        finally:
-            if fd >= 0:
-                os.close(fd)
-            os.unlink(path)  # the server holds its own link to the data once it is published
 
     def predict(self, arrays: list[np.ndarray]) -> list[Tensor]:
         """Run one predict (arrays in model input order); outputs in model output order.
@@ -316,42 +200,15 @@ def _split_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _present_shape(t: TensorInfo, batched: bool) -> list[int]:
+def present_shape(t: TensorInfo, batched: bool) -> list[int]:
+    """The tensor's shape as the user sees it: a dynamic batch dimension shown as 1."""
     shape = list(t.shape)
     if batched and shape and shape[0] == -1:
         shape[0] = 1
     return shape
 
 
-def _sweep_uploads() -> None:
-    """Remove update files left by client processes that died before removing them."""
-    for entry in os.listdir(UPLOAD_DIR):
-        if entry.startswith(UPLOAD_PREFIX):
-            pid = entry[len(UPLOAD_PREFIX) :].split("_", 1)[0]
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(UPLOAD_DIR, entry))
-
-
-def _manifest(names: list[str], arrays: list[np.ndarray]) -> str:
-    return json.dumps([{"name": n, "dtype": a.dtype.str, "shape": list(a.shape)} for n, a in zip(names, arrays)])
-
-
-def _placeholder(t: TensorInfo, batched: bool) -> np.ndarray:
-    """Zeros of the input's shape, one sample, dynamic dimensions as 1."""
-    shape = [d if d >= 0 else 1 for d in _present_shape(t, batched)]
-    if t.datatype == "BYTES":
-        return np.full(shape, b"", dtype=np.object_)
-    return np.zeros(shape, dtype=_numpy(from_triton_dtype(t.datatype)))
-
-
 def _template(t: TensorInfo, batched: bool) -> Tensor:
-    tensor = Tensor(shape=_present_shape(t, batched), dtype=from_triton_dtype(t.datatype))
+    tensor = Tensor(shape=present_shape(t, batched), dtype=from_triton_dtype(t.datatype))
     tensor.name = t.name
     return tensor
-
-
-def _numpy(dtype: DataType) -> Any:
-    from .tensor import to_numpy_dtype
-
-    return to_numpy_dtype(dtype)

@@ -11,18 +11,20 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_triton import _remote
-from mslite_triton._build import read_weight_names, weight_sections
+from mslite_triton import _weights
 from mslite_triton._model_config import WorkerPlan, build_model_config
-from mslite_triton._remote import FILE_REFUSED, RemoteModel
+from mslite_triton._remote import RemoteModel
 from mslite_triton._transport import ModelInfo, TensorInfo
+from mslite_triton._weights import declared_weights, read_weight_names, update_weights, weight_sections
 from mslite_triton.context import Context
 from mslite_triton.errors import InvalidInputError, PermissionDeniedError
 from mslite_triton_backend.mslite_backend.errors import UpdateDenied
 from mslite_triton_backend.mslite_backend.protocol import (
     FILE_PARAMETER,
+    FILE_REFUSED,
     PROOF_PARAMETER,
     UPDATE_PARAMETER,
+    UPLOAD_PREFIX,
     WEIGHTS_INPUT,
 )
 from mslite_triton_backend.mslite_backend.update_auth import UpdateGuard
@@ -108,7 +110,7 @@ class FakeTransport:
     def infer(self, model: str, inputs: list, outputs: list, *, parameters: dict[str, str] | None = None) -> dict:
         call: dict[str, Any] = {"model": model, "inputs": dict(inputs), "outputs": outputs, "parameters": parameters}
         if parameters and FILE_PARAMETER in parameters:
-            call["file"] = Path(_remote.UPLOAD_DIR, parameters[FILE_PARAMETER]).read_bytes()
+            call["file"] = Path(_weights.UPLOAD_DIR, parameters[FILE_PARAMETER]).read_bytes()
         self.calls.append(call)
         if self.refuse_files and parameters and FILE_PARAMETER in parameters:
             raise InvalidInputError(f"model '{model}': {FILE_REFUSED} (missing)")
@@ -141,14 +143,14 @@ B0_VALUE = np.array([7, 8, 9], np.int64)
 def test_the_update_input_is_hidden_and_the_declared_list_read() -> None:
     remote = _remote_model(FakeTransport())
     assert [t.name for t in remote.info.inputs] == ["x"] and remote.weights_input is not None
-    assert remote.variable_weights == ("w0", "b0")
+    assert declared_weights(remote.info) == ("w0", "b0")
     assert [t.name for t in remote.input_tensors()] == ["x"]
     assert int(remote.shareable_handle) > 0
 
 
 def test_a_partial_update_is_sent_inline_matched_by_name() -> None:
     transport = FakeTransport(use_shm=True)
-    _remote_model(transport).update_weights([_tensor(B0_VALUE, "b0")], {})
+    update_weights(_remote_model(transport), [_tensor(B0_VALUE, "b0")], {})
     (call,) = transport.calls
     assert call["outputs"] == [] and FILE_PARAMETER not in call["parameters"]
     assert json.loads(call["parameters"][UPDATE_PARAMETER]) == [{"name": "b0", "dtype": "<i8", "shape": [3]}]
@@ -159,15 +161,15 @@ def test_a_partial_update_is_sent_inline_matched_by_name() -> None:
 def test_unnamed_tensors_follow_the_declared_order_and_aliases_are_resolved() -> None:
     transport = FakeTransport()
     remote = _remote_model(transport)
-    remote.update_weights([_tensor(W0_VALUE), _tensor(B0_VALUE)], {})
-    remote.update_weights([_tensor(B0_VALUE, "lora_b"), _tensor(W0_VALUE, "w0")], {"lora_b": "b0"})
+    update_weights(remote, [_tensor(W0_VALUE), _tensor(B0_VALUE)], {})
+    update_weights(remote, [_tensor(B0_VALUE, "lora_b"), _tensor(W0_VALUE, "w0")], {"lora_b": "b0"})
     names = [[e["name"] for e in json.loads(c["parameters"][UPDATE_PARAMETER])] for c in transport.calls]
     assert names == [["w0", "b0"], ["b0", "w0"]]
 
 
 def test_a_full_update_on_the_servers_host_goes_through_a_file_in_the_store_layout() -> None:
     transport = FakeTransport(use_shm=True)
-    _remote_model(transport).update_weights([_tensor(B0_VALUE, "b0"), _tensor(W0_VALUE, "w0")], {})
+    update_weights(_remote_model(transport), [_tensor(B0_VALUE, "b0"), _tensor(W0_VALUE, "w0")], {})
     (call,) = transport.calls
     assert WEIGHTS_INPUT not in call["inputs"]
     manifest = json.loads(call["parameters"][UPDATE_PARAMETER])
@@ -175,13 +177,13 @@ def test_a_full_update_on_the_servers_host_goes_through_a_file_in_the_store_layo
     data = call["file"]
     assert len(data) == 64 + 64  # each weight 64-byte aligned
     assert data[:24] == W0_VALUE.tobytes() and data[64:88] == B0_VALUE.tobytes()
-    assert not Path(_remote.UPLOAD_DIR, call["parameters"][FILE_PARAMETER]).exists()  # removed after the call
+    assert not Path(_weights.UPLOAD_DIR, call["parameters"][FILE_PARAMETER]).exists()  # removed after the call
 
 
 @pytest.mark.parametrize("use_shm", [False, True])
 def test_with_the_admin_key_every_update_carries_a_proof_the_worker_accepts(use_shm: bool) -> None:
     transport = FakeTransport(use_shm=use_shm, key="admin")
-    _remote_model(transport).update_weights([_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
+    update_weights(_remote_model(transport), [_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
     (call,) = transport.calls
     params = call["parameters"]
     assert (FILE_PARAMETER in params) == use_shm
@@ -196,16 +198,16 @@ def test_without_the_key_no_proof_is_sent_and_a_refusal_says_so() -> None:
     refusal = PermissionDeniedError("model 'm': weights update refused: it must prove the server's admin key")
     transport = FakeTransport(error=refusal)
     with pytest.raises(PermissionDeniedError, match="update weight failed! Error is kLiteError: model 'm': weights"):
-        _remote_model(transport).update_weights([_tensor(B0_VALUE, "b0")], {})
+        update_weights(_remote_model(transport), [_tensor(B0_VALUE, "b0")], {})
     assert PROOF_PARAMETER not in transport.calls[0]["parameters"]
 
 
 def test_a_server_that_cannot_see_the_file_gets_the_values_inline() -> None:
     transport = FakeTransport(use_shm=True, refuse_files=True)
-    _remote_model(transport).update_weights([_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
+    update_weights(_remote_model(transport), [_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
     assert [FILE_PARAMETER in c["parameters"] for c in transport.calls] == [True, False]
     assert transport.calls[1]["inputs"][WEIGHTS_INPUT].nbytes == 24 + 24
-    assert not [n for n in os.listdir(_remote.UPLOAD_DIR) if n.startswith(f"{_remote.UPLOAD_PREFIX}{os.getpid()}_")]
+    assert not [n for n in os.listdir(_weights.UPLOAD_DIR) if n.startswith(f"{UPLOAD_PREFIX}{os.getpid()}_")]
 
 
 @pytest.mark.parametrize(
@@ -219,20 +221,20 @@ def test_a_server_that_cannot_see_the_file_gets_the_values_inline() -> None:
 def test_bad_updates_are_refused_before_anything_is_sent(tensors: list, message: str) -> None:
     transport = FakeTransport()
     with pytest.raises(InvalidInputError, match=f"update weight failed! Error is model 'm'.*{message}"):
-        _remote_model(transport).update_weights(tensors, {})
+        update_weights(_remote_model(transport), tensors, {})
     assert transport.calls == []
 
 
 def test_a_model_without_updatable_weights_says_how_to_declare_them() -> None:
     for remote in (_remote_model(FakeTransport(), ""), _remote_model(FakeTransport(), update_input=False)):
         with pytest.raises(InvalidInputError, match=r"declares no updatable weights; .*variable_weights_file"):
-            remote.update_weights([_tensor(W0_VALUE, "w0")], {})
+            update_weights(remote, [_tensor(W0_VALUE, "w0")], {})
 
 
 def test_the_servers_rejection_reaches_the_caller_as_a_value_error() -> None:
     transport = FakeTransport(error=InvalidInputError("model 'm', weight 'w0': shape expected [2, 3], got [3, 2]"))
     with pytest.raises(ValueError, match=r"update weight failed! Error is model 'm', weight 'w0': shape expected"):
-        _remote_model(transport).update_weights([_tensor(W0_VALUE.T.copy(), "w0")], {})
+        update_weights(_remote_model(transport), [_tensor(W0_VALUE.T.copy(), "w0")], {})
 
 
 # --- Model / ModelParallelRunner ------------------------------------------------------------------
@@ -266,8 +268,8 @@ def test_model_info_keys_for_sharing() -> None:
 
 
 def test_update_files_of_dead_clients_are_swept() -> None:
-    stale = Path(_remote.UPLOAD_DIR, f"{_remote.UPLOAD_PREFIX}999999999_dead")
+    stale = Path(_weights.UPLOAD_DIR, f"{UPLOAD_PREFIX}999999999_dead")
     stale.write_bytes(b"x")
     transport = FakeTransport(use_shm=True)
-    _remote_model(transport).update_weights([_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
+    update_weights(_remote_model(transport), [_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
     assert not stale.exists() and len(transport.calls) == 1
