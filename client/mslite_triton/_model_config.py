@@ -38,19 +38,28 @@ def default_thread_num(cores: int) -> int:
     return max(1, cores // 2) if cores <= 16 else 8
 
 
-def plan_workers(context: Context, *, cores: int, workers_num: int | None = None) -> WorkerPlan:
+def plan_workers(
+    context: Context,
+    *,
+    cores: int,
+    workers_num: int | None = None,
+    config_workers_num: int = 0,
+    config_thread_num: int = 0,
+) -> WorkerPlan:
     """Apply MindSpore Lite's rules for workers_num / thread_num defaults and limits.
 
     Args:
         context: the user's context.
         cores: cores the server's workers may use.
         workers_num: overrides `context.parallel.workers_num` (a plain Model has one worker).
+        config_workers_num: the config's `[runner] workers_num` (a tuned config.ini): used when the context's is 0.
+        config_thread_num: the config's `[runner] thread_num`: used when `context.cpu.thread_num` is 0.
 
     Raises:
         RuntimeError: too many workers, or threads that cannot be bound (MindSpore Lite's Init errors).
     """
-    workers = context.parallel.workers_num if workers_num is None else workers_num
-    threads = context.cpu.thread_num
+    workers = (context.parallel.workers_num or config_workers_num) if workers_num is None else workers_num
+    threads = context.cpu.thread_num or config_thread_num
     binding = context.cpu.thread_affinity_mode != 0 or bool(context.cpu.thread_affinity_core_list)
     if workers > 5 * cores:
         raise RuntimeError(f"user set worker num {workers} is invalid: more than 5 x {cores} cores")

@@ -6,6 +6,10 @@ refuses the next one at once, before anything is sent, so an overloaded caller l
 trip and the server's queue is not where the bound lives. The bound is set with the config section
 `[runner] max_pending_predicts=N` (`config_path` / `config_dict` of a Model, `context.parallel.config_info`
 / `config_path` of a runner); 0 lifts it.
+
+The same client-side section carries `workers_num` and `thread_num`, which `mslite-triton tune` writes
+into the `config.ini` it leaves beside the tuned `config.pbtxt`: a build uses them where its Context
+leaves `parallel.workers_num` / `cpu.thread_num` at 0, so settings made in code still win.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from .errors import ServiceDenyError
 DEFAULT_MAX_PENDING = 1000  # MindSpore Lite's kNumMaxTaskQueueSize
 RUNNER_SECTION = "runner"
 MAX_PENDING_KEY = "max_pending_predicts"
+WORKERS_KEY = "workers_num"
+THREADS_KEY = "thread_num"
+RUNNER_KEYS = (MAX_PENDING_KEY, WORKERS_KEY, THREADS_KEY)
 
 
 class PendingLimit:
@@ -76,14 +83,25 @@ def take_runner_section(
     """
     rest = {name: entries for name, entries in sections.items() if name != RUNNER_SECTION}
     runner = sections.get(RUNNER_SECTION, {})
-    unknown = sorted(set(runner) - {MAX_PENDING_KEY})
+    unknown = sorted(set(runner) - set(RUNNER_KEYS))
     if unknown:
-        raise RuntimeError(
-            f"{who}! Error is [{RUNNER_SECTION}] has unknown keys {unknown}; known: ['{MAX_PENDING_KEY}']"
-        )
-    value = runner.get(MAX_PENDING_KEY, str(DEFAULT_MAX_PENDING)).strip()
+        raise RuntimeError(f"{who}! Error is [{RUNNER_SECTION}] has unknown keys {unknown}; known: {list(RUNNER_KEYS)}")
+    runner_sizes(sections, who)
+    return rest, PendingLimit(_count(runner, MAX_PENDING_KEY, DEFAULT_MAX_PENDING, who))
+
+
+def runner_sizes(sections: dict[str, dict[str, str]], who: str) -> tuple[int, int]:
+    """`workers_num` and `thread_num` of the `[runner]` section (0 where absent: the Context decides).
+
+    Raises:
+        RuntimeError: a value that is not a non-negative int.
+    """
+    runner = sections.get(RUNNER_SECTION, {})
+    return _count(runner, WORKERS_KEY, 0, who), _count(runner, THREADS_KEY, 0, who)
+
+
+def _count(runner: dict[str, str], key: str, default: int, who: str) -> int:
+    value = runner.get(key, str(default)).strip()
     if not value.isascii() or not value.isdigit():
-        raise RuntimeError(
-            f"{who}! Error is [{RUNNER_SECTION}] {MAX_PENDING_KEY} must be a non-negative int, got '{value}'"
-        )
-    return rest, PendingLimit(int(value))
+        raise RuntimeError(f"{who}! Error is [{RUNNER_SECTION}] {key} must be a non-negative int, got '{value}'")
+    return int(value)

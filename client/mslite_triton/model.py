@@ -24,7 +24,7 @@ from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
 from ._onnx_io import metadata_props
-from ._pending import PendingLimit, take_runner_section
+from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel, detect_format
 from .context import Context
 from .tensor import ModelType, Tensor, TensorMeta
@@ -104,13 +104,14 @@ class Model:
             )
         sections = merge_sections(from_file, overrides)
         sections, aliases = weight_sections(sections, config_path, "build_from_file failed")
+        _, tuned_threads = runner_sizes(sections, "build_from_file failed")  # one worker: only the threads apply
         sections, pending = take_runner_section(sections, "build_from_file failed")
         context._warn_unused_settings()
         if context.cpu.thread_affinity_mode == 2:
             log.warning("thread_affinity_mode 2 (middle cores) is not supported by the server: workers are not pinned")
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
         try:
-            plan = plan_workers(context, cores=local_cores(), workers_num=1)
+            plan = plan_workers(context, cores=local_cores(), workers_num=1, config_thread_num=tuned_threads)
         except RuntimeError as e:
             raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         shared = self._group.shared_model(model_path) if self._group is not None else None

@@ -9,7 +9,7 @@ from ._build import build_failed, fill_outputs, input_arrays, load_sections, sen
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
-from ._pending import PendingLimit, take_runner_section
+from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel
 from .context import Context
 from .tensor import Tensor
@@ -55,11 +55,14 @@ class ModelParallelRunner:
             raise RuntimeError(f"{_BUILD_FAILED}! Error is Currently only HIGH_CPU and NO_BIND are supported")
         sections = load_sections(context.parallel.config_path, context.parallel._config_info, _BUILD_FAILED)
         sections, aliases = weight_sections(sections, context.parallel.config_path, _BUILD_FAILED)
+        tuned_workers, tuned_threads = runner_sizes(sections, _BUILD_FAILED)
         sections, pending = take_runner_section(sections, _BUILD_FAILED)
         context._warn_unused_settings()
         server_url(context.server_url)  # fail early, with the URL, when no server is reachable
         try:
-            plan = plan_workers(context, cores=local_cores())
+            plan = plan_workers(
+                context, cores=local_cores(), config_workers_num=tuned_workers, config_thread_num=tuned_threads
+            )
         except RuntimeError as e:
             raise RuntimeError(f"{_BUILD_FAILED}! Error is {e}") from e
         try:

@@ -4,7 +4,9 @@ Model Analyzer (the `[tune]` extra) starts our tritonserver itself (`triton_laun
 wrapper script that adds the backend directory the embedded server composes, loads one config variant
 at a time, and measures it with perf_analyzer. Its results name the variants `MODEL_config_N`; the
 variant's own config.pbtxt says which workers and threads it had (its `backend_parameter` column does
-not). The chosen variant's config.pbtxt is written beside the results table and a throughput vs p99 plot.
+not). The chosen variant's config.pbtxt is written beside the results table and a throughput vs p99 plot,
+with the same choice as a MindSpore Lite config file (`config.ini`, `[runner] workers_num` / `thread_num`)
+for clients that build the model from its file.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, _pick_ports, _triton_dir
 
 THREADS_PARAMETER = "thread_num"  # the MindSpore Lite name the backend reads (alias of intra_op_thread_count)
+CLIENT_CONFIG = "config.ini"  # the choice for `build_from_file`: context.parallel.config_path / config_path
 
 
 class TuneError(RuntimeError):
@@ -61,7 +64,7 @@ class Variant:
 
 
 def tune(options: TuneOptions, progress: Callable[[str], None]) -> tuple[list[Variant], Variant]:
-    """Run the sweep; write `config.pbtxt`, `results.csv` and (with matplotlib) `throughput_p99.png`.
+    """Run the sweep; write `config.pbtxt`, `config.ini`, `results.csv` and (with matplotlib) `throughput_p99.png`.
 
     Returns every measured variant and the chosen one.
 
@@ -92,6 +95,7 @@ def tune(options: TuneOptions, progress: Callable[[str], None]) -> tuple[list[Va
         chosen = _choose(variants, options.p99_budget_ms)
         options.output.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / "out" / chosen.config / "config.pbtxt", options.output / "config.pbtxt")
+        _write_client_config(chosen, model_dir.name, options, options.output / CLIENT_CONFIG)
         _write_table(variants, options.output / "results.csv")
         if not _plot(variants, chosen, options.output / "throughput_p99.png"):
             progress("(matplotlib is not installed: no plot)")
@@ -249,6 +253,25 @@ def _write_table(variants: list[Variant], path: Path) -> None:
             out.writerow([v.config, v.workers, v.threads or "", delay, v.concurrency, v.throughput, v.p99_ms])
 
 
+def _write_client_config(chosen: Variant, name: str, options: TuneOptions, path: Path) -> None:
+    """The choice in MindSpore Lite's config-file format, for clients that build the model from its file.
+
+    `[runner]` is the client's own section (it never reaches the server): its `workers_num` and `thread_num`
+    apply where the build's Context leaves them at 0. The queue delay goes in only when it was swept.
+    """
+    lines = [
+        f"# mslite-triton tune {name}: {chosen.throughput:.1f} infer/s, p99 {chosen.p99_ms:.1f} ms "
+        f"at concurrency {chosen.concurrency} ({chosen.config})",
+        "[runner]",
+        f"workers_num={chosen.workers}",
+    ]
+    if chosen.threads is not None:
+        lines.append(f"thread_num={chosen.threads}")
+    if options.queue_delays_us and chosen.queue_delay_us is not None:
+        lines += ["[dynamic_batching]", f"max_queue_delay_microseconds={chosen.queue_delay_us}"]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _plot(variants: list[Variant], chosen: Variant, path: Path) -> bool:
     try:
         import matplotlib
@@ -302,7 +325,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("--window-ms", type=int, default=2000, help="perf_analyzer measurement window (default 2000)")
     cmd.add_argument("--p99-budget-ms", type=float, help="choose the highest throughput with p99 within this")
-    cmd.add_argument("--output", type=Path, help="where to write config.pbtxt, results.csv and the plot "
+    cmd.add_argument("--output", type=Path, help="where to write config.pbtxt, config.ini, results.csv and the plot "
                      "(default: ./<model>_tuned)")  # fmt: skip
     cmd.add_argument("--model-analyzer", default="model-analyzer", help="the model-analyzer executable")
     cmd.add_argument("--perf-analyzer", default="perf_analyzer", help="the perf_analyzer executable")
@@ -334,5 +357,8 @@ def _command(args: argparse.Namespace) -> int:
         return 2
     say(format_table(variants, chosen))
     threads = chosen.threads or "auto"
-    say(f"chosen: {chosen.workers} workers x {threads} threads; wrote {options.output / 'config.pbtxt'}")
+    say(
+        f"chosen: {chosen.workers} workers x {threads} threads; wrote {options.output / 'config.pbtxt'} (serving) "
+        f"and {options.output / CLIENT_CONFIG} (the client's config_path)"
+    )
     return 0
