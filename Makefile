@@ -1,7 +1,11 @@
 # The README's commands. Everything runs from one virtualenv, created and reused here.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# [tune] (Model Analyzer, for tests/integration/test_tune.py) adds about 600 MB and changes none of the others' pins.
+# The stamp names the extras, so adding one reinstalls an existing venv.
+EXTRAS := server,test,mindir,tune
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test unit lint models serve bench clean system-packages
 
@@ -12,7 +16,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[server,test,mindir]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	@touch $@
 
 models: $(STAMP)
