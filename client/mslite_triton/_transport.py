@@ -7,7 +7,6 @@ library's own exceptions (which subclass the builtins MindSpore Lite users catch
 from __future__ import annotations
 
 import contextlib
-import glob
 import itertools
 import json
 import logging
@@ -26,6 +25,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from mslite_triton_backend.mslite_backend.owned_files import owner_pid, sweep_dead_owners
+from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX
 
 from . import _admin_key
 from ._error_table import classify, clean_message
@@ -46,7 +48,6 @@ SHM_MIN_BYTES = 64 * 1024  # smaller requests are cheaper inline than through a 
 HTTP_UPLOAD_LIMIT = 2 * 1024 * 1024  # measured: a 3.5 MiB file through the HTTP load API segfaults Triton 2.51
 # Worth retrying a predict on: the server restarting, a dead worker, the model being reloaded.
 RETRYABLE = (ServerUnavailableError, WorkerUnavailableError, NotFoundError)
-_SHM_PREFIX = "mslite_client_"
 _region_ids = itertools.count()
 log = logging.getLogger(__name__)
 
@@ -334,10 +335,10 @@ class _Connection:
         if self.region is not None and self.region.size >= size:
             return self.region
         self._release(headers)
-        name = f"{_SHM_PREFIX}{os.getpid()}_{next(_region_ids)}"
+        name = f"{CLIENT_REGION_PREFIX}{os.getpid()}_{next(_region_ids)}"
         capacity = max(size, 1 << (size - 1).bit_length())  # grow by powers of two
         try:
-            _sweep_stale_regions()
+            sweep_dead_owners(CLIENT_REGION_PREFIX)  # regions of clients killed before they removed them
             _reserve(name, capacity)
             try:
                 handle = sysshm.create_shared_memory_region(name, "/" + name, capacity)
@@ -383,10 +384,7 @@ def _is_loopback(host: str) -> bool:
 
 def region_owner(name: str) -> int | None:
     """The pid of the client process that created a region of this library, from its name (else None)."""
-    if not name.startswith(_SHM_PREFIX):
-        return None
-    pid = name[len(_SHM_PREFIX) :].split("_", 1)[0]
-    return int(pid) if pid.isdigit() else None
+    return owner_pid(name, CLIENT_REGION_PREFIX)
 
 
 def _destroy(name: str, handle: Any) -> None:
@@ -424,17 +422,6 @@ def _reserve(name: str, size: int) -> None:
         raise
     finally:
         os.close(fd)
-
-
-def _sweep_stale_regions() -> None:
-    """Remove regions left in /dev/shm by client processes that died without cleaning up."""
-    for path in glob.glob(f"/dev/shm/{_SHM_PREFIX}*"):
-        pid = region_owner(os.path.basename(path))
-        if pid is not None and not os.path.exists(f"/proc/{pid}"):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 def _close(client: Any) -> None:

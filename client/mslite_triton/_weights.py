@@ -10,7 +10,6 @@ server reads.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from mslite_triton_backend.mslite_backend.owned_files import sweep_dead_owners
 from mslite_triton_backend.mslite_backend.protocol import (
     FILE_PARAMETER,
     FILE_REFUSED,
@@ -158,7 +158,7 @@ def _update_by_file(
     remote: RemoteModel, weights: list[tuple[str, np.ndarray]], inputs: list[tuple[str, np.ndarray]]
 ) -> None:
     """Write every weight into a /dev/shm file in the store's layout and let the server link it in."""
-    _sweep_uploads()
+    sweep_dead_owners(UPLOAD_PREFIX, root=UPLOAD_DIR)  # files of clients killed before they removed them
     name = f"{UPLOAD_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
     path = os.path.join(UPLOAD_DIR, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -178,16 +178,6 @@ def _update_by_file(
         if fd >= 0:
             os.close(fd)
         os.unlink(path)  # the server holds its own link to the data once it is published
-
-
-def _sweep_uploads() -> None:
-    """Remove update files left by client processes that died before removing them."""
-    for entry in os.listdir(UPLOAD_DIR):
-        if entry.startswith(UPLOAD_PREFIX):
-            pid = entry[len(UPLOAD_PREFIX) :].split("_", 1)[0]
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(UPLOAD_DIR, entry))
 
 
 def _manifest(names: list[str], arrays: list[np.ndarray]) -> str:

@@ -1,4 +1,4 @@
-"""Who owns a client's shared-memory region, and whether that owner still runs."""
+"""Who owns a file in /dev/shm (a client's region, an update file, a weights store); the sweep of dead owners' files."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from mslite_triton._transport import region_owner
-from mslite_triton.server.shm_sweep import process_alive
+from mslite_triton_backend.mslite_backend.owned_files import process_alive, remove_prefixed, sweep_dead_owners
 
 
 def test_the_owner_pid_is_read_from_the_region_name() -> None:
@@ -26,3 +27,23 @@ def test_a_dead_process_is_gone_even_before_it_is_reaped() -> None:
     assert not process_alive(child.pid) and os.path.exists(f"/proc/{child.pid}")
     child.wait()
     assert not process_alive(child.pid)
+
+
+def test_only_the_files_of_dead_owners_with_the_prefix_are_swept(tmp_path: Path) -> None:
+    names = {
+        "mslite_weights_999999999_k": "dir",  # a dead server's store
+        f"mslite_weights_{os.getpid()}_k": "dir",  # a live one's
+        "mslite_weights_upload_999999999_x": "file",  # another prefix that starts alike
+        "mslite_weights_999999998_f": "file",
+        "other_999999999_x": "file",
+    }
+    for name, kind in names.items():
+        if kind == "dir":
+            (tmp_path / name).mkdir()
+        else:
+            (tmp_path / name).write_bytes(b"x")
+    swept = sweep_dead_owners("mslite_weights_", root=str(tmp_path))
+    assert swept == ["mslite_weights_999999998_f", "mslite_weights_999999999_k"]
+    assert sorted(os.listdir(tmp_path)) == sorted(set(names) - set(swept))
+    assert remove_prefixed("mslite_weights_upload_", root=str(tmp_path)) == ["mslite_weights_upload_999999999_x"]
+    assert sweep_dead_owners("mslite_weights_", root=str(tmp_path / "missing")) == []

@@ -128,3 +128,9 @@ def parse_proof(proof: str) -> tuple[int, str, str]:
 # removed by the launcher when it stops. Without it a store belongs to one tritonserver process.
 WEIGHTS_OWNER_ENV = "MSLITE_TRITON_WEIGHTS_OWNER"
 WEIGHTS_STORE_PREFIX = "mslite_weights_"
+
+# -- the clients' shared-memory regions ---------------------------------------------------------------------
+# A client registers a region per connection for its large inputs, `<CLIENT_REGION_PREFIX><pid>_<n>` (the name
+# and its /dev/shm file alike); the launcher's supervisor unregisters those of clients that died
+# (owned_files.py: how files named after their owner's pid are swept).
+CLIENT_REGION_PREFIX = "mslite_client_"

@@ -36,6 +36,7 @@ import numpy as np
 
 from .dtypes import TRITON_TO_NUMPY, short_name
 from .errors import InferenceFailure, ModelLoadError, RequestError
+from .owned_files import sweep_dead_owners
 from .protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
 from .weights import WeightSpec
 
@@ -88,15 +89,7 @@ def store_directory(key: str, *, root: str | None = None, server_pid: int | None
 
 def sweep_stale(root: str) -> list[str]:
     """Remove stores left by servers that are gone (killed before their workers could clean up)."""
-    removed = []
-    for name in os.listdir(root):
-        if not name.startswith(PREFIX) or name.startswith(UPLOAD_PREFIX):
-            continue
-        pid = name[len(PREFIX) :].split("_", 1)[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-            removed.append(name)
-    return removed
+    return sweep_dead_owners(PREFIX, root=root)
 
 
 def parse_update(model: str, manifest: str, size: int, specs: tuple[WeightSpec, ...]) -> dict[str, tuple[int, int]]:

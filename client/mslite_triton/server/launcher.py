@@ -3,7 +3,8 @@
 Used by the `mslite-triton serve` command, the tests and the client's auto-start. It picks the ports
 (`ports.py`), composes and starts the tritonserver process (`triton_process.py`), waits for readiness with
 a deadline, reports each model's state, starts the gateway and the supervisor when configured, and on stop
-removes what the server leaves behind (`cleanup.py`, `workers.py`).
+removes what the server leaves behind: the python backend's regions and the weights stores, both named
+after this launcher (`owned_files.remove_prefixed`), and Triton's copies of uploaded models (`workers.py`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from typing import Any
 
 from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
-from mslite_triton.server import cleanup, triton_process
+from mslite_triton.server import triton_process
 from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
 from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
+from mslite_triton_backend.mslite_backend.owned_files import remove_prefixed
+from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_STORE_PREFIX
 
 __all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "ServerConfig", "ServerStartError"]
 
@@ -246,7 +249,8 @@ class EmbeddedServer:
 
     def remove_weight_stores(self) -> list[str]:
         """Remove this launcher's weights stores (call once its server has exited); returns their names."""
-        return cleanup.remove_weight_stores(self.weights_owner)
+        prefix = f"{WEIGHTS_STORE_PREFIX}{self.weights_owner}_"
+        return [name for root in {"/dev/shm", tempfile.gettempdir()} for name in remove_prefixed(prefix, root=root)]
 
     def _terminate(self, timeout_s: float | None = None) -> int | None:
         """Stop tritonserver: SIGTERM, then SIGKILL after `timeout_s`; SIGKILL at once when it is 0."""
@@ -294,7 +298,7 @@ class EmbeddedServer:
 
     def cleanup_shm(self) -> list[str]:
         """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
-        return cleanup.remove_shm_regions(self.shm_prefix)
+        return remove_prefixed(self.shm_prefix)
 
     def remove_workspace(self) -> None:
         """Delete the composed backend directory and the log."""

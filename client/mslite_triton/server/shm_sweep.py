@@ -5,7 +5,8 @@ A client of this library registers a region per connection for its large inputs 
 tritonserver keeps the registration, and with it the region mapped, for as long as it runs (four killed
 clients took it from 9 to 176 MiB of shared memory). The launcher's supervisor therefore calls
 `ClientRegionSweep.maybe_sweep` on each poll; every few seconds it asks Triton for the registered regions
-and unregisters (and removes from /dev/shm) those whose owner process is gone.
+and unregisters those whose owner process is gone, then removes the dead clients' files from /dev/shm
+(`owned_files.sweep_dead_owners`, the one sweep the clients run too).
 
 A pid that was reused by another process keeps its dead owner's region until that process is gone too. A
 live client whose pid is not visible here (another pid namespace sharing this /dev/shm) would lose its
@@ -14,29 +15,19 @@ registration; `_transport` then registers again and retries, so it costs that cl
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 import urllib.parse
 from typing import Any
 
 from mslite_triton._transport import region_owner
 from mslite_triton.errors import ServerUnavailableError
+from mslite_triton_backend.mslite_backend.owned_files import process_alive, sweep_dead_owners
+from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 2.0  # how often Triton is asked; a dead client's region goes within this and one poll
-
-
-def process_alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 class ClientRegionSweep:
@@ -66,16 +57,13 @@ class ClientRegionSweep:
         for region in regions:
             name = str(region.get("name", ""))
             pid = region_owner(name)
-            if pid is None or pid == os.getpid() or process_alive(pid):
+            if pid is None or process_alive(pid):
                 continue
             quoted = urllib.parse.quote(name, safe="")
             self.server.http_json("POST", f"/v2/systemsharedmemory/region/{quoted}/unregister", {})
-            key = str(region.get("key", "")).lstrip("/")
-            if region_owner(key) == pid and "/" not in key:  # the dead client's file too, and nothing else
-                with contextlib.suppress(OSError):
-                    os.unlink(f"/dev/shm/{key}")
             removed.append(name)
         if removed:
+            sweep_dead_owners(CLIENT_REGION_PREFIX)  # their files too (a region's file has its name)
             log.info("unregistered %d shared-memory region(s) of dead clients: %s", len(removed), ", ".join(removed))
             self.swept += removed
         return removed
