@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mslite_triton_backend.mslite_backend.dtypes import WIRE_TO_NUMPY
+
 from ._checkparam import check_device, check_isinstance, check_shape
 
 
@@ -77,26 +79,25 @@ class ModelType(_NamedIntEnum):
     MINDIR_LITE = 4
 
 
-# One table: DataType <-> numpy dtype <-> Triton datatype string.
-_TABLE: tuple[tuple[DataType, np.dtype[Any], str], ...] = (
-    (DataType.BOOL, np.dtype(np.bool_), "BOOL"),
-    (DataType.INT8, np.dtype(np.int8), "INT8"),
-    (DataType.INT16, np.dtype(np.int16), "INT16"),
-    (DataType.INT32, np.dtype(np.int32), "INT32"),
-    (DataType.INT64, np.dtype(np.int64), "INT64"),
-    (DataType.UINT8, np.dtype(np.uint8), "UINT8"),
-    (DataType.UINT16, np.dtype(np.uint16), "UINT16"),
-    (DataType.UINT32, np.dtype(np.uint32), "UINT32"),
-    (DataType.UINT64, np.dtype(np.uint64), "UINT64"),
-    (DataType.FLOAT16, np.dtype(np.float16), "FP16"),
-    (DataType.FLOAT32, np.dtype(np.float32), "FP32"),
-    (DataType.FLOAT64, np.dtype(np.float64), "FP64"),
-)
-_TO_NUMPY = {dt: npd for dt, npd, _ in _TABLE}
+# DataType <-> the Triton datatype string; the numpy dtype of each is the backend's dtype table's (dtypes.py).
+_TO_TRITON: dict[DataType, str] = {
+    DataType.BOOL: "BOOL",
+    DataType.INT8: "INT8",
+    DataType.INT16: "INT16",
+    DataType.INT32: "INT32",
+    DataType.INT64: "INT64",
+    DataType.UINT8: "UINT8",
+    DataType.UINT16: "UINT16",
+    DataType.UINT32: "UINT32",
+    DataType.UINT64: "UINT64",
+    DataType.FLOAT16: "FP16",
+    DataType.FLOAT32: "FP32",
+    DataType.FLOAT64: "FP64",
+}
+_FROM_TRITON = {name: dt for dt, name in _TO_TRITON.items()}
+_TO_NUMPY = {dt: WIRE_TO_NUMPY[name] for dt, name in _TO_TRITON.items()}
 # Keyed by (kind, itemsize) so aliases such as np.longlong vs np.int64 map alike.
-_FROM_NUMPY = {(npd.kind, npd.itemsize): dt for dt, npd, _ in _TABLE}
-_TO_TRITON = {dt: name for dt, _, name in _TABLE}
-_FROM_TRITON = {name: dt for dt, _, name in _TABLE}
+_FROM_NUMPY = {(npd.kind, npd.itemsize): dt for dt, npd in _TO_NUMPY.items()}
 
 
 def to_numpy_dtype(dtype: DataType) -> np.dtype[Any]:

@@ -1,4 +1,8 @@
-"""Element types: ONNX <-> Triton config strings <-> numpy, in one table."""
+"""Element types: ONNX <-> Triton config strings <-> ORT <-> numpy, in one table.
+
+The client derives its own from it too: MindSpore Lite's `DataType` names the Triton type of each
+(`mslite_triton/tensor.py`), and the numpy dtype comes from here.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ _TABLE = [
 ONNX_TO_TRITON = {onnx_t: triton_t for onnx_t, triton_t, _, _ in _TABLE}
 ORT_TO_TRITON = {ort_t: triton_t for _, triton_t, ort_t, _ in _TABLE}
 TRITON_TO_NUMPY = {triton_t: np.dtype(np_t) for _, triton_t, _, np_t in _TABLE}
+# By the names Triton uses on the wire (`FP32`), for every type but strings (which travel as `BYTES`)
+WIRE_TO_NUMPY = {triton_t[5:]: np.dtype(np_t) for _, triton_t, _, np_t in _TABLE if np_t is not np.object_}
 
 
 def triton_type_of_onnx(elem_type: int) -> str:
@@ -34,3 +40,11 @@ def triton_type_of_onnx(elem_type: int) -> str:
 def short_name(triton_type: str) -> str:
     """`TYPE_FP32` -> `FP32`, the form Triton uses on the wire and in messages."""
     return triton_type[5:] if triton_type.startswith("TYPE_") else triton_type
+
+
+def wire_name(dtype: np.dtype) -> str:
+    """`FP32` for float32: a numpy dtype as Triton names it in messages (its numpy name when it has none)."""
+    for triton_t, np_t in TRITON_TO_NUMPY.items():
+        if np_t == dtype:
+            return short_name(triton_t)
+    return str(dtype)

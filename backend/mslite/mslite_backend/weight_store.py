@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import TRITON_TO_NUMPY, short_name
+from .dtypes import wire_name
 from .errors import InferenceFailure, ModelLoadError, RequestError
 from .owned_files import sweep_dead_owners
 from .protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
@@ -150,8 +150,8 @@ def _checked_entries(model: str, manifest: str, specs: tuple[WeightSpec, ...]) -
             raise RequestError(f"{where}: tensor '{name}' appears twice in one update")
         if dtype != np.dtype(spec.dtype):
             raise RequestError(
-                f"{where}, weight '{name}': data type expected {_type_name(np.dtype(spec.dtype))}, "
-                f"got {_type_name(dtype)}"
+                f"{where}, weight '{name}': data type expected {wire_name(np.dtype(spec.dtype))}, "
+                f"got {wire_name(dtype)}"
             )
         if shape != spec.shape:
             raise RequestError(f"{where}, weight '{name}': shape expected {list(spec.shape)}, got {list(shape)}")
@@ -473,10 +473,3 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
-
-
-def _type_name(dtype: np.dtype) -> str:
-    for triton_t, np_t in TRITON_TO_NUMPY.items():
-        if np_t == dtype:
-            return short_name(triton_t)
-    return str(dtype)
