@@ -72,7 +72,7 @@ compose-config:
 .PHONY: soak
 soak: models
 	$(PY) -m benchmarks.soak $(SOAK_ARGS)
-	$(PY) -m benchmarks.badinput_campaign $(CAMPAIGN_ARGS)
+	$(PY) -m benchmarks.badinput $(CAMPAIGN_ARGS)
 
 ## Healing under predicting clients (not part of `make test`; ~3 min, CHAOS_ARGS=--rounds 3 for more):
 ## SIGKILL of a worker, the gateway, tritonserver, and a hung tritonserver under `serve`; the auto-started server.

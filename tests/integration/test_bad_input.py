@@ -1,8 +1,8 @@
 """Issue 7, bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
 
-The generator, the bar and the known gaps of Triton 2.51 live in `benchmarks/badinput_campaign.py`, whose
-long version is `python -m benchmarks.badinput_campaign`. Case `i` of seed 7 is replayed alone with
-`python -m benchmarks.badinput_campaign --replay i`.
+The generator, the bar and the known gaps of Triton 2.51 live in the `benchmarks/badinput/` package, whose
+long version is `python -m benchmarks.badinput`. Case `i` of seed 7 is replayed alone with
+`python -m benchmarks.badinput --replay i`.
 
 Every test runs twice: against Triton 2.51's own frontends (`triton`: the session server) and against a
 server fronted by the validating gateway (`gateway`: `ServerConfig(gateway=True)`, server/gateway/).
@@ -26,25 +26,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from benchmarks.badinput_campaign import (
-    GRPC_CATEGORIES,
-    HTTP_CATEGORIES,
-    Case,
-    CaseGenerator,
-    HttpRequest,
-    Outcome,
-    Sender,
-    Tally,
-    crash_probe,
-    fetch_specs,
-    grpc_request,
-    http_binary,
-    http_json,
-    make_tensor,
-    process_tree,
-    run_cases,
-    tree_rss_kb,
-)
+from benchmarks.badinput.bar import Outcome, Tally
+from benchmarks.badinput.cases import GRPC_CATEGORIES, HTTP_CATEGORIES, Case, CaseGenerator
+from benchmarks.badinput.encoding import HttpRequest, grpc_request, http_binary, http_json, make_tensor
+from benchmarks.badinput.memory import process_tree, tree_rss_kb
+from benchmarks.badinput.models import fetch_specs
+from benchmarks.badinput.sending import Sender, crash_probe, run_cases
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.server_checks import assert_never_healed, log_alarms
 
@@ -144,7 +131,7 @@ def test_every_malformed_request_meets_the_bar(campaign, kind, request):
         kind,
         "Triton 2.51 frontends: HTTP 500 for unparsable bodies, closed connections for bad HTTP framing, gRPC "
         "INTERNAL for unparsable protobuf, batch dims read modulo 2^32, lenient gRPC versions "
-        "(see KNOWN_GAPS in benchmarks/badinput_campaign.py)",
+        "(see KNOWN_GAPS in benchmarks/badinput/bar.py)",
     )
     assert not campaign.tally.violations, campaign.tally.report()
 
