@@ -378,6 +378,43 @@ def test_buckets_pad_and_give_the_unpadded_results(tmp_path: Path) -> None:
     assert result["sum"].shape == (10, 3)
 
 
+def test_gpu_workers_run_each_bucket_on_its_own_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ONNX Runtime's CUDA provider re-plans whenever a session's input shape changes, even back to a warmed
+    # one: a GPU worker keeps one session per bucket, so no session ever sees two batch sizes. Run here with
+    # the CPU provider standing in for CUDA.
+    import mslite_backend.session as session_module
+    from mslite_backend.providers import ProviderChoice
+
+    monkeypatch.setattr(session_module, "choose", lambda *a, **k: ProviderChoice("CPUExecutionProvider"))
+    model = zoo.multi_io()
+    gpu = InstanceInfo(name="t_0", kind="GPU", device_id=0)
+    rt = _load(tmp_path, model, max_batch_size=8, instance=gpu, batch_buckets="1,2,4")
+    assert rt.buckets == (1, 2, 4, 8)
+    assert sorted(rt.bucket_sessions) == [1, 2, 4, 8]
+    assert len({id(s) for s in rt.bucket_sessions.values()}) == 4 and rt.session is rt.bucket_sessions[1]
+    seen: dict[int, set[int]] = {}
+    for size, sess in rt.bucket_sessions.items():
+        real = sess.run
+
+        def run(names: list[str], feeds: dict[str, np.ndarray], size: int = size, real: Any = real) -> list[np.ndarray]:
+            seen.setdefault(size, set()).add(next(iter(feeds.values())).shape[0])
+            return real(names, feeds)
+
+        sess.run = run  # type: ignore[method-assign]
+    for sizes in ([1], [3], [2], [2, 1], [1], [5, 2], [8]):
+        requests = [_feeds("multi_io", n) for n in sizes]
+        for req, result in zip(requests, rt.execute(requests)):
+            expected = zoo.run_reference(model, req)
+            np.testing.assert_array_equal(result["sum"], expected[0])
+            np.testing.assert_array_equal(result["prod"], expected[1])
+    assert seen == {1: {1}, 2: {2}, 4: {4}, 8: {8}}  # every session only ever ran its own batch size
+
+
+def test_cpu_workers_keep_one_session_with_buckets(tmp_path: Path) -> None:
+    rt = _load(tmp_path, zoo.multi_io(), batch_buckets="4,8")
+    assert rt.bucket_sessions == {}
+
+
 def test_bool_inputs_must_be_zero_or_one(tmp_path: Path) -> None:
     rt = _load(tmp_path, zoo.mixed_dtypes())
     ids = np.zeros((1, 5), np.int64)

@@ -6,6 +6,11 @@ worker runs every batch at one of a few fixed sizes: the batch is padded with ze
 bucket that holds it (or split into chunks of the largest bucket), and the padding rows are cut from
 the outputs. Rows do not interact in a batch, so the real rows' results are the same (up to the low
 bits some kernels change with the batch size).
+
+Fixed sizes alone are not enough on CUDA: the cost is paid whenever a session's input shape differs from
+its previous run, even a shape it has run (and been warmed) before. So a GPU worker keeps one session per
+bucket, and each session only ever sees its own batch size (more device memory: one copy of the weights
+and one memory arena per bucket; `batch_buckets` with fewer sizes uses less).
 """
 
 from __future__ import annotations
@@ -49,6 +54,11 @@ def run_in_buckets(feeds: Feeds, buckets: tuple[int, ...], run: Callable[[Feeds]
     if len(parts) == 1:
         return parts[0]
     return {name: np.concatenate([p[name] for p in parts], axis=0) for name in parts[0]}
+
+
+def session_per_bucket(kind: str, buckets: tuple[int, ...]) -> bool:
+    """Whether a worker of `kind` runs each bucket on a session of its own (GPU workers with two or more)."""
+    return kind == "GPU" and len(buckets) > 1
 
 
 def warm_shapes(buckets: tuple[int, ...]) -> tuple[int, ...]:

@@ -10,9 +10,9 @@ import numpy as np
 
 from .affinity import cores_for_worker, pin_process
 from .batching import Feeds, Result, run_batched
-from .buckets import run_in_buckets
+from .buckets import run_in_buckets, session_per_bucket
 from .config import BackendConfig, InstanceInfo, TensorSpec
-from .dtypes import TRITON_TO_NUMPY, short_name
+from .dtypes import TRITON_TO_NUMPY, wire_name
 from .errors import BackendError, ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .mindir import resolve
@@ -38,9 +38,12 @@ class ModelRuntime:
         notes: tuple[str, ...] = (),
         buckets: tuple[int, ...] = (),
         merge: bool = False,
+        bucket_sessions: dict[int, OrtSession] | None = None,
     ) -> None:
         self.cfg = cfg
         self.buckets = buckets  # fixed batch sizes the session runs at (GPU: one shape per bucket), or none
+        # GPU: one session per bucket, each only ever sees its own batch size (buckets.session_per_bucket)
+        self.bucket_sessions = bucket_sessions or {}
         self.merge = merge  # concatenate the requests of one execute into one run (BackendConfig.merges_for)
         self.session = session
         self.weights = weights  # the updatable weights' shared store, when the model has any
@@ -71,6 +74,10 @@ class ModelRuntime:
         if cores is not None:  # before the session exists, so ORT's threads start inside the slice
             pin_process(cores)
         session, notes = _open_session(prepared, cfg, instance)
+        buckets = cfg.buckets_for(instance.kind)
+        per_bucket = {}
+        if session_per_bucket(instance.kind, buckets):
+            per_bucket = {buckets[0]: session, **{b: _open_session(prepared, cfg, instance)[0] for b in buckets[1:]}}
         store = None
         if prepared.updatable:
             # Not the directory: a reload of an uploaded model comes from a fresh copy, and must find the store.
@@ -89,8 +96,9 @@ class ModelRuntime:
             store,
             shared=prepared.shared and not notes,
             notes=prepared.notes + notes,
-            buckets=cfg.buckets_for(instance.kind),
+            buckets=buckets,
             merge=cfg.merges_for(instance.kind),
+            bucket_sessions=per_bucket,
         )
         try:
             if cfg.warmup:
@@ -152,7 +160,7 @@ class ModelRuntime:
             dtype, dims = self._expected[name]
             if arr.dtype != dtype:
                 raise RequestError(
-                    f"{where}, input '{name}': data type expected {_triton_name(dtype)}, got {_triton_name(arr.dtype)}"
+                    f"{where}, input '{name}': data type expected {wire_name(dtype)}, got {wire_name(arr.dtype)}"
                 )
             shape = arr.shape[1:] if self.cfg.batched else arr.shape
             want = ([-1] if self.cfg.batched else []) + list(dims)
@@ -174,14 +182,17 @@ class ModelRuntime:
         """Run one set of inputs (with the updatable weights' values, if any); returns every graph output by name.
 
         With buckets, the batch is padded to a bucket size (or cut into chunks of the largest) and the
-        padding rows are dropped from the outputs.
+        padding rows are dropped from the outputs; with a session per bucket, each chunk runs on its own.
         """
         if self.buckets and self.cfg.batched:
             return run_in_buckets(feeds, self.buckets, lambda chunk: self._run_once(chunk, weights))
         return self._run_once(feeds, weights)
 
     def _run_once(self, feeds: Feeds, weights: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        outputs = self.session.run(self.output_names, {**feeds, **weights} if weights else feeds)
+        session = self.session
+        if self.bucket_sessions:
+            session = self.bucket_sessions.get(next(iter(feeds.values())).shape[0], session)
+        outputs = session.run(self.output_names, {**feeds, **weights} if weights else feeds)
         return dict(zip(self.output_names, outputs))
 
     def execute(self, requests: list[Feeds]) -> list[Result]:
@@ -258,10 +269,3 @@ def _merged_dims(cfg: BackendConfig, spec: TensorSpec, graph_dims: tuple[int, ..
     """Config dims, with any -1 the graph pins to a fixed size replaced by that size."""
     gd = graph_dims[1:] if cfg.batched else graph_dims
     return tuple(c if c >= 0 else g for c, g in zip(spec.dims, gd))
-
-
-def _triton_name(dtype: np.dtype) -> str:
-    for triton_t, np_t in TRITON_TO_NUMPY.items():
-        if np_t == dtype:
-            return short_name(triton_t)
-    return str(dtype)
