@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, _pick_ports, _triton_dir
+from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig
+from mslite_triton.server.ports import pick_ports
+from mslite_triton.server.triton_process import triton_dir
 
 THREADS_PARAMETER = "thread_num"  # the MindSpore Lite name the backend reads (alias of intra_op_thread_count)
 CLIENT_CONFIG = "config.ini"  # the choice for `build_from_file`: context.parallel.config_path / config_path
@@ -106,7 +108,7 @@ def tune(options: TuneOptions, progress: Callable[[str], None]) -> tuple[list[Va
 
 
 def _analyzer_config(options: TuneOptions, name: str, repo: Path, work: Path, server: EmbeddedServer) -> dict:
-    http, grpc, metrics = _pick_ports([(LOOPBACK, 0, "http"), (LOOPBACK, 0, "grpc"), (LOOPBACK, 0, "metrics")])
+    http, grpc, metrics = pick_ports([(LOOPBACK, 0, "http"), (LOOPBACK, 0, "grpc"), (LOOPBACK, 0, "metrics")])
     return {
         "model_repository": str(repo),
         "output_model_repository_path": str(work / "out"),
@@ -148,7 +150,7 @@ def _sweep(options: TuneOptions) -> dict:
 def _server_wrapper(work: Path, server: EmbeddedServer) -> Path:
     """A `tritonserver` that Model Analyzer can start: the wheel's binary with our backend directory."""
     binary = server._compose_workspace()
-    libs = _triton_dir().parent.parent / "nvidia_pytriton.libs"
+    libs = triton_dir().parent.parent / "nvidia_pytriton.libs"
     return _script(
         work / "tritonserver",
         f'export PATH="{Path(sys.executable).parent}:$PATH"\n'  # the workers' python packages
