@@ -10,12 +10,8 @@ import numpy as np
 
 from ._checkparam import check_isinstance
 from ._model_config import merge_sections, parse_config_file
-from ._weights import check_weights, send_weights, weight_sections  # noqa: F401 -- see below
 from .errors import InferenceError, InvalidInputError, ModelLoadError, NotFoundError, PermissionDeniedError
 from .tensor import Tensor
-
-# check_weights, send_weights and weight_sections are imported here only until the pending edits of model.py and
-# runner.py, which import them from _weights, are committed: their committed versions import them from here.
 
 
 def check_config_dict(config_dict: Any) -> dict[str, dict[str, str]]:

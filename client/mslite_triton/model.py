@@ -10,22 +10,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._build import (
-    build_failed,
-    check_config_dict,
-    check_weights,
-    fill_outputs,
-    input_arrays,
-    load_sections,
-    send_weights,
-    weight_sections,
-)
+from ._build import build_failed, check_config_dict, fill_outputs, input_arrays, load_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
 from ._onnx_io import metadata_props
 from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel, detect_format
+from ._weights import check_weights, send_weights, weight_sections
 from .context import Context
 from .tensor import ModelType, Tensor, TensorMeta
 

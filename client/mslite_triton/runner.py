@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 
-from ._build import build_failed, fill_outputs, input_arrays, load_sections, send_weights, weight_sections
+from ._build import build_failed, fill_outputs, input_arrays, load_sections
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
 from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel
+from ._weights import send_weights, weight_sections
 from .context import Context
 from .tensor import Tensor
 

@@ -41,9 +41,6 @@ log = logging.getLogger(__name__)
 
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
-# Until tune.py's pending edits (which import these from ports / triton_process) are committed: its
-# committed version imports them from here.
-_pick_ports, _triton_dir = pick_ports, triton_process.triton_dir
 
 
 class EmbeddedServer:
