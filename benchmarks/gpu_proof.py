@@ -39,7 +39,13 @@ from typing import Any
 import numpy as np
 
 MODEL = "mobilenetv2_gpu"
-VARIANT = "mobilenetv2_gpu_1thread"  # the same with thread_num 1: measured at c=8 only, for comparison
+ONE_THREAD = 'parameters { key: "thread_num" value { string_value: "1" } }\n'
+# the same model with one change each, measured at c=8 over gRPC only, for comparison: (batcher, count, extra)
+VARIANTS = {
+    "mobilenetv2_gpu_1thread": ("max_queue_delay_microseconds: 0", 2, ONE_THREAD),
+    "mobilenetv2_gpu_delay500": ("max_queue_delay_microseconds: 500", 2, ""),
+    "mobilenetv2_gpu_1worker": ("max_queue_delay_microseconds: 0", 1, ""),
+}
 BARS = {"served_vs_inprocess_c8": 0.9, "p99_over_p50_c8": 3.0, "max_latency_s": 0.5, "max_abs_diff": 1e-5}
 IMAGES = 16
 
@@ -74,14 +80,17 @@ class Proof:
 # --- in-process ----------------------------------------------------------------------------------------
 
 
-def providers(device: str) -> list[Any]:
-    return [("CUDAExecutionProvider", {"device_id": 0})] if device == "gpu" else ["CPUExecutionProvider"]
+def providers(device: str, precision: str = "enforce_fp32") -> list[Any]:
+    """The provider list a served worker of `device` uses (the backend's own choice, options included)."""
+    from mslite_triton_backend.mslite_backend.providers import choose
+
+    return choose("GPU" if device == "gpu" else "CPU", 0, 0, {}, gpu_precision=precision).providers()
 
 
-def session(path: str, device: str) -> Any:
+def session(path: str, device: str, precision: str = "enforce_fp32") -> Any:
     import onnxruntime as ort
 
-    s = ort.InferenceSession(path, providers=providers(device))
+    s = ort.InferenceSession(path, providers=providers(device, precision))
     if device == "gpu" and s.get_providers()[0] != "CUDAExecutionProvider":
         raise RuntimeError(f"in-process session runs {s.get_providers()}, not CUDA")
     return s
@@ -127,10 +136,15 @@ def references(path: str, device: str, x: np.ndarray) -> tuple[np.ndarray, dict[
     name = s.get_inputs()[0].name
     ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(len(x))])
     batch8 = s.run(None, {name: x[:8]})[0]
+    tf32 = session(path, device, "preferred_fp16")  # the CUDA provider's default: TF32 allowed
+    tf32_1 = np.concatenate([tf32.run(None, {name: x[i : i + 1]})[0] for i in range(8)])
     info = {
         "images": len(x),
+        "providers": str(providers(device)),
         "output_abs_max": float(np.abs(ref).max()),
         "inprocess_batch8_vs_batch1_max_abs_diff": float(np.abs(batch8 - ref[:8]).max()),
+        "tf32_batch8_vs_batch1_max_abs_diff": float(np.abs(tf32.run(None, {name: x[:8]})[0] - tf32_1).max()),
+        "tf32_vs_fp32_batch1_max_abs_diff": float(np.abs(tf32_1 - ref[:8]).max()),
     }
     print(json.dumps(info), flush=True)
     return ref, info
@@ -183,18 +197,18 @@ def inprocess_throughput(path: str, device: str, callers: int, seconds: float) -
 
 
 def write_repository(root: Path, model: str, device: str) -> Path:
-    """MODEL as shipped for the device (GPU: the backend's defaults), and VARIANT with one ORT thread per worker."""
+    """MODEL as shipped for the device (GPU: the backend's defaults), and the VARIANTS."""
     repo = root / "repo"
     kind = "KIND_GPU" if device == "gpu" else "KIND_CPU"
     gpus = " gpus: [ 0 ]" if device == "gpu" else ""
-    one_thread = 'parameters { key: "thread_num" value { string_value: "1" } }\n'
-    for name, params in ((MODEL, "" if device == "gpu" else one_thread), (VARIANT, one_thread)):
+    cpu = "" if device == "gpu" else ONE_THREAD
+    models = {MODEL: ("max_queue_delay_microseconds: 0", 2, cpu), **VARIANTS}
+    for name, (batcher, count, params) in models.items():
         (repo / name / "1").mkdir(parents=True)
         shutil.copy(model, repo / name / "1" / "model.onnx")
         (repo / name / "config.pbtxt").write_text(
-            'backend: "mslite"\nmax_batch_size: 64\n'
-            "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
-            f"instance_group [ {{ kind: {kind}, count: 2{gpus} }} ]\n{params}"
+            f'backend: "mslite"\nmax_batch_size: 64\ndynamic_batching {{ {batcher} }}\n'
+            f"instance_group [ {{ kind: {kind}, count: {count}{gpus} }} ]\n{params or cpu}"
         )
     return repo
 
@@ -407,8 +421,9 @@ def _one_device_parallel_predict() -> Any:
     class OneDevice(ParallelPredictUtils):  # type: ignore[misc]
         def build_model(self) -> None:
             for i in range(self.device_num):
-                p = self._ctx.Process(target=predict_process_func, args=(self.pipe_child_end[i], self.model_path, 0,
-                                                                        self.target))
+                p = self._ctx.Process(
+                    target=predict_process_func, args=(self.pipe_child_end[i], self.model_path, 0, self.target)
+                )
                 p.start()
                 self.process.append(p)
             for i in range(self.device_num):
@@ -529,7 +544,7 @@ def main() -> None:
     r["config"] = (repo / MODEL / "config.pbtxt").read_text()
     cfg = ServerConfig(
         model_repository=repo,
-        load_models=(MODEL, VARIANT),
+        load_models=(MODEL, *VARIANTS),
         restrict_admin=False,
         supervise=False,
         startup_timeout_s=300,
@@ -565,10 +580,10 @@ def main() -> None:
         proof.step("latency_loop_mixed", latency_loop, url, args.seconds, True, log)
         proof.step("batch_split", batch_split, server.grpc_url, args.model_bs1, args.device, args.rounds)
         proof.step("seed_003_flow", seed_003_flow, server.grpc_url, args.model_bs1, args.device, args.rounds)
-        proof.step(
-            "perf_grpc_c8_thread_num_1", perf_analyzer, args.perf_analyzer, pa_env, url, 8, False, args.interval_ms,
-            VARIANT,
-        )
+        for name in VARIANTS:
+            proof.step(
+                f"variant_{name}_c8", perf_analyzer, args.perf_analyzer, pa_env, url, 8, False, args.interval_ms, name
+            )
         r["gpu_memory_at_end"] = gpu_memory()
     finally:
         try:

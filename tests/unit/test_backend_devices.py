@@ -14,7 +14,9 @@ from mslite_backend.providers import ASCEND_PRECISION, apply_env, check_availabl
 def test_cpu_and_gpu_providers():
     assert choose("CPU", 0, 0, {}).providers() == ["CPUExecutionProvider"]
     gpu = choose("GPU", 3, 1, {})
-    assert gpu.providers() == [("CUDAExecutionProvider", {"device_id": 3})]
+    assert gpu.providers() == [("CUDAExecutionProvider", {"device_id": 3, "use_tf32": 0})]  # enforce_fp32: no TF32
+    fast = choose("GPU", 0, 0, {}, gpu_precision="preferred_fp16")
+    assert fast.providers() == [("CUDAExecutionProvider", {"device_id": 0, "use_tf32": 1})]
 
 
 def test_ascend_worker_takes_its_device_and_precision():

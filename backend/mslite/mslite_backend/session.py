@@ -15,7 +15,9 @@ def providers_for(instance: InstanceInfo, cfg: BackendConfig) -> ProviderChoice:
     """The provider of this worker: KIND_CPU -> CPU, KIND_GPU -> CUDA, KIND_MODEL + Ascend devices -> CANN."""
     if instance.kind not in ("CPU", "GPU", "MODEL"):
         raise ConfigError(f"instance '{instance.name}': unsupported instance kind '{instance.kind}'")
-    return choose(instance.kind, instance.device_id, instance.index, dict(cfg.device_params))
+    return choose(
+        instance.kind, instance.device_id, instance.index, dict(cfg.device_params), gpu_precision=cfg.precision_mode
+    )
 
 
 def session_options(cfg: BackendConfig) -> Any:
