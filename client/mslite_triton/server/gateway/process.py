@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import os
 import select
@@ -36,7 +38,28 @@ from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 READY = "ready"
+# glibc mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_HEAP_MMAP_MAX = 32 << 20  # glibc's largest mmap threshold on 64-bit
+_HEAP_KEEP = 256 << 20
 
+
+def keep_heap() -> bool:
+    """Have glibc reuse the gateway's freed buffers instead of handing them back to the kernel.
+
+    Every request's bytes pass through buffers of hundreds of KiB (what uvloop reads, a body). By default
+    glibc serves those from fresh mmaps or trims the heap after each free, so the next request's buffers are
+    new pages the kernel must fault in and zero: ~150 page faults per MobileNetV2 request, about 40 % of the
+    gateway's CPU for it. Kept, the same pages serve request after request. The price is memory: the heap
+    stays at its high-water mark (at most the in-flight bytes admission control allows, plus a little).
+    Returns whether glibc took the settings (False on other C libraries, where nothing changes).
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _HEAP_KEEP))
 
 
 class GatewayProcess:
@@ -205,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s gateway %(levelname)s %(message)s")
+    keep_heap()
     try:
         _run(serve(args))
     except (OSError, RuntimeError) as e:
