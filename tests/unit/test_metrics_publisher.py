@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mslite_backend.metrics import WorkerMetrics, worker_labels
+from mslite_backend.metrics import PENDING_LIMIT, WorkerMetrics, worker_labels
 from mslite_backend.metrics_publisher import MetricsPublisher
 
 
@@ -62,3 +62,11 @@ def test_a_failing_family_is_a_warning_not_a_crash():
     publisher.flush()
     publisher.close()
     assert warnings and "metrics flush failed" in warnings[0]
+
+
+def test_records_nobody_collects_are_folded_not_kept():
+    metrics = WorkerMetrics()
+    for _ in range(PENDING_LIMIT + 1):
+        metrics.record(1.0, 2)
+    assert not metrics._pending  # the recording thread folded them itself
+    assert metrics.deltas()[("exec_ms", "count")] == PENDING_LIMIT + 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 # aggregator metric -> Prometheus family name; histograms in Prometheus' bucket/sum/count shape
@@ -29,6 +30,7 @@ FAMILY_HELP = {
 WEIGHTS_VERSION_FAMILY = "mslite_weights_version"
 WEIGHTS_VERSION_HELP = "Version of the updatable weights each mslite worker serves (1 = the model file's)"
 
+PENDING_LIMIT = 4096  # executions queued by `record` before the recording thread folds them itself
 EXEC_MS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -91,10 +93,24 @@ class WorkerMetrics:
         self.batch = Histogram(tuple(float(b) for b in BATCH_BUCKETS))
         self.errors: dict[str, int] = {}
         self._sent: dict[tuple[str, str], float] = {}
+        self._pending: deque[tuple[float, int]] = deque()  # recorded, not yet in the histograms
 
     def record(self, exec_ms: float, batch: int) -> None:
-        """One execution: its duration and the number of samples it ran."""
-        with self._lock:
+        """One execution: its duration and the number of samples it ran.
+
+        Runs once per request on CPU, so it only queues the figures (a deque's append is atomic, no lock):
+        the histograms take them in `deltas`, on the publisher's thread.
+        """
+        self._pending.append((exec_ms, batch))
+        if len(self._pending) > PENDING_LIMIT:  # nobody collects: keep the queue bounded
+            with self._lock:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Move the queued executions into the histograms (the caller holds the lock)."""
+        pending = self._pending
+        while pending:
+            exec_ms, batch = pending.popleft()
             self.exec_ms.observe(exec_ms)
             self.batch.observe(float(batch))
 
@@ -106,6 +122,7 @@ class WorkerMetrics:
     def deltas(self) -> dict[tuple[str, str], float]:
         """(metric, label) -> increase since the previous call; only the series that changed."""
         with self._lock:
+            self._fold()
             current: dict[tuple[str, str], float] = {}
             for metric, hist in (("exec_ms", self.exec_ms), ("batch", self.batch)):
                 current.update({(metric, label): value for label, value in hist.series().items()})
