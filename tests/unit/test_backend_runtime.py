@@ -258,6 +258,17 @@ def test_a_request_failing_inside_ort_does_not_fail_its_merged_neighbours(tmp_pa
     assert "[ONNXRuntimeError]" not in message and "INVALID_ARGUMENT" not in message
 
 
+def test_unmerged_requests_run_one_by_one_and_fail_alone(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, _gather_model(), merge_requests="false")
+    requests = [{"idx": np.array([[1], [4]])}, {"idx": np.array([[7]])}, {"idx": np.array([[0]])}]
+    calls = _count_runs(runtime)
+    results = runtime.execute(requests)
+    assert len(calls) == 3  # no merged try: each request once
+    assert _ok(results[0])["y"].tolist() == [[10.0], [40.0]]
+    assert _ok(results[2])["y"].tolist() == [[0.0]]
+    assert isinstance(results[1], RequestError) and "out of data bounds" in str(results[1])
+
+
 def test_run_batched_with_fake_runs() -> None:
     def double(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if (feeds["x"] < 0).any():

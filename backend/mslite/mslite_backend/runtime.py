@@ -42,6 +42,7 @@ class ModelRuntime:
     ) -> None:
         self.cfg = cfg
         self.buckets = buckets  # fixed batch sizes the session runs at (GPU: one shape per bucket), or none
+        self._bucketed = bool(buckets) and cfg.batched  # read on every run: decided once
         # GPU: one session per bucket, each only ever sees its own batch size (buckets.session_per_bucket)
         self.bucket_sessions = bucket_sessions or {}
         self.merge = merge  # concatenate the requests of one execute into one run (BackendConfig.merges_for)
@@ -184,7 +185,7 @@ class ModelRuntime:
         With buckets, the batch is padded to a bucket size (or cut into chunks of the largest) and the
         padding rows are dropped from the outputs; with a session per bucket, each chunk runs on its own.
         """
-        if self.buckets and self.cfg.batched:
+        if self._bucketed:
             return run_in_buckets(feeds, self.buckets, lambda chunk: self._run_once(chunk, weights))
         return self._run_once(feeds, weights)
 
@@ -201,12 +202,16 @@ class ModelRuntime:
         The updatable weights are read once, so every request of the batch sees the same version.
         """
         weights = self.weights.snapshot().arrays if self.weights is not None else None
-        if len(requests) == 1:  # the common case on CPU, kept short: it runs once per request
-            try:
-                self.validate(requests[0])
-                return [self.run(requests[0], weights)]
-            except BackendError as e:
-                return [e]
+        if len(requests) == 1 or not self.merge:  # CPU: each request runs alone, so no grouping (once per request)
+            out: list[Result] = []
+            run = self.run if self._bucketed else self._run_once  # the same call, one frame fewer
+            for feeds in requests:
+                try:
+                    self.validate(feeds)
+                    out.append(run(feeds, weights))
+                except BackendError as e:
+                    out.append(e)
+            return out
         results: list[Result | None] = [None] * len(requests)
         valid: list[int] = []
         for i, feeds in enumerate(requests):
