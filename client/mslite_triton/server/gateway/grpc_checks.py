@@ -8,6 +8,7 @@ rules) and the model-level calls' messages to their version check, before Triton
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,46 +57,111 @@ def _parse(kind: Any, data: bytes) -> Any:
         raise Refusal(f"the request is not a valid {kind.__name__} protobuf message: {e}") from None
 
 
-def _split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]]:
-    """The message without its raw_input_contents, and views of those (no copy of the tensor bytes).
+class Pieces:
+    """A message held as the pieces it arrived in (views of the bytes read), read where it lies.
+
+    The relay keeps a request's DATA as the reads delivered it; joining 600 KB of tensor bytes only to check
+    the few hundred bytes around them would copy every request once more.
+    """
+
+    __slots__ = ("parts", "starts", "size")
+
+    def __init__(self, parts: Sequence[Any], start: int = 0) -> None:
+        self.parts: list[memoryview] = []
+        self.starts: list[int] = []
+        self.size = 0
+        for part in parts:
+            view = memoryview(part)
+            if start >= len(view):
+                start -= len(view)
+                continue
+            if start:
+                view, start = view[start:], 0
+            self.parts.append(view)
+            self.starts.append(self.size)
+            self.size += len(view)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, pos: int) -> int:
+        if not 0 <= pos < self.size:
+            raise IndexError(pos)
+        i = bisect.bisect_right(self.starts, pos) - 1
+        return int(self.parts[i][pos - self.starts[i]])
+
+    def views(self, a: int, b: int) -> list[memoryview]:
+        """Views of bytes a to b (b within the message)."""
+        i = bisect.bisect_right(self.starts, a) - 1
+        out = []
+        while a < b:
+            part, start = self.parts[i], self.starts[i]
+            stop = min(b, start + len(part))
+            out.append(part[a - start : stop - start])
+            a, i = stop, i + 1
+        return out
+
+    def join(self) -> bytes:
+        """The whole message, copied into one bytes object."""
+        return b"".join(self.parts)
+
+
+class Spread:
+    """A tensor's bytes over several pieces: their length, and the bytes themselves only when asked."""
+
+    __slots__ = ("views",)
+
+    def __init__(self, views: list[memoryview]) -> None:
+        self.views = views
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.views)
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.views)
+
+
+def _split_raw_contents(data: Pieces) -> tuple[bytes, list[memoryview | Spread]]:
+    """The message without its raw_input_contents, and those set aside (no copy of the tensor bytes).
 
     Raises:
         ValueError, IndexError: framing the scan does not take (groups, bad wire types, truncation).
     """
-    view = memoryview(data)
-    head: list[bytes] = []
-    raw: list[memoryview] = []
+    head: list[memoryview] = []
+    raw: list[memoryview | Spread] = []
+    buf: Any = data.parts[0] if len(data.parts) == 1 else data  # Pieces index like bytes, more slowly
     pos, end = 0, len(data)
     while pos < end:
-        key, start = read_varint(data, pos)
+        key, start = read_varint(buf, pos)
         wire = key & 7
         if wire == 0:
-            stop = read_varint(data, start)[1]
+            stop = read_varint(buf, start)[1]
         elif wire == 1:
             stop = start + 8
         elif wire == 5:
             stop = start + 4
         elif wire == 2:
-            length, start = read_varint(data, start)
+            length, start = read_varint(buf, start)
             stop = start + length
         else:
             raise ValueError(f"wire type {wire}")
         if stop > end:
             raise ValueError("field past the end")
         if key >> 3 == _RAW_INPUT_CONTENTS and wire == 2:
-            raw.append(view[start:stop])
+            views = data.views(start, stop)
+            raw.append(views[0] if len(views) == 1 else Spread(views) if views else memoryview(b""))
         else:
-            head.append(data[pos:stop])
+            head += data.views(pos, stop)
         pos = stop
     return b"".join(head), raw
 
 
-def check_model_infer(data: bytes, cap: int) -> str:
+def check_model_infer(data: bytes | memoryview | Pieces, cap: int) -> str:
     """Check a serialized ModelInferRequest as Triton will read it.
 
-    The tensor bytes are not copied: a scan of the top-level fields sets raw_input_contents aside and
-    protobuf parses the rest; anything the scan does not take is parsed whole, so protobuf alone decides
-    what is valid.
+    `data` may be the pieces it arrived in (`Pieces`). The tensor bytes are not copied: a scan of the
+    top-level fields sets raw_input_contents aside and protobuf parses the rest; anything the scan does not
+    take is parsed whole, so protobuf alone decides what is valid.
 
     Returns:
         The model's name.
@@ -104,12 +170,13 @@ def check_model_infer(data: bytes, cap: int) -> str:
         Refusal: unparsable bytes, a bad version, datatype or dim, raw contents not matching the inputs'
             shapes, BOOL bytes other than 0/1, or more tensor data than `cap` (too_large).
     """
-    raw: Sequence[bytes | memoryview]
+    raw: Sequence[bytes | memoryview | Spread]
+    message = data if isinstance(data, Pieces) else Pieces([data])
     try:
-        head, raw = _split_raw_contents(data)
+        head, raw = _split_raw_contents(message)
         req = _parse(pb.ModelInferRequest, head)
     except (ValueError, IndexError):
-        req = _parse(pb.ModelInferRequest, data)
+        req = _parse(pb.ModelInferRequest, message.join())
         raw = req.raw_input_contents
     check_version(req.model_version, allow_empty=True)
     budget = SizeBudget(cap)
@@ -146,7 +213,7 @@ def check_model_infer(data: bytes, cap: int) -> str:
             if datatype != "BYTES" and len(tensor) != count * size:
                 raise byte_size_mismatch(name, req.model_name, count * size, len(tensor))
             if datatype == "BOOL":
-                check_bool_bytes(name, tensor)
+                check_bool_bytes(name, bytes(tensor))
     if used != len(raw):
         raise Refusal(
             f"the request holds {len(raw)} raw_input_contents for {used} inputs: "
@@ -155,11 +222,12 @@ def check_model_infer(data: bytes, cap: int) -> str:
     return str(req.model_name)
 
 
-def check_versioned(kind: Any, field: str) -> Callable[[bytes], None]:
+def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces], None]:
     """The check of a model-level call's message: a valid message of `kind` whose `field` is a valid version."""
 
-    def check(data: bytes) -> None:
-        check_version(getattr(_parse(kind, data), field), allow_empty=True)
+    def check(data: bytes | Pieces) -> None:
+        message = data.join() if isinstance(data, Pieces) else data
+        check_version(getattr(_parse(kind, message), field), allow_empty=True)
         return None
 
     return check
