@@ -1,7 +1,7 @@
 """What the validating gateway costs valid traffic: perf_analyzer through the gateway vs Triton's own ports.
 
     .venv/bin/python -m benchmarks.gateway_overhead [--rounds 5] [--interval-ms 2000] [--concurrency 8]
-        [--models mobilenetv2 tiny] [--protocols grpc http]
+        [--models mobilenetv2 tiny] [--protocols grpc http] [--cpu-only]
 
 One embedded server with `gateway=True` (the launcher's defaults: admin key on, the gateway's admission
 control on) serves both paths at once: the public ports (through the gateway, what `mslite-triton serve`
@@ -11,6 +11,10 @@ and machine load. For each model x protocol x concurrency the two paths alternat
 every run ends in bounded time on a busy machine). Prints per path the median throughput and p50 with the
 spread (min-max) over rounds, the gateway/direct ratio of the medians with the ratios' own min-max, and the
 gateway process's CPU time per request; writes benchmarks/results/gateway_overhead.json.
+
+`--cpu-only` runs only the gateway path and reports the gateway's CPU time per request (user and system,
+median and range over the rounds): on a shared machine that figure holds steady where throughput ratios do
+not, and it is what the gateway takes from the workers on a CPU-bound machine.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _count(http_url: str, model: str) -> int:
@@ -66,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8])
     ap.add_argument("--models", nargs="+", default=["mobilenetv2", "tiny"])
     ap.add_argument("--protocols", nargs="+", default=["grpc", "http"])
+    ap.add_argument("--cpu-only", action="store_true", help="only the gateway path: its CPU time per request")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     from benchmarks.tools import ensure_tools
@@ -92,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.models:
             for protocol in args.protocols:
                 for c in args.concurrency:
+                    if args.cpu_only:
+                        rows.append(_cpu_row(tools, srv.triton_http_url, gw_pid, addresses, model, protocol, c, args))
+                        continue
                     runs: dict[str, list[dict[str, str]]] = {"direct": [], "gateway": []}
                     gw_cpu, gw_requests = 0.0, 0
                     for path in ("direct", "gateway"):  # warm-up, untimed
@@ -126,10 +140,40 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / "gateway_overhead.json"
+    out = args.out / ("gateway_cpu.json" if args.cpu_only else "gateway_overhead.json")
     out.write_text(json.dumps({"cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, indent=2))
     print(f"written: {out}")
     return 0
+
+
+def _cpu_row(
+    tools: Any, url: str, pid: int, addresses: dict[tuple[str, str], str], model: str, protocol: str, c: int, args: Any
+) -> dict[str, Any]:
+    """The gateway's CPU time per request over `args.rounds` runs through it (user and system apart)."""
+    address = addresses[(protocol, "gateway")]
+    _perf(tools, model, protocol, address, c, 500)  # warm-up, untimed
+    user, system, tput = [], [], []
+    for _ in range(args.rounds):
+        (u0, s0), n0 = _cpu_split(pid), _count(url, model)
+        tput.append(float(_perf(tools, model, protocol, address, c, args.interval_ms)["Inferences/Second"]))
+        (u1, s1), n1 = _cpu_split(pid), _count(url, model)
+        user.append(1e3 * (u1 - u0) / max(n1 - n0, 1))
+        system.append(1e3 * (s1 - s0) / max(n1 - n0, 1))
+    total = [u + s for u, s in zip(user, system)]
+    print(
+        f"{model:11s} {protocol:4s} c={c}: gateway CPU {_spread(total, 3)} ms/request (user {_spread(user, 3)}, "
+        f"system {_spread(system, 3)}), {_spread(tput)}/s, load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    return {
+        "model": model,
+        "protocol": protocol,
+        "concurrency": c,
+        "gateway_cpu_ms_per_request": [round(x, 4) for x in total],
+        "user_ms": [round(x, 4) for x in user],
+        "system_ms": [round(x, 4) for x in system],
+        "infer_per_s": tput,
+    }
 
 
 if __name__ == "__main__":
