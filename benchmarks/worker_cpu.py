@@ -1,0 +1,99 @@
+"""Worker CPU per request: ours against the naive baseline, the figure a busy machine does not blur.
+
+`python -m benchmarks.worker_cpu [--model tiny] [--levels 1,8] [--rounds 3] [--variants ours,naive]`
+
+Throughput ratios move by 10-30 % on a shared machine; the CPU time the worker processes spend per
+request (utime + stime of the stubs from /proc around each perf_analyzer run, over the requests Triton
+counted) moves much less, and it is what our per-request code costs. Every variant is the repository
+model served 2 workers x 1 thread (`ours`: the config as shipped, auto-completed; `ours_all`: every queued
+request per `execute`; `ours_nometrics`: no metrics publisher; `naive`: the naive baseline), all loaded at
+once, measured by perf_analyzer over gRPC in alternation (the order reversed every other round). The last
+lines give each variant's median worker CPU per request, tritonserver's, throughput, p50 and requests
+per `execute`, with the ratio of the CPU figure to the first variant's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from .perf import PerfPoint, PerfSettings, measure
+from .serving import BenchServer, ModelSpec, compose_repository, with_batcher
+from .tools import ensure_tools
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = {  # name -> what is appended to (or replaces the batcher of) the shipped config; None: as shipped
+    "ours": None,
+    "ours_all": ("batcher", "dynamic_batching { }\n"),
+    "ours_nometrics": ("append", 'parameters { key: "metrics" value { string_value: "false" } }\n'),
+}
+
+
+def compose(root: Path, names: list[str], source: str, workers: int) -> None:
+    """One model directory per variant of the repository's `source` model (the naive baseline as `naive`)."""
+    specs = [ModelSpec(n, source, "naive" if n == "naive" else "mslite", workers, 1) for n in names]
+    compose_repository(root, ROOT / "model_repository", specs)
+    for name in names:
+        change = VARIANTS.get(name)
+        if change is None:
+            continue
+        path = root / name / "config.pbtxt"
+        how, text = change
+        path.write_text(with_batcher(path.read_text(), text) if how == "batcher" else path.read_text() + text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variants", default="ours,naive")
+    p.add_argument("--model", default="tiny", help="a model of model_repository/")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--levels", default="1,8", help="perf_analyzer concurrencies")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
+    a = p.parse_args()
+    names = a.variants.split(",")
+    unknown = [n for n in names if n != "naive" and n not in VARIANTS]
+    if unknown:
+        p.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)} and naive")
+    levels = [int(c) for c in a.levels.split(",")]
+    tools = ensure_tools(ROOT)
+    # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
+    settings = PerfSettings(interval_ms=a.interval_ms, max_trials=3, stability_pct=1000)
+    found: dict[tuple[str, int], list[PerfPoint]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-workercpu-") as tmp:
+        compose(Path(tmp), names, a.model, a.workers)
+        server = BenchServer(Path(tmp)).start()
+        try:
+            server.only(*names)
+            for r in range(a.rounds):
+                for c in levels:
+                    for name in names if r % 2 == 0 else names[::-1]:
+                        pt = measure(tools, server, name, c, shm=False, settings=settings)
+                        found.setdefault((name, c), []).append(pt)
+                        print(
+                            f"round {r + 1} {name} c={c}: worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
+                            f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
+                            f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute",
+                            flush=True,
+                        )
+        finally:
+            server.stop()
+    for c in levels:
+        base = found[(names[0], c)]
+        for name in names:
+            pts = found[(name, c)]
+            ratio = statistics.median(x.worker_cpu_ms_per_img / y.worker_cpu_ms_per_img for x, y in zip(pts, base))
+            print(
+                f"c={c} {name}: worker {statistics.median(x.worker_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req "
+                f"({ratio:.3f} x {names[0]}), tritonserver "
+                f"{statistics.median(x.server_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req, "
+                f"{statistics.median(x.infer_s for x in pts):.0f} req/s, p50 "
+                f"{statistics.median(x.p50_ms for x in pts):.2f} ms, "
+                f"{statistics.median(x.avg_batch for x in pts):.2f} requests per execute"
+            )
+
+
+if __name__ == "__main__":
+    main()
