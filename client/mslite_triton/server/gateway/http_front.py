@@ -128,9 +128,7 @@ class Upstream:
                 conn = self._idle.pop()
             reader, writer = conn
             try:
-                writer.write(head + body if len(body) < 4096 else head)
-                if len(body) >= 4096:
-                    writer.write(body)
+                writer.writelines((head, body))  # one writev: no copy of the body, one segment for a small one
                 await writer.drain()
                 resp = await within(read_response(reader), self.timeout_s)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
@@ -247,8 +245,7 @@ class HttpFront:
         status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
         # an error answer loses what only the server should know (paths, tracebacks, internal region names)
         body = scrub_json_error(resp.body) if status_line[9:10] in (b"4", b"5") else resp.body
-        writer.write(client_head(status_line, resp.headers, len(body), close))
-        writer.write(body)
+        writer.writelines((client_head(status_line, resp.headers, len(body), close), body))
         await writer.drain()
         return not close
 
