@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from .perf import PerfPoint, PerfSettings, measure
+from .perf import PerfSettings, measure_alternated
 from .serving import UNBOUNDED_CPU_BATCHER, BenchServer, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
@@ -79,17 +79,18 @@ def main() -> None:
         server = BenchServer(Path(tmp)).start()
         try:
             server.only(*names)
-            found: dict[tuple[str, int], list[PerfPoint]] = {}
-            for r in range(a.rounds):
-                for c in levels:
-                    for name in names if r % 2 == 0 else names[::-1]:
-                        pt = measure(tools, server, name, c, shm=False, settings=settings)
-                        found.setdefault((name, c), []).append(pt)
-                        print(
-                            f"round {r + 1} {name} c={c}: {pt.infer_s:.0f} img/s, p50 {pt.p50_ms:.1f} ms, "
-                            f"p99 {pt.p99_ms:.1f} ms, {pt.avg_batch:.2f} requests per execute",
-                            flush=True,
-                        )
+            found = measure_alternated(
+                tools,
+                server,
+                names,
+                levels,
+                a.rounds,
+                settings,
+                lambda pt: (
+                    f"{pt.infer_s:.0f} img/s, p50 {pt.p50_ms:.1f} ms, "
+                    f"p99 {pt.p99_ms:.1f} ms, {pt.avg_batch:.2f} requests per execute"
+                ),
+            )
         finally:
             server.stop()
     for c in levels:

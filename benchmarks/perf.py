@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,29 @@ def measure(
         breakdown_us={key: float(row[col]) for col, key in BREAKDOWN.items() if row.get(col)},
         command=command,
     )
+
+
+def measure_alternated(
+    tools: Tools,
+    server: BenchServer,
+    names: list[str],
+    levels: list[int],
+    rounds: int,
+    settings: PerfSettings,
+    describe: Callable[[PerfPoint], str],
+) -> dict[tuple[str, int], list[PerfPoint]]:
+    """Every model at every level, `rounds` times, the models' order reversed every other round.
+
+    Prints `describe(point)` for each measurement as it lands; returns the points by (model, level).
+    """
+    found: dict[tuple[str, int], list[PerfPoint]] = {}
+    for r in range(rounds):
+        for c in levels:
+            for name in names if r % 2 == 0 else names[::-1]:
+                pt = measure(tools, server, name, c, shm=False, settings=settings)
+                found.setdefault((name, c), []).append(pt)
+                print(f"round {r + 1} {name} c={c}: {describe(pt)}", flush=True)
+    return found
 
 
 def _run(

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from .perf import PerfPoint, PerfSettings, measure
+from .perf import PerfSettings, measure_alternated
 from .serving import BenchServer, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
@@ -61,23 +61,24 @@ def main() -> None:
     tools = ensure_tools(ROOT)
     # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
     settings = PerfSettings(interval_ms=a.interval_ms, max_trials=3, stability_pct=1000)
-    found: dict[tuple[str, int], list[PerfPoint]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-workercpu-") as tmp:
         compose(Path(tmp), names, a.model, a.workers)
         server = BenchServer(Path(tmp)).start()
         try:
             server.only(*names)
-            for r in range(a.rounds):
-                for c in levels:
-                    for name in names if r % 2 == 0 else names[::-1]:
-                        pt = measure(tools, server, name, c, shm=False, settings=settings)
-                        found.setdefault((name, c), []).append(pt)
-                        print(
-                            f"round {r + 1} {name} c={c}: worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
-                            f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
-                            f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute",
-                            flush=True,
-                        )
+            found = measure_alternated(
+                tools,
+                server,
+                names,
+                levels,
+                a.rounds,
+                settings,
+                lambda pt: (
+                    f"worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
+                    f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
+                    f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute"
+                ),
+            )
         finally:
             server.stop()
     for c in levels:
