@@ -226,7 +226,7 @@ class EmbeddedServer:
             supervisor.halt()  # no heal from now on; its thread ends last (see Supervisor.halt)
             leaked = supervisor.leaked
         # a hung server acts on no SIGTERM (e.g. its handler deadlocked), and answers no request to drain
-        hung = self.process is not None and self.process.poll() is None and not self._answers_live()
+        hung = self.process is not None and self.process.poll() is None and not self.answers_live()
         if self.gateway is not None:
             self.gateway.stop(HUNG_GRACE_S if hung else timeout_s)
             self.gateway = None
@@ -322,7 +322,7 @@ class EmbeddedServer:
             return not supervisor.gave_up
         return self.is_running()
 
-    def _answers_live(self, timeout_s: float = 2.0) -> bool:
+    def answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
         req = urllib.request.Request(self.triton_http_url + "/v2/health/live")
         try:

@@ -32,8 +32,6 @@ import shutil
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +169,7 @@ class Supervisor(threading.Thread):
             code = None if process is None else process.returncode
             self.heal_server(f"tritonserver exited (code {code})")
             return
-        if not self._answers_live():
+        if not self.server.answers_live(self.live_timeout_s):
             self._not_live += 1
             log.warning("tritonserver did not answer its liveness check (%d of %d)", self._not_live, self.live_failures)
             if self._not_live >= self.live_failures:
@@ -182,14 +180,6 @@ class Supervisor(threading.Thread):
         if gateway is not None and not gateway.is_running():
             self.heal_gateway()
         self._watch_workers(process.pid)
-
-    def _answers_live(self) -> bool:
-        req = urllib.request.Request(self.server.triton_http_url + "/v2/health/live")
-        try:
-            with urllib.request.urlopen(req, timeout=self.live_timeout_s) as resp:
-                return int(resp.status) == 200
-        except (OSError, ValueError):
-            return False
 
     def _watch_workers(self, server_pid: int) -> None:
         workers = workers_of(server_pid)
