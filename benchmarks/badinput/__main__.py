@@ -70,7 +70,7 @@ def start_server(*, gateway: bool = False) -> Served:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.badinput", description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration-s", type=float, default=300.0, help="stop sending after this long (default 300)")
     ap.add_argument("--requests", type=int, default=1_000_000, help="at most this many cases (default 1,000,000)")
     ap.add_argument("--seed", type=int, default=7)
