@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from .perf import PerfSettings, measure_alternated
+from .perf import PerfSettings, measure_alternated, medians_by_level
 from .serving import UNBOUNDED_CPU_BATCHER, BenchServer, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
@@ -93,16 +93,12 @@ def main() -> None:
             )
         finally:
             server.stop()
-    for c in levels:
-        base = found[(names[0], c)]
-        for name in names:
-            pts = found[(name, c)]
-            ratio = statistics.median(x.infer_s / y.infer_s for x, y in zip(pts, base))
-            print(
-                f"c={c} {name}: median {statistics.median(x.infer_s for x in pts):.0f} img/s, "
-                f"p50 {statistics.median(x.p50_ms for x in pts):.1f} ms, "
-                f"p99 {statistics.median(x.p99_ms for x in pts):.1f} ms, {ratio:.3f} x {names[0]}"
-            )
+    for c, name, pts, ratio in medians_by_level(found, names, levels, "infer_s"):
+        print(
+            f"c={c} {name}: median {statistics.median(x.infer_s for x in pts):.0f} img/s, "
+            f"p50 {statistics.median(x.p50_ms for x in pts):.1f} ms, "
+            f"p99 {statistics.median(x.p99_ms for x in pts):.1f} ms, {ratio:.3f} x {names[0]}"
+        )
 
 
 if __name__ == "__main__":

@@ -11,10 +11,11 @@ from __future__ import annotations
 import csv
 import resource
 import shlex
+import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,17 @@ def measure_alternated(
                 found.setdefault((name, c), []).append(pt)
                 print(f"round {r + 1} {name} c={c}: {describe(pt)}", flush=True)
     return found
+
+
+def medians_by_level(
+    found: dict[tuple[str, int], list[PerfPoint]], names: list[str], levels: list[int], metric: str
+) -> Iterator[tuple[int, str, list[PerfPoint], float]]:
+    """For each level and model: its points, and the median over rounds of its `metric` / the first model's."""
+    for c in levels:
+        base = found[(names[0], c)]
+        for name in names:
+            pts = found[(name, c)]
+            yield c, name, pts, statistics.median(getattr(x, metric) / getattr(y, metric) for x, y in zip(pts, base))
 
 
 def _run(

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from .perf import PerfSettings, measure_alternated
+from .perf import PerfSettings, measure_alternated, medians_by_level
 from .serving import BenchServer, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
@@ -81,19 +81,15 @@ def main() -> None:
             )
         finally:
             server.stop()
-    for c in levels:
-        base = found[(names[0], c)]
-        for name in names:
-            pts = found[(name, c)]
-            ratio = statistics.median(x.worker_cpu_ms_per_img / y.worker_cpu_ms_per_img for x, y in zip(pts, base))
-            print(
-                f"c={c} {name}: worker {statistics.median(x.worker_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req "
-                f"({ratio:.3f} x {names[0]}), tritonserver "
-                f"{statistics.median(x.server_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req, "
-                f"{statistics.median(x.infer_s for x in pts):.0f} req/s, p50 "
-                f"{statistics.median(x.p50_ms for x in pts):.2f} ms, "
-                f"{statistics.median(x.avg_batch for x in pts):.2f} requests per execute"
-            )
+    for c, name, pts, ratio in medians_by_level(found, names, levels, "worker_cpu_ms_per_img"):
+        print(
+            f"c={c} {name}: worker {statistics.median(x.worker_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req "
+            f"({ratio:.3f} x {names[0]}), tritonserver "
+            f"{statistics.median(x.server_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req, "
+            f"{statistics.median(x.infer_s for x in pts):.0f} req/s, p50 "
+            f"{statistics.median(x.p50_ms for x in pts):.2f} ms, "
+            f"{statistics.median(x.avg_batch for x in pts):.2f} requests per execute"
+        )
 
 
 if __name__ == "__main__":
