@@ -13,7 +13,7 @@ from typing import Any
 import hpack
 
 from mslite_triton.server.gateway.grpc_checks import Pieces
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_triton.server.gateway.rules import Refusal, inflate_bounded
 
 PREFIX = 5  # a gRPC message's prefix: compressed flag (1 byte), length (4 bytes)
 _KNOWN_BLOCKS = 64
@@ -69,14 +69,8 @@ def inflate(encoding: bytes, data: bytes, cap: int) -> bytes:
     """A compressed message inflated, at most `cap` bytes (Refusal otherwise)."""
     if encoding not in (b"gzip", b"deflate"):
         raise Refusal(f"a compressed message needs grpc-encoding gzip or deflate, not {encoding[:20]!r}")
-    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32 if encoding == b"gzip" else zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(data, cap + 1)
-    except zlib.error as e:
-        raise Refusal(f"the message is not valid {encoding.decode()} data: {e}") from None
-    if len(out) > cap or inflater.unconsumed_tail:
-        raise Refusal(f"the decompressed message is over this server's limit of {cap} bytes", too_large=True)
-    return out
+    wbits = zlib.MAX_WBITS | 32 if encoding == b"gzip" else zlib.MAX_WBITS
+    return inflate_bounded(data, cap, wbits=wbits, what="message", form=encoding.decode())
 
 
 class RequestHeaders:

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
 from mslite_triton.server.gateway.kserve_json import check_infer_request
-from mslite_triton.server.gateway.rules import Refusal, check_version
+from mslite_triton.server.gateway.rules import Refusal, check_version, inflate_bounded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -226,7 +226,8 @@ def check_infer(req: Request, model: bytes, version: bytes | None, cap: int) -> 
     body = req.body
     encoding = (req.header(b"content-encoding") or b"identity").lower()
     if encoding in (b"gzip", b"deflate"):
-        body = _inflate(body, cap)
+        # zlib or gzip header, told apart by zlib
+        body = inflate_bounded(body, cap, wbits=zlib.MAX_WBITS | 32, what="body", form="gzip/deflate")
     elif encoding not in (b"identity", b""):
         raise HttpError(415, f"Content-Encoding '{encoding.decode('latin-1')[:20]}': use gzip, deflate or identity")
     length = req.header(b"inference-header-content-length")
@@ -245,18 +246,6 @@ def check_infer(req: Request, model: bytes, version: bytes | None, cap: int) -> 
             )
         header, payload = body[:n], memoryview(body)[n:]
     check_infer_request(header, urllib.parse.unquote(model.decode("latin-1")), payload=payload, cap=cap)
-
-
-def _inflate(body: bytes, cap: int) -> bytes:
-    """The decompressed body, at most `cap` bytes (a small gzip body may inflate to gigabytes inside Triton)."""
-    inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)  # zlib or gzip header, told apart by zlib
-    try:
-        out = inflater.decompress(body, cap + 1)
-    except zlib.error as e:
-        raise Refusal(f"the body is not valid gzip/deflate data: {e}") from None
-    if len(out) > cap or inflater.unconsumed_tail:
-        raise Refusal(f"the decompressed body is over this server's limit of {cap} bytes", too_large=True)
-    return out
 
 
 def upstream_head(req: Request) -> bytes:

@@ -11,6 +11,7 @@ problem; the fronts turn it into HTTP 400/413 or gRPC INVALID_ARGUMENT/RESOURCE_
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Sequence
 
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
@@ -123,3 +124,19 @@ def check_bool_bytes(name: str, data: bytes | bytearray | memoryview) -> None:
     """
     if bytes(data).translate(None, b"\x00\x01"):
         raise Refusal(f"input '{name}': BOOL data holds bytes other than 0 and 1")
+
+
+def inflate_bounded(data: bytes, cap: int, *, wbits: int, what: str, form: str) -> bytes:
+    """`data` decompressed, at most `cap` bytes (a small compressed `what` may inflate to gigabytes in Triton).
+
+    Raises:
+        Refusal: not valid `form` data, or over `cap` once inflated (`too_large`).
+    """
+    inflater = zlib.decompressobj(wbits=wbits)
+    try:
+        out = inflater.decompress(data, cap + 1)
+    except zlib.error as e:
+        raise Refusal(f"the {what} is not valid {form} data: {e}") from None
+    if len(out) > cap or inflater.unconsumed_tail:
+        raise Refusal(f"the decompressed {what} is over this server's limit of {cap} bytes", too_large=True)
+    return out
