@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mslite_triton._pending import RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
 from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.triton_process import triton_dir
@@ -264,11 +265,11 @@ def _write_client_config(chosen: Variant, name: str, options: TuneOptions, path:
     lines = [
         f"# mslite-triton tune {name}: {chosen.throughput:.1f} infer/s, p99 {chosen.p99_ms:.1f} ms "
         f"at concurrency {chosen.concurrency} ({chosen.config})",
-        "[runner]",
-        f"workers_num={chosen.workers}",
+        f"[{RUNNER_SECTION}]",
+        f"{WORKERS_KEY}={chosen.workers}",
     ]
     if chosen.threads is not None:
-        lines.append(f"thread_num={chosen.threads}")
+        lines.append(f"{THREADS_KEY}={chosen.threads}")
     if options.queue_delays_us and chosen.queue_delay_us is not None:
         lines += ["[dynamic_batching]", f"max_queue_delay_microseconds={chosen.queue_delay_us}"]
     path.write_text("\n".join(lines) + "\n")
