@@ -41,6 +41,11 @@ def triton_dir() -> Path:
     return Path(pytriton.__file__).parent / "tritonserver"
 
 
+def wheel_libs() -> Path:
+    """The shared libraries the wheel's `tritonserver` needs on `LD_LIBRARY_PATH`."""
+    return triton_dir().parent.parent / "nvidia_pytriton.libs"
+
+
 def compose_workspace(workspace: Path) -> Path:
     """Fill `workspace` with the backend and cache directories; returns the `tritonserver` binary.
 
@@ -113,7 +118,7 @@ def environment(*, admin_key: str | None, weights_owner: str) -> dict[str, str]:
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    libs = str(triton_dir().parent.parent / "nvidia_pytriton.libs")
+    libs = str(wheel_libs())
     env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     # The workers inherit it and refuse weights updates that do not prove it; the same key on every
     # (re)start, so clients keep working across heals. Without a key, none (not one of the caller's).

@@ -27,7 +27,7 @@ from pathlib import Path
 from mslite_triton._pending import RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
 from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig
 from mslite_triton.server.ports import pick_ports
-from mslite_triton.server.triton_process import triton_dir
+from mslite_triton.server.triton_process import wheel_libs
 
 THREADS_PARAMETER = "thread_num"  # the MindSpore Lite name the backend reads (alias of intra_op_thread_count)
 CLIENT_CONFIG = "config.ini"  # the choice for `build_from_file`: context.parallel.config_path / config_path
@@ -151,7 +151,7 @@ def _sweep(options: TuneOptions) -> dict:
 def _server_wrapper(work: Path, server: EmbeddedServer) -> Path:
     """A `tritonserver` that Model Analyzer can start: the wheel's binary with our backend directory."""
     binary = server._compose_workspace()
-    libs = triton_dir().parent.parent / "nvidia_pytriton.libs"
+    libs = wheel_libs()
     return _script(
         work / "tritonserver",
         f'export PATH="{Path(sys.executable).parent}:$PATH"\n'  # the workers' python packages
