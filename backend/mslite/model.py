@@ -87,6 +87,7 @@ class TritonPythonModel:
         self.runtime: Any = None
         self.instance: InstanceInfo | None = None
         self.output_names: list[str] = []
+        self._single_output: str | None = None  # the name of the only output, when there is one
         self._batched = False  # the config's axis 0 is the batch: samples are rows, not requests
         self._version_family: Any = None
         self._version_metric: Any = None
@@ -115,6 +116,7 @@ class TritonPythonModel:
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(str(e)) from None
         self.output_names = [t["name"] for t in model_config.get("output", [])]
+        self._single_output = self.output_names[0] if len(self.output_names) == 1 else None
         self._batched = cfg.batched
         for note in self.runtime.notes:
             _log().log_warn(note)
@@ -156,9 +158,31 @@ class TritonPythonModel:
 
         Weights updates are applied first, so the other requests of the batch already see them.
         On CPU this runs for every one or two requests, and a small model's run costs less than the Python
-        around it: the common case (a dict of outputs, one output) is answered inline, and the metrics
-        are only queued, and only when a publisher sends them.
+        around it: a batch without updates (the common case) takes the short path, the common result
+        (a dict of outputs, one output) is answered inline, and the metrics are only queued, and only
+        when a publisher sends them.
         """
+        feeds = []
+        for request in requests:
+            raw = request.parameters()
+            if raw and UPDATE_PARAMETER in raw:  # may be an update: the general path sorts it out
+                return self._execute_with_updates(requests)
+            feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
+        results = self._run(feeds)
+        single = self._single_output
+        if single is not None:
+            tensor, response = pb_utils.Tensor, pb_utils.InferenceResponse
+            responses = []
+            for request, result in zip(requests, results):
+                if type(result) is dict and single in result:  # the common case, inline
+                    responses.append(response([tensor(single, result[single])]))
+                else:
+                    responses.append(self._answer(request, result))
+            return responses
+        return [self._answer(request, result) for request, result in zip(requests, results)]
+
+    def _execute_with_updates(self, requests: list[Any]) -> list[Any]:
+        """`execute` for a batch in which a request may be a weights update: the updates first, then the rest."""
         responses: list[Any] = [None] * len(requests)
         served: list[int] = []
         feeds = []
@@ -171,27 +195,29 @@ class TritonPythonModel:
                     continue
             served.append(i)
             feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
-        if not feeds:
-            return responses
+        if feeds:
+            for i, result in zip(served, self._run(feeds)):
+                responses[i] = self._answer(requests[i], result)
+        return responses
+
+    def _run(self, feeds: list[dict[str, Any]]) -> list[Any]:
+        """The runtime's results for the inputs of the served requests (an error for each, if it fails)."""
         started = time.perf_counter()
         try:
             results = self.runtime.execute(feeds)
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
-            results = [InferenceFailure("internal error in the mslite backend")] * len(served)
+            results = [InferenceFailure("internal error in the mslite backend")] * len(feeds)
         if self._publisher is not None:  # nobody reads the figures otherwise
             elapsed_ms = (time.perf_counter() - started) * 1000.0
             self.metrics.record(elapsed_ms, _samples(feeds) if self._batched else len(feeds))
-        tensor, response = pb_utils.Tensor, pb_utils.InferenceResponse
-        single = self.output_names[0] if len(self.output_names) == 1 else None
-        for i, result in zip(served, results):
-            if single is not None and type(result) is dict and single in result:  # the common case, inline
-                responses[i] = response(output_tensors=[tensor(single, result[single])])
-                continue
-            if isinstance(result, BackendError):
-                self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
-            responses[i] = self._response(requests[i], result)
-        return responses
+        return results
+
+    def _answer(self, request: Any, result: Any) -> Any:
+        """The response of one served request; a failed one is counted in the metrics."""
+        if isinstance(result, BackendError):
+            self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
+        return self._response(request, result)
 
     def _update(self, request: Any, params: dict[str, Any]) -> Any:
         """Publish the new weights a request carries (or names) to every worker; the reply has no outputs.
