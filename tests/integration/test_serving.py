@@ -98,13 +98,18 @@ def test_concurrent_requests_are_batched_and_exact(server, tmp_path):
 def test_minimal_config_gets_no_queue_bound_and_two_requests_per_execute_on_cpu(server):
     client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
     try:
-        batching = client.get_model_config("cpu_defaults")["dynamic_batching"]
-        single = client.get_model_config("tiny")["dynamic_batching"]  # no instance groups: one worker
+        configs = {name: client.get_model_config(name) for name in ("cpu_defaults", "tiny", "variable_seq")}
     finally:
         client.close()
-    for served in (batching, single):  # Triton prefetches batches only without a queue policy
+    for config in configs.values():  # Triton prefetches batches only without a queue policy
+        served = config["dynamic_batching"]
         assert not int((served.get("default_queue_policy") or {}).get("max_queue_size", 0))
-        assert [int(v) for v in served["preferred_batch_size"]] == [2]
+    # variable_seq (no instance groups: one worker) has a dim of unknown size: two requests per execute
+    assert [int(v) for v in configs["variable_seq"]["dynamic_batching"]["preferred_batch_size"]] == [2]
+    # the tiny model is light (graph.is_light): a worker takes every queued request, up to max_batch_size
+    for name in ("cpu_defaults", "tiny"):
+        sizes = [int(v) for v in configs[name]["dynamic_batching"].get("preferred_batch_size", [])]
+        assert max(sizes, default=0) in (0, int(configs[name]["max_batch_size"])), (name, sizes)
 
 
 def _stats(server, model):

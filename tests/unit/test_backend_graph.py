@@ -18,6 +18,7 @@ from mslite_backend.graph import (
     GraphTensor,
     batcher_defaults,
     check_config_against_graph,
+    is_light,
     plan_auto_complete,
     read_graph_io,
 )
@@ -172,6 +173,39 @@ def test_batcher_defaults_fill_only_what_the_config_leaves_out(config: dict, exp
 
 def test_batcher_defaults_keep_preferred_sizes_within_max_batch_size() -> None:
     assert batcher_defaults({"name": "m", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}, 1) == {}
+
+
+def test_a_light_model_on_cpu_takes_every_queued_request(tmp_path: Path) -> None:
+    io = _io(zoo.multi_io(), tmp_path)  # two elementwise ops on three values a sample
+    assert (io.nodes, io.weight_bytes) == (2, 0) and is_light(io, batched=True)
+    cpu = {"name": "m", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}
+    assert plan_auto_complete(cpu, io).batcher_defaults == {}  # Triton's own sizes, as on accelerators
+    assert batcher_defaults(cpu, 64, light=True) == {}
+    chosen = {**cpu, "dynamic_batching": {"preferred_batch_size": [4]}}
+    assert plan_auto_complete(chosen, io).batcher_defaults == {}  # what the user wrote stays
+
+
+@pytest.mark.parametrize(
+    ("build", "why"),
+    [
+        (zoo.variable_seq, "a dynamic dim besides the batch: unknown size"),
+        (zoo.small_classifier, "150,528 values a sample"),
+        (zoo.slow, "18 operators"),
+    ],
+)
+def test_other_models_on_cpu_take_two_requests_at_a_time(tmp_path: Path, build: Any, why: str) -> None:
+    io = _io(build(), tmp_path)
+    assert not is_light(io, batched=True), why
+    plan = plan_auto_complete({"name": "m", "instance_group": [{"kind": "KIND_CPU"}]}, io)
+    assert plan.batcher_defaults == {"preferred_batch_size": [2]}
+
+
+def test_weights_make_a_model_heavy_even_when_external(tmp_path: Path) -> None:
+    model = zoo.big_weights(1)
+    zoo.save_with_external_data(model, tmp_path / "model.onnx")
+    io = read_graph_io(str(tmp_path / "model.onnx"))
+    assert io.weight_bytes >= 2**20 and not is_light(io, batched=True)
+    assert not is_light(GraphIO(inputs=io.inputs, outputs=io.outputs), batched=True)  # size unknown
 
 
 def test_minimal_config_keeps_dynamic_non_batch_dims(tmp_path: Path) -> None:
