@@ -27,7 +27,7 @@ import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from mslite_triton_backend.mslite_backend.owned_files import owner_pid, sweep_dead_owners
-from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX
+from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 
 from . import _admin_key
 from ._error_table import classify, clean_message
@@ -378,13 +378,23 @@ class _Connection:
         _close(self.client)
 
 
+REGION_PREFIXES = (CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX)  # the regions a dead owner leaves behind
+
+
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def region_owner(name: str) -> int | None:
-    """The pid of the client process that created a region of this library, from its name (else None)."""
-    return owner_pid(name, CLIENT_REGION_PREFIX)
+    """The pid of the process (a client of this library, or the gateway) that created a region, from its name.
+
+    None for any other name.
+    """
+    for prefix in REGION_PREFIXES:
+        pid = owner_pid(name, prefix)
+        if pid is not None:
+            return pid
+    return None
 
 
 def _destroy(name: str, handle: Any) -> None:

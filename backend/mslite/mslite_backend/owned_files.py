@@ -4,6 +4,7 @@ Every file or folder this project leaves in /dev/shm is named `<prefix><owner pi
 are protocol.py's):
 
 - CLIENT_REGION_PREFIX: a client's region for shared-memory inputs (client `_transport`);
+- GATEWAY_REGION_PREFIX: the gateway's region for the large inputs it stages (gateway `staging`);
 - UPLOAD_PREFIX: a client's weights-update file (client `_weights`);
 - WEIGHTS_STORE_PREFIX: a model's weights store (`weight_store`), named after the launcher that owns it
   or the tritonserver process.

@@ -134,3 +134,7 @@ WEIGHTS_STORE_PREFIX = "mslite_weights_"
 # and its /dev/shm file alike); the launcher's supervisor unregisters those of clients that died
 # (owned_files.py: how files named after their owner's pid are swept).
 CLIENT_REGION_PREFIX = "mslite_client_"
+# The gateway stages large inputs the same way, in regions `<GATEWAY_REGION_PREFIX><pid>_<n>`
+# (client/mslite_triton/server/gateway/staging.py); the supervisor sweeps a dead gateway's as a dead client's,
+# and the gateway refuses requests from clients that name one.
+GATEWAY_REGION_PREFIX = "mslite_gateway_"

@@ -175,6 +175,7 @@ class EmbeddedServer:
             max_inflight_per_model=cfg.max_inflight_per_model,
             max_inflight_bytes=cfg.max_inflight_bytes,
             grace_s=cfg.exit_timeout_s,
+            admin_key=self.admin_key,
             log_path=self.workspace / "gateway.log",
         )
         try:

@@ -1,11 +1,12 @@
-"""Unregisters the shared-memory regions of client processes that died without unregistering them.
+"""Unregisters the shared-memory regions of client processes (and gateways) that died without unregistering them.
 
 A client of this library registers a region per connection for its large inputs (`_transport`), named
 `mslite_client_<pid>_<n>`, and unregisters it when it closes. A client killed mid-predict never does:
 tritonserver keeps the registration, and with it the region mapped, for as long as it runs (four killed
 clients took it from 9 to 176 MiB of shared memory). The launcher's supervisor therefore calls
 `ClientRegionSweep.maybe_sweep` on each poll; every few seconds it asks Triton for the registered regions
-and unregisters those whose owner process is gone, then removes the dead clients' files from /dev/shm
+and unregisters those whose owner process is gone (the gateway's staging regions too, named the same way),
+then removes the dead clients' files from /dev/shm
 (`owned_files.sweep_dead_owners`, the one sweep the clients run too).
 
 A pid that was reused by another process keeps its dead owner's region until that process is gone too. A
@@ -20,10 +21,9 @@ import time
 import urllib.parse
 from typing import Any
 
-from mslite_triton._transport import region_owner
+from mslite_triton._transport import REGION_PREFIXES, region_owner
 from mslite_triton.errors import ServerUnavailableError
 from mslite_triton_backend.mslite_backend.owned_files import process_alive, sweep_dead_owners
-from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ class ClientRegionSweep:
             self.server.http_json("POST", f"/v2/systemsharedmemory/region/{quoted}/unregister", {})
             removed.append(name)
         if removed:
-            sweep_dead_owners(CLIENT_REGION_PREFIX)  # their files too (a region's file has its name)
+            for prefix in REGION_PREFIXES:  # their files too (a region's file has its name)
+                sweep_dead_owners(prefix)
             log.info("unregistered %d shared-memory region(s) of dead clients: %s", len(removed), ", ".join(removed))
             self.swept += removed
         return removed

@@ -23,6 +23,7 @@ from mslite_triton.server.gateway.rules import (
     byte_size_mismatch,
     check_bool_bytes,
     check_datatype,
+    check_region_name,
     check_version,
     element_count,
 )
@@ -157,6 +158,34 @@ def _split_raw_contents(data: Pieces) -> tuple[bytes, list[memoryview | Spread]]
 
 
 def check_model_infer(data: bytes | memoryview | Pieces, cap: int) -> str:
+    """Check a serialized ModelInferRequest as Triton will read it; returns the model's name (`read_model_infer`)."""
+    return str(read_model_infer(data, cap)[0].model_name)
+
+
+def staged_model_infer(req: Any, raw: Sequence[bytes | memoryview | Spread], region: str, view: memoryview) -> bytes:
+    """The request that points Triton at its raw_input_contents, copied to `view` (of `region`) in order.
+
+    `req` and `raw` are `read_model_infer`'s: the request without its raw contents, and those contents.
+    """
+    offset, used = 0, 0
+    for inp in req.inputs:
+        params = inp.parameters
+        if "shared_memory_region" in params or inp.HasField("contents"):
+            continue
+        tensor = raw[used]
+        used += 1
+        for piece in tensor.views if isinstance(tensor, Spread) else (tensor,):
+            view[offset : offset + len(piece)] = piece
+            offset += len(piece)
+        nbytes = len(tensor)
+        params["shared_memory_region"].string_param = region
+        params["shared_memory_offset"].int64_param = offset - nbytes
+        params["shared_memory_byte_size"].int64_param = nbytes
+    req.ClearField("raw_input_contents")  # there when the scan gave way to a whole parse
+    return bytes(req.SerializeToString())
+
+
+def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, Sequence[bytes | memoryview | Spread]]:
     """Check a serialized ModelInferRequest as Triton will read it.
 
     `data` may be the pieces it arrived in (`Pieces`). The tensor bytes are not copied: a scan of the
@@ -164,7 +193,7 @@ def check_model_infer(data: bytes | memoryview | Pieces, cap: int) -> str:
     take is parsed whole, so protobuf alone decides what is valid.
 
     Returns:
-        The model's name.
+        The request without its raw_input_contents, and those (views of `data`, not copied).
 
     Raises:
         Refusal: unparsable bytes, a bad version, datatype or dim, raw contents not matching the inputs'
@@ -187,6 +216,7 @@ def check_model_infer(data: bytes | memoryview | Pieces, cap: int) -> str:
         count = element_count(name, shape)
         params = inp.parameters
         if "shared_memory_region" in params:
+            check_region_name(f"input '{name}'", params["shared_memory_region"].string_param)
             byte_size = params["shared_memory_byte_size"] if "shared_memory_byte_size" in params else None
             if byte_size is None or byte_size.WhichOneof("parameter_choice") != "int64_param":
                 raise Refusal(f"input '{name}' uses shared memory but has no integer shared_memory_byte_size")
@@ -214,12 +244,15 @@ def check_model_infer(data: bytes | memoryview | Pieces, cap: int) -> str:
                 raise byte_size_mismatch(name, req.model_name, count * size, len(tensor))
             if datatype == "BOOL":
                 check_bool_bytes(name, bytes(tensor))
+    for out in req.outputs:
+        if "shared_memory_region" in out.parameters:
+            check_region_name(f"output '{out.name}'", out.parameters["shared_memory_region"].string_param)
     if used != len(raw):
         raise Refusal(
             f"the request holds {len(raw)} raw_input_contents for {used} inputs: "
             f"{len(raw) - used} of them (bytes) belong to no input"
         )
-    return str(req.model_name)
+    return req, raw
 
 
 def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces], None]:

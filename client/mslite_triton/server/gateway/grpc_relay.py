@@ -28,7 +28,14 @@ from typing import Any
 import hpack
 
 from mslite_triton.server.gateway.admission import Admission, Overloaded
-from mslite_triton.server.gateway.grpc_checks import SERVICE, VERSIONED, check_model_infer, check_versioned
+from mslite_triton.server.gateway.grpc_checks import (
+    SERVICE,
+    VERSIONED,
+    check_model_infer,
+    check_versioned,
+    read_model_infer,
+    staged_model_infer,
+)
 from mslite_triton.server.gateway.grpc_frames import (
     ACK,
     CANCEL,
@@ -41,6 +48,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     GOAWAY,
     HEADERS,
     INVALID_ARGUMENT,
+    MIN_MAX_FRAME_SIZE,
     NO_ERROR,
     PADDED,
     PASS,
@@ -65,6 +73,7 @@ from mslite_triton.server.gateway.grpc_frames import (
 from mslite_triton.server.gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
 from mslite_triton.server.gateway.rules import Refusal
+from mslite_triton.server.gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +81,18 @@ log = logging.getLogger(__name__)
 class GrpcRelay:
     """Accepts client connections (`factory` for loop.create_server) and relays them to Triton's gRPC port."""
 
-    def __init__(self, upstream: tuple[str, int], *, max_request_bytes: int, admission: Admission) -> None:
+    def __init__(
+        self, upstream: tuple[str, int], *, max_request_bytes: int, admission: Admission, staging: Staging | None
+    ) -> None:
         self.upstream = upstream
+        self.staging = staging
         self.cap = max_request_bytes
         self.admission = admission
         self.refused = 0
         self.connections: set[_ClientSide] = set()
         self.closing = False
-        self.checks: dict[bytes, Check] = {
-            f"/{SERVICE}/ModelInfer".encode(): lambda data: check_model_infer(data, self.cap)
-        }
+        self.infer_path = f"/{SERVICE}/ModelInfer".encode()
+        self.checks: dict[bytes, Check] = {self.infer_path: lambda data: check_model_infer(data, self.cap)}
         for name, (kind, field) in VERSIONED.items():
             self.checks[f"/{SERVICE}/{name}".encode()] = check_versioned(kind, field)
         self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
@@ -124,6 +135,9 @@ class _ClientSide(asyncio.Protocol):
         self.refused_ids: set[int] = set()
         self.queued: list[bytes] = []  # frames of ours for the client, waiting for a boundary in Triton's
         self.to_upstream: list[bytes] = []  # frames of ours for Triton, written at the next boundary
+        self.credit = 0  # window to give the client back for DATA Triton never saw (connection, streams)
+        self.stream_credit: dict[int, int] = {}
+        self.debt = 0  # DATA bytes we sent Triton in place of the client's: Triton gives their window back
 
     # -- connection --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -142,6 +156,8 @@ class _ClientSide(asyncio.Protocol):
             self.send(frame(SETTINGS, 0, 0))  # our own (empty) settings: we answer this connection ourselves
         else:
             self.upstream = proto  # type: ignore[assignment]
+            if self.relay.staging is not None:
+                self.relay.staging.connected()
         if self.transport is None or self.transport.is_closing():
             self.close()
             return
@@ -208,6 +224,8 @@ class _ClientSide(asyncio.Protocol):
             data = data[take:]
         frames = self.frames
         frames.feed(data, self._on_header, self._on_frame)
+        if self.credit or self.stream_credit:
+            self._give_credit()
         if self.to_upstream and frames.at_boundary and not self.in_block:
             frames.out += self.to_upstream
             self.to_upstream = []
@@ -242,7 +260,7 @@ class _ClientSide(asyncio.Protocol):
                 self.refuse(sid, UNAVAILABLE, e.message)
                 return DROP
             stream.charged += length
-            if not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
+            if stream.region is None and not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
                 stream.got += length  # all message bytes, and not the last: they go on as they arrive
                 self.frames.tap = stream.parts
                 return TAP
@@ -253,9 +271,23 @@ class _ClientSide(asyncio.Protocol):
             self.finish(sid)
         return PASS
 
-    def _credit(self, length: int) -> None:
-        if length:  # Triton never sees this DATA, so never gives its window back: we do
-            self.send(frame(WINDOW_UPDATE, 0, 0, U32.pack(length)))
+    def _credit(self, length: int, sid: int = 0) -> None:
+        """Triton never sees this DATA, so never gives its window back: we do, once per read (`_give_credit`)."""
+        self.credit += length
+        if sid and length:  # a staged stream still open: its own window too
+            self.stream_credit[sid] = self.stream_credit.get(sid, 0) + length
+
+    def _give_credit(self) -> None:
+        """The window updates for what this read held back, in one write (less what we sent Triton instead)."""
+        paid = min(self.credit, self.debt)
+        self.debt -= paid
+        updates = [frame(WINDOW_UPDATE, 0, sid, U32.pack(n)) for sid, n in self.stream_credit.items()]
+        if self.credit > paid:
+            updates.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(self.credit - paid)))
+        self.credit = 0
+        self.stream_credit.clear()
+        if updates:
+            self.send(b"".join(updates))
 
     def _on_frame(self, kind: int, flags: int, sid: int, raw: bytes, parts: list[Any]) -> None:
         out = self.frames.out
@@ -264,7 +296,8 @@ class _ClientSide(asyncio.Protocol):
                 out.append(raw)
                 out += parts
             else:
-                self._credit(sum(len(p) for p in parts))
+                staged = sid in self.streams and self.streams[sid].region is not None and not flags & END_STREAM
+                self._credit(sum(len(p) for p in parts), sid if staged else 0)
             return
         payload = joined(parts) if parts else b""
         if kind == HEADERS or kind == CONTINUATION:
@@ -310,7 +343,7 @@ class _ClientSide(asyncio.Protocol):
         elif self.relay.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
         elif path in self.relay.checks:
-            self.streams[sid] = Stream(self.relay.checks[path], encoding)
+            self.streams[sid] = Stream(self.relay.checks[path], encoding, stageable=path == self.relay.infer_path)
         elif path in self.relay.streaming:
             self.refuse(
                 sid,
@@ -334,19 +367,34 @@ class _ClientSide(asyncio.Protocol):
                 f"the request message of {stream.size} bytes is over this server's limit of {cap} bytes",
             )
             return False
+        if stream.stageable and stream.size >= 0:
+            self._choose_region(stream)
         if stream.whole:
-            return self._complete(sid, stream)
+            return self._complete(sid, stream, flags)
         if flags & END_STREAM:
             self.refuse(sid, INVALID_ARGUMENT, "the request ended before its message did")
             return False
-        return True
+        return stream.region is None  # a staged stream's bytes stay here
 
-    def _complete(self, sid: int, stream: Stream) -> bool:
+    def _choose_region(self, stream: Stream) -> None:
+        """Once the message's size is known: a large uncompressed one goes to Triton through shared memory."""
+        stream.stageable = False  # decided once
+        staging = self.relay.staging
+        if staging is not None and not stream.parts[0][0] and staging.wants(stream.size):
+            stream.region = staging.take(stream.size)
+
+    def _complete(self, sid: int, stream: Stream, flags: int) -> bool:
         if stream.got > 5 + stream.size:
             self.refuse(sid, INVALID_ARGUMENT, "a unary call carries one request message; this one carries more")
             return False
+        staged = b""
         try:
-            model = stream.check(stream.message(self.relay.cap))
+            if stream.region is None:
+                model = stream.check(stream.message(self.relay.cap))
+            else:
+                req, raw = read_model_infer(stream.message(self.relay.cap), self.relay.cap)
+                model = str(req.model_name)
+                staged = staged_model_infer(req, raw, stream.region.name, stream.region.view)
         except Refusal as e:
             self.refuse(sid, RESOURCE_EXHAUSTED if e.too_large else INVALID_ARGUMENT, e.message)
             return False
@@ -358,7 +406,15 @@ class _ClientSide(asyncio.Protocol):
                 return False
             stream.model = model
         stream.done = True
-        return True
+        if stream.region is None:
+            return True
+        message = b"\0" + U32.pack(len(staged)) + staged  # in place of the client's: Triton reads the region
+        self.debt += len(message)
+        last = len(message) - 1
+        for a in range(0, len(message), MIN_MAX_FRAME_SIZE):
+            end = flags & END_STREAM if a + MIN_MAX_FRAME_SIZE > last else 0
+            self.frames.out.append(frame(DATA, end, sid, message[a : a + MIN_MAX_FRAME_SIZE]))
+        return False
 
     # -- ends of streams --
     def refuse(self, sid: int, code: int, message: str) -> None:
@@ -372,11 +428,16 @@ class _ClientSide(asyncio.Protocol):
         if self.upstream is not None:
             self.to_upstream.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
 
-    def finish(self, sid: int) -> None:
-        """Stream `sid` is over: what it counted in flight is given back."""
+    def finish(self, sid: int, *, answered: bool = False) -> None:
+        """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
         stream = self.streams.pop(sid, None)
         if stream is None:
             return
+        if stream.region is not None and self.relay.staging is not None:
+            if answered or not stream.done:
+                self.relay.staging.give_back(stream.region)
+            else:  # sent, then reset or cut off: Triton may still read the region
+                self.relay.staging.abandon(stream.region)
         if stream.charged:
             self.relay.admission.give_bytes(stream.charged)
         if stream.model is not None:
@@ -384,7 +445,7 @@ class _ClientSide(asyncio.Protocol):
 
 
 async def start_relay(
-    host: str, port: int, upstream: str, *, max_request_bytes: int, admission: Admission
+    host: str, port: int, upstream: str, *, max_request_bytes: int, admission: Admission, staging: Staging | None
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
     """Listen on host:port and relay to `upstream` (host:port of Triton's gRPC endpoint).
 
@@ -392,6 +453,8 @@ async def start_relay(
         OSError: the port could not be bound.
     """
     up_host, _, up_port = upstream.rpartition(":")
-    relay = GrpcRelay((up_host, int(up_port)), max_request_bytes=max_request_bytes, admission=admission)
+    relay = GrpcRelay(
+        (up_host, int(up_port)), max_request_bytes=max_request_bytes, admission=admission, staging=staging
+    )
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay

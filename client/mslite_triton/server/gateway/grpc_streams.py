@@ -14,6 +14,7 @@ import hpack
 
 from mslite_triton.server.gateway.grpc_checks import Pieces
 from mslite_triton.server.gateway.rules import Refusal, inflate_bounded
+from mslite_triton.server.gateway.staging import Region
 
 PREFIX = 5  # a gRPC message's prefix: compressed flag (1 byte), length (4 bytes)
 _KNOWN_BLOCKS = 64
@@ -23,10 +24,12 @@ Check = Callable[["bytes | Pieces"], "str | None"]
 class Stream:
     """A checked request stream: its message's bytes so far."""
 
-    __slots__ = ("check", "parts", "got", "size", "charged", "model", "encoding", "done")
+    __slots__ = ("check", "parts", "got", "size", "charged", "model", "encoding", "done", "stageable", "region")
 
-    def __init__(self, check: Check, encoding: bytes) -> None:
+    def __init__(self, check: Check, encoding: bytes, *, stageable: bool = False) -> None:
         self.check = check
+        self.stageable = stageable  # a ModelInfer call, whose tensors may go to Triton through shared memory
+        self.region: Region | None = None  # where they go, once chosen (`staging`)
         self.parts: list[Any] = []  # bytes or memoryviews of what was read, none empty
         self.got = 0
         self.size = -1  # the message's length, once its 5-byte prefix has arrived

@@ -57,7 +57,7 @@ class UpstreamSide(asyncio.Protocol):
         if kind == HEADERS or kind == CONTINUATION:
             self.in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
-                client.finish(sid)
+                client.finish(sid, answered=True)
                 if flags & END_HEADERS:
                     return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_frame)
             return PASS

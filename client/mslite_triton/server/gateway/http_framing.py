@@ -19,7 +19,7 @@ import urllib.parse
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
 from mslite_triton.server.gateway.kserve_json import check_infer_request
@@ -41,6 +41,7 @@ _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection", b"expect"}
     | {b"content-length", b"trailer"}
 )
+_STAGED_DROP = _HOP_BY_HOP | {b"inference-header-content-length"}
 # Triton 2.51 reports its JSON reader's errors as 500; a request that slipped past the checks is still a 400.
 _PARSE_500 = re.compile(rb'"error":"(Unable to parse|failed to parse the request JSON|failed to get request params)')
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long"}
@@ -219,8 +220,15 @@ async def _read_chunked(req: Request, reader: asyncio.StreamReader, cap: int, ad
             raise HttpError(400, "malformed chunked body: a chunk does not end with CRLF", close=True)
 
 
-def check_infer(req: Request, model: bytes, version: bytes | None, cap: int) -> None:
-    """Refuse an inference request Triton would mis-serve, answer 500 to, or die of (Refusal)."""
+def check_infer(
+    req: Request, model: bytes, version: bytes | None, cap: int
+) -> tuple[dict[str, Any], memoryview | None]:
+    """Refuse an inference request Triton would mis-serve, answer 500 to, or die of (Refusal).
+
+    Returns:
+        The JSON header, and the binary tensor data as it lies in `req.body` (None when there is none, or
+        when the body is compressed).
+    """
     if version is not None:
         check_version(urllib.parse.unquote(version.decode("latin-1")), allow_empty=False)
     body = req.body
@@ -245,15 +253,38 @@ def check_infer(req: Request, model: bytes, version: bytes | None, cap: int) -> 
                 f"Inference-Header-Content-Length {text} is not within the body's {len(body)} bytes (0 excluded)"
             )
         header, payload = body[:n], memoryview(body)[n:]
-    check_infer_request(header, urllib.parse.unquote(model.decode("latin-1")), payload=payload, cap=cap)
+    doc = check_infer_request(header, urllib.parse.unquote(model.decode("latin-1")), payload=payload, cap=cap)
+    return doc, payload if body is req.body else None
 
 
-def upstream_head(req: Request) -> bytes:
-    """The request line and headers to send to Triton: hop-by-hop headers dropped, Content-Length set."""
+def stage_body(doc: dict[str, Any], region: str, offset: int) -> bytes:
+    """The JSON body that points Triton at binary tensor data copied to `region` from `offset` on.
+
+    Every input given as binary data (`binary_data_size`) becomes a shared-memory input, in order.
+    """
+    for item in doc["inputs"]:
+        params = item.get("parameters")
+        if params and "binary_data_size" in params:
+            nbytes = params.pop("binary_data_size")
+            params["shared_memory_region"] = region
+            params["shared_memory_offset"] = offset
+            params["shared_memory_byte_size"] = nbytes
+            offset += nbytes
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def upstream_head(req: Request, body: bytes | None = None) -> bytes:
+    """The request line and headers to send to Triton: hop-by-hop headers dropped, Content-Length set.
+
+    With `body` (a staged request's JSON, `stage_body`) in place of the request's, the binary data's header
+    goes too.
+    """
+    drop = _HOP_BY_HOP if body is None else _STAGED_DROP
+    body = req.body if body is None else body
     lines = [req.method + b" " + req.target + b" HTTP/1.1"]
-    lines += [raw for name, _, raw in req.headers if name not in _HOP_BY_HOP]
-    if req.body or req.method in (b"POST", b"PUT"):
-        lines.append(b"Content-Length: %d" % len(req.body))
+    lines += [raw for name, _, raw in req.headers if name not in drop]
+    if body or req.method in (b"POST", b"PUT"):
+        lines.append(b"Content-Length: %d" % len(body))
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 

@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mslite_triton._error_table import scrub_json_error
 from mslite_triton.server.gateway.admission import Admission, Overloaded
@@ -28,10 +30,12 @@ from mslite_triton.server.gateway.http_framing import (
     read_body,
     read_head,
     remap_parse_500,
+    stage_body,
     upstream_head,
     within,
 )
 from mslite_triton.server.gateway.rules import Refusal
+from mslite_triton.server.gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -88,20 +92,33 @@ class _Unanswered(Exception):
 class Upstream:
     """Keep-alive connections to Triton's HTTP port, reused by whichever request comes next."""
 
-    def __init__(self, host: str, port: int, *, timeout_s: float, retry_s: float = 15.0, max_idle: int = 64) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float,
+        retry_s: float = 15.0,
+        max_idle: int = 64,
+        on_connect: Callable[[], None] | None = None,
+    ) -> None:
         self.host = host
+        self.on_connect = on_connect  # told of every new connection (Triton may have been restarted)
         self.port = port
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.max_idle = max_idle
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
-    async def exchange(self, head: bytes, body: bytes, *, idempotent: bool) -> Response:
+    async def exchange(
+        self, head: bytes, body: bytes, *, idempotent: bool, prepare: Callable[[], Awaitable[bool]] | None = None
+    ) -> Response:
         """Send one request and read its answer.
 
         While Triton is away (the supervisor restarts it in a few seconds), the request waits and is sent
         again for up to `retry_s`: always when it could not be delivered, and when Triton dropped it
         unanswered only if it is `idempotent` (GET, inference), which is what a direct client would retry.
+        On a new connection `prepare` runs first (a staged request's region registered with this Triton).
 
         Raises:
             HttpError: 503 when Triton cannot be reached, 502 when it breaks off, 504 past the timeout.
@@ -109,14 +126,14 @@ class Upstream:
         deadline, delay = time.monotonic() + self.retry_s, 0.05
         while True:
             try:
-                return await self._attempt(head, body)
+                return await self._attempt(head, body, prepare)
             except _Unanswered as e:
                 if (e.sent and not idempotent) or time.monotonic() + delay > deadline:
                     raise HttpError(e.status, e.message) from None
             await asyncio.sleep(delay)
             delay = min(1.0, delay * 2)
 
-    async def _attempt(self, head: bytes, body: bytes) -> Response:
+    async def _attempt(self, head: bytes, body: bytes, prepare: Callable[[], Awaitable[bool]] | None) -> Response:
         for _ in range(2):
             fresh = not self._idle
             if fresh:
@@ -124,6 +141,11 @@ class Upstream:
                     conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20), 10)
                 except (OSError, asyncio.TimeoutError) as e:
                     raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
+                if self.on_connect is not None:
+                    self.on_connect()
+                if prepare is not None and not await prepare():
+                    conn[1].close()
+                    raise _Unanswered(503, "the inference server is not ready for this request (restarting?)", False)
             else:
                 conn = self._idle.pop()
             reader, writer = conn
@@ -158,9 +180,16 @@ class HttpFront:
     """Serves client connections: `handle` is the asyncio.start_server callback."""
 
     def __init__(
-        self, upstream: Upstream, *, max_request_bytes: int, admission: Admission, idle_timeout_s: float = 75.0
+        self,
+        upstream: Upstream,
+        *,
+        max_request_bytes: int,
+        admission: Admission,
+        staging: Staging | None = None,
+        idle_timeout_s: float = 75.0,
     ) -> None:
         self.upstream = upstream
+        self.staging = staging
         self.cap = max_request_bytes
         self.admission = admission
         self.idle_timeout_s = idle_timeout_s
@@ -217,14 +246,14 @@ class HttpFront:
             if req.method == b"POST" and req.target.startswith(_INFER_PREFIX):
                 match = INFER_ROUTE.fullmatch(req.target.split(b"?", 1)[0])
                 if match:
-                    check_infer(req, match.group(1), match.group(2), self.cap)
+                    doc, payload = check_infer(req, match.group(1), match.group(2), self.cap)
             if match is None:
                 resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=req.method == b"GET")
             else:
                 model = urllib.parse.unquote(match.group(1).decode("latin-1"))
                 self.admission.enter(model)
                 try:
-                    resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+                    resp = await self._infer(req, doc, payload)
                 finally:
                     self.admission.leave(model)
         except Overloaded as e:
@@ -248,6 +277,26 @@ class HttpFront:
         writer.writelines((client_head(status_line, resp.headers, len(body), close), body))
         await writer.drain()
         return not close
+
+    async def _infer(self, req: Request, doc: dict[str, Any], payload: memoryview | None) -> Response:
+        """Forward a checked inference request: its tensor data through shared memory when large (`staging`)."""
+        staging = self.staging
+        if staging is None or payload is None or not staging.wants(len(payload)):
+            return await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+        region = await staging.lend(len(payload))
+        if region is None:
+            return await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+        region.view[: len(payload)] = payload
+        body = stage_body(doc, region.name, 0)
+        try:
+            resp = await self.upstream.exchange(
+                upstream_head(req, body), body, idempotent=True, prepare=lambda: staging.ready(region)
+            )
+        except BaseException:
+            staging.abandon(region)  # no answer: Triton may still read the region
+            raise
+        staging.give_back(region)
+        return resp
 
     async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, e: HttpError) -> None:
         """Answer a framing error, then (lingering close) drop what the client still sends, for a while."""

@@ -22,6 +22,7 @@ from mslite_triton.server.gateway.rules import (
     byte_size_mismatch,
     check_bool_bytes,
     check_datatype,
+    check_region_name,
     element_count,
 )
 
@@ -102,7 +103,7 @@ def _typed(where: str, value: Any, kind: type) -> Any:
     return value
 
 
-def check_infer_request(header: bytes, model: str, *, payload: memoryview | None, cap: int) -> None:
+def check_infer_request(header: bytes, model: str, *, payload: memoryview | None, cap: int) -> dict[str, Any]:
     """Check an inference request's JSON header (and, for binary data, what follows it).
 
     Args:
@@ -110,6 +111,9 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
         model: the model name from the URL, for messages.
         payload: the binary tensor data after the header, or None without Inference-Header-Content-Length.
         cap: the most bytes of tensor data one request may declare.
+
+    Returns:
+        The parsed header.
 
     Raises:
         Refusal: the first problem found, named.
@@ -141,6 +145,7 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
     if "outputs" in doc:
         for j, out in enumerate(_typed("request 'outputs'", doc["outputs"], list)):
             _check_output(j, out)
+    return doc
 
 
 def _check_request_parameters(params: dict[str, Any]) -> None:
@@ -198,7 +203,7 @@ def _check_input(i: int, item: Any, model: str, budget: SizeBudget, has_payload:
             raise byte_size_mismatch(name, model, needed, nbytes)
         return nbytes
     if region is not None:
-        _typed(f"shared_memory_region of input '{name}'", region, str)
+        check_region_name(f"input '{name}'", _typed(f"shared_memory_region of input '{name}'", region, str))
         if "shared_memory_byte_size" not in params:
             raise Refusal(f"input '{name}' uses shared memory but has no shared_memory_byte_size")
         nbytes = _uint(f"shared_memory_byte_size of input '{name}'", params["shared_memory_byte_size"])
@@ -264,7 +269,7 @@ def _check_output(j: int, out: Any) -> None:
         elif key in ("classification", "shared_memory_byte_size", "shared_memory_offset"):
             _uint(where, value)
         elif key == "shared_memory_region":
-            _typed(where, value, str)
+            check_region_name(f"output '{name}'", _typed(where, value, str))
 
 
 __all__ = ["ELEMENT_SIZE", "check_infer_request", "parse_header"]

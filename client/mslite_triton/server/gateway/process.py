@@ -35,6 +35,8 @@ from mslite_triton.server.gateway.grpc_relay import start_relay
 from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
 from mslite_triton.server.gateway.http_front import HttpFront, Upstream
 from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
+from mslite_triton.server.gateway.staging import Staging
+from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
 
 log = logging.getLogger(__name__)
 READY = "ready"
@@ -78,6 +80,7 @@ class GatewayProcess:
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
         grace_s: float = 30.0,
         upstream_retry_s: float = 15.0,
+        admin_key: str | None = None,
         log_path: Path,
     ) -> None:
         self.args = [
@@ -92,6 +95,10 @@ class GatewayProcess:
             f"--grace-s={grace_s}",
             f"--upstream-retry-s={upstream_retry_s}",
         ]
+        # The key registers the gateway's staging regions (`staging`); passed in the environment, not argv.
+        self.env = {k: v for k, v in os.environ.items() if k != ADMIN_KEY_ENV}
+        if admin_key:
+            self.env[ADMIN_KEY_ENV] = admin_key
         self.grace_s = grace_s
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -108,6 +115,7 @@ class GatewayProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=logf,
+                env=self.env,
                 start_new_session=True,  # Ctrl-C in the launcher's terminal goes to the launcher, which stops us
                 preexec_fn=preexec_fn,
             )
@@ -160,17 +168,29 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     up_host, up_port = _address(args.upstream_http)
-    upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
+    staging = None if args.no_staging else Staging(up_host, up_port, os.environ.get(ADMIN_KEY_ENV))
+    upstream = Upstream(
+        up_host,
+        up_port,
+        timeout_s=args.upstream_timeout_s,
+        retry_s=args.upstream_retry_s,
+        on_connect=staging.connected if staging else None,
+    )
     admission = Admission(
         max_inflight_per_model=args.max_inflight_per_model, max_inflight_bytes=args.max_inflight_bytes
     )
-    front = HttpFront(upstream, max_request_bytes=args.max_request_bytes, admission=admission)
+    front = HttpFront(upstream, max_request_bytes=args.max_request_bytes, admission=admission, staging=staging)
     http_server = await asyncio.start_server(
         front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
     )
     try:
         grpc_server, relay = await start_relay(
-            args.host, args.grpc_port, args.upstream_grpc, max_request_bytes=args.max_request_bytes, admission=admission
+            args.host,
+            args.grpc_port,
+            args.upstream_grpc,
+            max_request_bytes=args.max_request_bytes,
+            admission=admission,
+            staging=staging,
         )
     except OSError as e:
         raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
@@ -180,6 +200,9 @@ async def serve(args: argparse.Namespace) -> None:
     http_server.close()
     grpc_server.close()
     await asyncio.gather(front.drain_and_close(args.grace_s), relay.drain_and_close(args.grace_s))
+    if staging is not None:
+        log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
+        await staging.close()
     log.warning(
         "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control)",
         front.refused,
@@ -220,6 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=DEFAULT_MAX_INFLIGHT_BYTES,
         help="request bytes in flight across all connections; more are refused (503 / UNAVAILABLE)",
+    )
+    ap.add_argument(
+        "--no-staging",
+        action="store_true",
+        help="relay large tensors to Triton over TCP as they came, not through shared memory (staging.py)",
     )
     ap.add_argument("--upstream-timeout-s", type=float, default=600.0)
     ap.add_argument("--grace-s", type=float, default=30.0)

@@ -14,6 +14,8 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
+
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
 ELEMENT_SIZE: dict[str, int] = {
     "BOOL": 1,
@@ -114,6 +116,16 @@ class SizeBudget:
 def byte_size_mismatch(name: str, model: str, expected: int, got: int) -> Refusal:
     """Triton's own wording for a tensor whose bytes do not match its shape, so clients see one message."""
     return Refusal(f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {got}")
+
+
+def check_region_name(name: str, region: str) -> None:
+    """A client's request may name its own shared-memory regions, never the gateway's staging regions.
+
+    Raises:
+        Refusal: a region name with the gateway's prefix (reading or writing another request's tensors).
+    """
+    if region.startswith(GATEWAY_REGION_PREFIX):
+        raise Refusal(f"{name}: shared-memory regions named '{GATEWAY_REGION_PREFIX}...' are the server's own")
 
 
 def check_bool_bytes(name: str, data: bytes | bytearray | memoryview) -> None:

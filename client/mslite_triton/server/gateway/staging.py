@@ -1,0 +1,266 @@
+"""Large inputs handed to Triton through shared memory: the gateway's second loopback crossing, saved.
+
+Relayed as they came, a request's tensor bytes cross loopback TCP twice: client -> gateway, gateway ->
+Triton. For a large tensor (a 600 KB image) the second crossing is most of what the gateway costs the
+machine: its send, the kernel's receive path for it, and Triton's own receive and parse. Instead, the
+gateway copies the bytes it has read into a region of shared memory it registered with Triton, and sends
+Triton a small request pointing there (the KServe shared-memory extension's `shared_memory_region`,
+`shared_memory_offset`, `shared_memory_byte_size`). Both fronts do it, for requests whose tensor data is
+STAGE_MIN_BYTES or more; smaller ones go as they are.
+
+- Regions are files `/dev/shm/<GATEWAY_REGION_PREFIX><pid>_<n>` (mode 0600, space reserved up front so a
+  full /dev/shm means "send inline", never SIGBUS), registered with Triton under the admin key. Sizes are
+  powers of two; freed ones are kept for the next request up to `keep_free_bytes`.
+- A `Slot` is one region lent to one request, from the copy until Triton's answer. A request abandoned
+  before its answer (timeout, broken connection) leaves its region out of use for good: Triton may still
+  read it.
+- Registrations die with tritonserver, and a restarted one is only reached through new connections: each
+  front calls `connected()` when it opens one, and the registrations are checked once (one status call)
+  before the next slot is used.
+- Clients cannot name these regions: the request checks refuse the prefix (`rules.check_region_name`).
+- The gateway unregisters and removes its regions when it stops; the launcher's supervisor does it for a
+  gateway that was killed (`shm_sweep`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import mmap
+import os
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+from mslite_triton_backend.mslite_backend.owned_files import SHM_DIR
+from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
+
+log = logging.getLogger(__name__)
+
+STAGE_MIN_BYTES = 64 << 10  # below this the second crossing costs less than the copy and the bookkeeping
+_MIN_REGION_BYTES = 1 << 20
+_CALL_TIMEOUT_S = 10.0
+_PAUSE_S = 10.0
+_ABANDONED_REST_S = 60.0
+_ADMIN_HEADER = "mslite-key"  # _admin_key.HEADER; not imported: the gateway needs none of the client's modules
+
+
+@dataclass(eq=False)
+class Region:
+    """One registered shared-memory region of the gateway's."""
+
+    name: str
+    capacity: int
+    buffer: mmap.mmap
+    view: memoryview = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = memoryview(self.buffer)
+
+
+class Staging:
+    """The gateway's pool of staging regions, registered with the Triton at `host:port`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        admin_key: str | None,
+        *,
+        max_bytes: int = 256 << 20,
+        keep_free_bytes: int = 64 << 20,
+        root: str = SHM_DIR,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.admin_key = admin_key
+        self.max_bytes = max_bytes  # all regions together, lent, free or held after an abandoned request
+        self.keep_free_bytes = keep_free_bytes
+        self.root = root
+        self.prefix = f"{GATEWAY_REGION_PREFIX}{os.getpid()}_"
+        self._ids = count()
+        self._free: dict[int, list[Region]] = {}
+        self._free_bytes = 0
+        self._total_bytes = 0
+        self._regions: dict[str, Region] = {}
+        self._registered: set[str] = set()
+        self._stale = False
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._preparing: set[int] = set()
+        self.disabled = False  # /dev/shm cannot be used: every request goes inline
+        self._paused_until = 0.0  # after a failed shared-memory call, requests go inline for _PAUSE_S
+        self.staged = 0  # requests sent through a region, for logs and tests
+
+    def wants(self, nbytes: int) -> bool:
+        """Whether a request with `nbytes` of tensor data should be staged."""
+        return nbytes >= STAGE_MIN_BYTES and not self.disabled and time.monotonic() >= self._paused_until
+
+    def connected(self) -> None:
+        """A front opened a new connection to Triton: it may be a restarted one, without our registrations."""
+        self._stale = True
+
+    def take(self, nbytes: int) -> Region | None:
+        """A free region of at least `nbytes` that Triton knows, at once; else None, and one is made ready."""
+        capacity = _capacity(nbytes)
+        free = self._free.get(capacity)
+        if free and not self._stale and free[-1].name in self._registered:
+            region = free.pop()
+            self._free_bytes -= capacity
+            self.staged += 1
+            return region
+        if capacity not in self._preparing:
+            self._preparing.add(capacity)
+            self._spawn(self._prepare(capacity))
+        return None
+
+    async def lend(self, nbytes: int) -> Region | None:
+        """A region of at least `nbytes` that Triton knows, made if need be; None: send the request inline."""
+        capacity = _capacity(nbytes)
+        free = self._free.get(capacity)
+        region = free.pop() if free else None
+        if region is not None:
+            self._free_bytes -= capacity
+        else:
+            region = self._create(capacity)
+            if region is None:
+                return None
+        if not await self.ready(region):
+            self.give_back(region)
+            return None
+        self.staged += 1
+        return region
+
+    async def _prepare(self, capacity: int) -> None:
+        try:
+            region = await self.lend(capacity)
+            if region is not None:
+                self.staged -= 1
+                self.give_back(region)
+        finally:
+            self._preparing.discard(capacity)
+
+    async def ready(self, region: Region) -> bool:
+        """Make sure Triton knows `region` (after a new connection, checked once); False when it cannot."""
+        if not self._stale and region.name in self._registered:
+            return True
+        async with self._lock:
+            try:
+                if self._stale:
+                    self._stale = False
+                    status = await self._call("GET", "/v2/systemsharedmemory/status")
+                    known = {str(r.get("name")) for r in status} if isinstance(status, list) else set()
+                    self._registered &= known
+                if region.name not in self._registered:
+                    key = {"key": "/" + region.name, "offset": 0, "byte_size": region.capacity}
+                    await self._call("POST", f"/v2/systemsharedmemory/region/{region.name}/register", key)
+                    self._registered.add(region.name)
+            except (OSError, asyncio.TimeoutError, _Refused) as e:
+                self._stale = True
+                self._paused_until = time.monotonic() + _PAUSE_S
+                log.warning("staging through shared memory unavailable, sending inputs inline: %s", e)
+                return False
+        return True
+
+    def give_back(self, region: Region) -> None:
+        """Triton is done with `region` (it answered, or never had the request): it may serve the next one."""
+        if region.name not in self._regions:
+            return  # removed meanwhile (close)
+        if self._free_bytes + region.capacity > self.keep_free_bytes:
+            self._spawn(self._remove(region.name))  # over the pool's size
+            return
+        self._free.setdefault(region.capacity, []).append(region)
+        self._free_bytes += region.capacity
+
+    def abandon(self, region: Region) -> None:
+        """`region`'s request was sent but got no answer: Triton may still read it, so it rests a while first.
+
+        Reusing it early could only change the inputs of that request, whose answer nobody waits for; the
+        rest keeps a request Triton is still reading from seeing another one's bytes.
+        """
+        asyncio.get_running_loop().call_later(_ABANDONED_REST_S, self.give_back, region)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _create(self, capacity: int) -> Region | None:
+        if self._total_bytes + capacity > self.max_bytes:
+            return None  # as many as admission control lets be in flight: this one goes inline
+        name = f"{self.prefix}{next(self._ids)}"
+        path = os.path.join(self.root, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as e:
+            log.warning("staging through shared memory unavailable, sending inputs inline: %s", e)
+            self.disabled = True
+            return None
+        try:
+            os.posix_fallocate(fd, 0, capacity)  # a full /dev/shm fails here, not with SIGBUS at the copy
+            buffer = mmap.mmap(fd, capacity)
+        except OSError as e:
+            os.unlink(path)
+            log.info("no room for a %d-byte staging region (%s): this request goes inline", capacity, e)
+            return None
+        finally:
+            os.close(fd)
+        region = Region(name, capacity, buffer)
+        self._regions[name] = region
+        self._total_bytes += capacity
+        return region
+
+    async def _call(self, method: str, path: str, doc: Any = None) -> Any:
+        """One call to Triton's HTTP API on a connection of its own; the answer's JSON."""
+        body = b"" if doc is None else json.dumps(doc).encode()
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+        if self.admin_key:
+            head += f"{_ADMIN_HEADER}: {self.admin_key}\r\n"
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
+        try:
+            writer.write(head.encode() + b"\r\n" + body)
+            answer = await asyncio.wait_for(reader.read(), _CALL_TIMEOUT_S)
+        finally:
+            writer.close()
+        status_line, _, rest = answer.partition(b"\r\n")
+        payload = rest.partition(b"\r\n\r\n")[2]
+        status = status_line.split(b" ", 2)[1:2]
+        if status != [b"200"]:
+            raise _Refused(f"{method} {path.split('/region/')[0]}: {status_line.decode('latin-1')[:40]}")
+        return json.loads(payload) if payload.strip() else None
+
+    async def close(self) -> None:
+        """Unregister and remove every region (the gateway is stopping)."""
+        for task in list(self._tasks):
+            task.cancel()
+        self._free.clear()
+        for name in list(self._regions):
+            await self._remove(name)
+
+    async def _remove(self, name: str) -> None:
+        if name not in self._regions:
+            return
+        if name in self._registered:
+            self._registered.discard(name)
+            with contextlib.suppress(OSError, asyncio.TimeoutError, _Refused):
+                await self._call("POST", f"/v2/systemsharedmemory/region/{urllib.parse.quote(name)}/unregister")
+        region = self._regions.pop(name, None)
+        if region is None:
+            return
+        self._total_bytes -= region.capacity
+        region.view.release()
+        region.buffer.close()
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self.root, name))
+
+
+def _capacity(nbytes: int) -> int:
+    return max(_MIN_REGION_BYTES, 1 << (nbytes - 1).bit_length())
+
+
+class _Refused(Exception):
+    """Triton did not answer a shared-memory call with 200."""
