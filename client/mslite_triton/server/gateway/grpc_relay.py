@@ -156,8 +156,6 @@ class _ClientSide(asyncio.Protocol):
             self.send(frame(SETTINGS, 0, 0))  # our own (empty) settings: we answer this connection ourselves
         else:
             self.upstream = proto  # type: ignore[assignment]
-            if self.relay.staging is not None:
-                self.relay.staging.connected()
         if self.transport is None or self.transport.is_closing():
             self.close()
             return

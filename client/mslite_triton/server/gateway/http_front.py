@@ -100,10 +100,8 @@ class Upstream:
         timeout_s: float,
         retry_s: float = 15.0,
         max_idle: int = 64,
-        on_connect: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
-        self.on_connect = on_connect  # told of every new connection (Triton may have been restarted)
         self.port = port
         self.timeout_s = timeout_s
         self.retry_s = retry_s
@@ -141,8 +139,6 @@ class Upstream:
                     conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20), 10)
                 except (OSError, asyncio.TimeoutError) as e:
                     raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
-                if self.on_connect is not None:
-                    self.on_connect()
                 if prepare is not None and not await prepare():
                     conn[1].close()
                     raise _Unanswered(503, "the inference server is not ready for this request (restarting?)", False)

@@ -169,13 +169,9 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     up_host, up_port = _address(args.upstream_http)
     staging = None if args.no_staging else Staging(up_host, up_port, os.environ.get(ADMIN_KEY_ENV))
-    upstream = Upstream(
-        up_host,
-        up_port,
-        timeout_s=args.upstream_timeout_s,
-        retry_s=args.upstream_retry_s,
-        on_connect=staging.connected if staging else None,
-    )
+    if staging is not None:
+        staging.start()
+    upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
     admission = Admission(
         max_inflight_per_model=args.max_inflight_per_model, max_inflight_bytes=args.max_inflight_bytes
     )

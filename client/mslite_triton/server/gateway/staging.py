@@ -14,9 +14,9 @@ STAGE_MIN_BYTES or more; smaller ones go as they are.
 - A `Slot` is one region lent to one request, from the copy until Triton's answer. A request abandoned
   before its answer (timeout, broken connection) leaves its region out of use for good: Triton may still
   read it.
-- Registrations die with tritonserver, and a restarted one is only reached through new connections: each
-  front calls `connected()` when it opens one, and the registrations are checked once (one status call)
-  before the next slot is used.
+- Registrations die with tritonserver. The pool holds an idle connection to Triton; when it breaks, the
+  registrations are checked (one status call) before the next region is used, and a request sent on a
+  new connection first makes sure its region is known (HTTP: `Upstream.exchange(prepare=...)`).
 - Clients cannot name these regions: the request checks refuse the prefix (`rules.check_region_name`).
 - The gateway unregisters and removes its regions when it stops; the launcher's supervisor does it for a
   gateway that was killed (`shm_sweep`).
@@ -46,6 +46,7 @@ _MIN_REGION_BYTES = 1 << 20
 _CALL_TIMEOUT_S = 10.0
 _PAUSE_S = 10.0
 _ABANDONED_REST_S = 60.0
+_WATCH_RETRY_S = 0.5
 _ADMIN_HEADER = "mslite-key"  # _admin_key.HEADER; not imported: the gateway needs none of the client's modules
 
 
@@ -100,9 +101,33 @@ class Staging:
         """Whether a request with `nbytes` of tensor data should be staged."""
         return nbytes >= STAGE_MIN_BYTES and not self.disabled and time.monotonic() >= self._paused_until
 
-    def connected(self) -> None:
-        """A front opened a new connection to Triton: it may be a restarted one, without our registrations."""
-        self._stale = True
+    def start(self) -> None:
+        """Watch Triton from now on (`_watch`)."""
+        self._spawn(self._watch())
+
+    async def _watch(self) -> None:
+        """Hold an idle connection to Triton: when it breaks, Triton may have been restarted without our regions.
+
+        The registrations are then checked (one status call) before the next region is used. A restarted
+        Triton takes seconds to listen again, and this connection breaks the moment the old one dies.
+        """
+        while True:
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError):
+                self._stale = True
+                await asyncio.sleep(_WATCH_RETRY_S)
+                continue
+            self._stale = True  # connected: perhaps to a Triton we have not checked yet
+            try:
+                while await reader.read(1 << 10):  # nothing comes: we send nothing; b"" when it breaks
+                    pass
+            except OSError:
+                pass
+            finally:
+                writer.close()
+            self._stale = True
+            await asyncio.sleep(_WATCH_RETRY_S)
 
     def take(self, nbytes: int) -> Region | None:
         """A free region of at least `nbytes` that Triton knows, at once; else None, and one is made ready."""

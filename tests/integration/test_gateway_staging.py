@@ -1,0 +1,179 @@
+"""The gateway hands large inputs to Triton through shared memory of its own (`gateway/staging.py`).
+
+Through the gateway, a request with 64 KiB or more of tensor data reaches Triton as a small request
+pointing at one of the gateway's regions. Here: the answers equal Triton's own, with the bytes seen in the
+region in input order, on both protocols; clients cannot name those regions; the registrations come back
+after a tritonserver restart; a killed gateway's regions are unregistered and removed by the supervisor,
+and a stopped one leaves none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
+from tests.support.repository import MINIMAL, add_model
+
+pytestmark = pytest.mark.integration
+
+T = 20000  # 80 KB per input: over the gateway's 64 KiB threshold
+SHM = Path("/dev/shm")
+
+
+def _pair() -> bytes:
+    """d = a - b on two [N, T] float32 inputs: swapped or shifted inputs change the answer."""
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["a", "b"], ["d"])],
+        "pair",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", "T"]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, ["N", "T"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    repo = tmp_path_factory.mktemp("staging_repo")
+    add_model(repo, "pair", _pair(), MINIMAL)
+    config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
+    with EmbeddedServer(config) as server:
+        yield server
+
+
+def _inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((1, T), dtype=np.float32), rng.standard_normal((1, T), dtype=np.float32)
+
+
+def _infer(protocol: str, port: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mod = grpcclient if protocol == "grpc" else httpclient
+    client = mod.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        items = [mod.InferInput(name, [1, T], "FP32") for name in ("a", "b")]
+        items[0].set_data_from_numpy(a)
+        items[1].set_data_from_numpy(b)
+        return client.infer("pair", items).as_numpy("d")
+    finally:
+        client.close()
+
+
+def _ports(server: EmbeddedServer, protocol: str) -> tuple[int, int]:
+    """(through the gateway, straight to Triton)."""
+    if protocol == "grpc":
+        return server.grpc_port, server.triton_grpc_port
+    return server.http_port, server.triton_http_port
+
+
+def _registered(server: EmbeddedServer) -> list[str]:
+    request = urllib.request.Request(
+        f"{server.triton_http_url}/v2/systemsharedmemory/status", headers={"mslite-key": server.admin_key or ""}
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return [str(region["name"]) for region in json.load(r)]
+
+
+def _gateway_prefix(server: EmbeddedServer) -> str:
+    assert server.gateway is not None
+    return f"{GATEWAY_REGION_PREFIX}{server.gateway.pid}_"
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_large_inputs_reach_triton_through_the_gateways_region(srv, protocol):
+    through, direct = _ports(srv, protocol)
+    prefix = _gateway_prefix(srv)
+    for seed in range(3):  # gRPC readies a region during the first request and uses it from the next
+        a, b = _inputs(seed)
+        got = _infer(protocol, through, a, b)
+        np.testing.assert_array_equal(got, a - b)
+        np.testing.assert_array_equal(got, _infer(protocol, direct, a, b))
+    ours = [name for name in _registered(srv) if name.startswith(prefix)]
+    assert ours, _registered(srv)
+    # the last request's tensors lie in one of them, a then b, as Triton read them
+    expected = a.tobytes() + b.tobytes()
+    holders = [n for n in ours if (SHM / n).read_bytes()[: len(expected)] == expected]
+    assert holders, "the last request's bytes are in none of the gateway's regions"
+    assert stat.S_IMODE((SHM / holders[0]).stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_clients_cannot_name_the_gateways_regions(srv, where):
+    a, b = _inputs(7)
+    _infer("http", srv.http_port, a, b)  # so that a region of the gateway's exists
+    region = next(n for n in _registered(srv) if n.startswith(GATEWAY_REGION_PREFIX))
+    for protocol, mod in (("http", httpclient), ("grpc", grpcclient)):
+        client = mod.InferenceServerClient(f"127.0.0.1:{_ports(srv, protocol)[0]}")
+        try:
+            items = [mod.InferInput(name, [1, T], "FP32") for name in ("a", "b")]
+            items[1].set_data_from_numpy(b)
+            outputs = [mod.InferRequestedOutput("d")]
+            if where == "input":
+                items[0].set_shared_memory(region, 4 * T)
+            else:
+                items[0].set_data_from_numpy(a)
+                outputs[0].set_shared_memory(region, 4 * T)
+            with pytest.raises(InferenceServerException, match="are the server's own") as caught:
+                client.infer("pair", items, outputs=outputs)
+            assert "400" in str(caught.value.status()) or "INVALID_ARGUMENT" in str(caught.value.status())
+        finally:
+            client.close()
+
+
+def test_staging_comes_back_after_a_tritonserver_restart(srv):
+    a, b = _inputs(11)
+    _infer("http", srv.http_port, a, b)
+    assert srv.process is not None and srv._supervisor is not None
+    before = len(srv._supervisor.heals)
+    os.kill(srv.process.pid, signal.SIGKILL)
+    _wait(lambda: len(srv._supervisor.heals) > before and srv._supervisor.heals[-1].ok, "tritonserver's heal")
+    for protocol in ("http", "grpc", "grpc"):
+        np.testing.assert_array_equal(_infer(protocol, _ports(srv, protocol)[0], a, b), a - b)
+    assert any(n.startswith(_gateway_prefix(srv)) for n in _registered(srv))
+
+
+def test_a_killed_gateways_regions_are_unregistered_and_removed(srv):
+    a, b = _inputs(13)
+    _infer("http", srv.http_port, a, b)
+    old = _gateway_prefix(srv)
+    assert [n for n in _registered(srv) if n.startswith(old)] and [n for n in os.listdir(SHM) if n.startswith(old)]
+    assert srv.gateway is not None and srv.gateway.pid is not None and srv._supervisor is not None
+    before = len(srv._supervisor.heals)
+    os.kill(srv.gateway.pid, signal.SIGKILL)
+    _wait(lambda: len(srv._supervisor.heals) > before, "the gateway's heal")
+    _wait(lambda: not [n for n in _registered(srv) if n.startswith(old)], "its regions unregistered")
+    _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed")
+    np.testing.assert_array_equal(_infer("http", srv.http_port, a, b), a - b)
+
+
+def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
+    add_model(tmp_path, "pair", _pair(), MINIMAL)
+    config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
+    with EmbeddedServer(config) as server:
+        a, b = _inputs(17)
+        np.testing.assert_array_equal(_infer("http", server.http_port, a, b), a - b)
+        prefix = _gateway_prefix(server)
+        assert [n for n in os.listdir(SHM) if n.startswith(prefix)]
+    assert not [n for n in os.listdir(SHM) if n.startswith(prefix)]
