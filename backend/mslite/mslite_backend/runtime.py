@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -127,7 +128,7 @@ class ModelRuntime:
         Raises:
             RequestError: naming the tensor, what was expected and what arrived.
         """
-        key = tuple([(name, arr.dtype, arr.shape) for name, arr in feeds.items()])
+        key = layout(feeds)
         if key not in self._accepted:
             self._check_layout(feeds)
             if len(self._accepted) >= ACCEPTED_CACHE_SIZE:
@@ -142,6 +143,19 @@ class ModelRuntime:
                     f"model '{self.cfg.model_name}', input '{name}': BOOL values must be 0 or 1 "
                     "(bytes other than 0/1 found)"
                 )
+
+    def plain_run(self) -> tuple[Callable[..., list[np.ndarray]], set[tuple]] | None:
+        """ORT's own run and the layouts `validate` accepted, for callers that run a request with nothing else.
+
+        A request whose `layout` is in the set passes `validate` as it is: `run(self.output_names, feeds,
+        None)` is then all `execute` would do with it, and its exceptions go through `session.failure`.
+        None when a run needs more: updatable weights, buckets or a session per bucket, merging, BOOL
+        inputs (checked on every request), or a provider other than the CPU's.
+        """
+        direct = self.session.direct
+        if direct is None or not self._one_session or self.weights is not None or self.merge or self._bool_inputs:
+            return None
+        return direct, self._accepted
 
     def _check_layout(self, feeds: Feeds) -> None:
         """Everything `validate` checks that follows from the names, dtypes and shapes alone."""
@@ -251,6 +265,11 @@ class ModelRuntime:
         """Leave the weights store (the last worker removes it). Safe to call twice."""
         if self.weights is not None:
             self.weights.close()
+
+
+def layout(feeds: Feeds) -> tuple:
+    """What `ModelRuntime.validate` checks of a request besides BOOL values: its inputs' names, dtypes, shapes."""
+    return tuple([(name, arr.dtype, arr.shape) for name, arr in feeds.items()])
 
 
 def _open_session(prepared: PreparedModel, cfg: BackendConfig, instance: InstanceInfo) -> tuple[OrtSession, tuple]:

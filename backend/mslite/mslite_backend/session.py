@@ -88,7 +88,8 @@ class OrtSession:
         # ModelRuntime.validate checks already; graph capture; OrtValue ownership; and its EP-failure
         # fallback, which on CPU has nowhere else to go): a few us per request, as much as a tiny model's run.
         inner: Any = getattr(self._session, "_sess", None)
-        self._direct = inner.run if wanted == "CPUExecutionProvider" and hasattr(inner, "run") else None
+        # ORT's run(output_names, feeds, run_options), or None; its exceptions go through `failure`
+        self.direct = inner.run if wanted == "CPUExecutionProvider" and hasattr(inner, "run") else None
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run once.
@@ -98,12 +99,17 @@ class OrtSession:
             InferenceFailure: any other runtime failure.
         """
         try:
-            if self._direct is not None:
-                return self._direct(output_names, feeds, None)  # type: ignore[no-any-return]
+            if self.direct is not None:
+                return self.direct(output_names, feeds, None)  # type: ignore[no-any-return]
             return self._session.run(output_names, feeds)  # type: ignore[no-any-return]
         except Exception as e:
-            kind = type(e).__name__
-            msg = client_message(str(e))
-            if kind in ("InvalidArgument", "InvalidProtobuf") or "INVALID_ARGUMENT" in str(e):
-                raise RequestError(msg) from e
-            raise InferenceFailure(f"inference failed: {msg}") from e
+            raise failure(e) from e
+
+
+def failure(e: Exception) -> RequestError | InferenceFailure:
+    """The backend error of an exception ONNX Runtime raised while running (`OrtSession.run`)."""
+    kind = type(e).__name__
+    msg = client_message(str(e))
+    if kind in ("InvalidArgument", "InvalidProtobuf") or "INVALID_ARGUMENT" in str(e):
+        return RequestError(msg)
+    return InferenceFailure(f"inference failed: {msg}")
