@@ -76,6 +76,9 @@ from mslite_triton.server.gateway.rules import Refusal
 from mslite_triton.server.gateway.staging import Staging
 
 log = logging.getLogger(__name__)
+# The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
+# whose bytes we credit back at once, does not hold back for.
+_STAGED_MAX_BYTES = 1 << 20
 
 
 class GrpcRelay:
@@ -406,6 +409,14 @@ class _ClientSide(asyncio.Protocol):
         stream.done = True
         if stream.region is None:
             return True
+        if len(staged) > _STAGED_MAX_BYTES:  # typed `contents`, not raw bytes: it would not fit Triton's window
+            self.refuse(
+                sid,
+                RESOURCE_EXHAUSTED,
+                f"the request holds {len(staged)} bytes besides raw_input_contents, over this server's limit of "
+                f"{_STAGED_MAX_BYTES} bytes; send large tensors as raw_input_contents",
+            )
+            return False
         message = b"\0" + U32.pack(len(staged)) + staged  # in place of the client's: Triton reads the region
         self.debt += len(message)
         last = len(message) - 1
