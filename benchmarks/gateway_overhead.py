@@ -1,7 +1,7 @@
 """What the validating gateway costs valid traffic: perf_analyzer through the gateway vs Triton's own ports.
 
     .venv/bin/python -m benchmarks.gateway_overhead [--rounds 5] [--interval-ms 2000] [--concurrency 8]
-        [--models mobilenetv2 tiny] [--protocols grpc http] [--cpu-only]
+        [--models mobilenetv2 tiny] [--protocols grpc http] [--relayed] [--cpu-only]
 
 One embedded server with `gateway=True` (the launcher's defaults: admin key on, the gateway's admission
 control on) serves both paths at once: the public ports (through the gateway, what `mslite-triton serve`
@@ -9,8 +9,11 @@ gives) and Triton's private ports (direct, what `--no-gateway` gives), so both s
 and machine load. For each model x protocol x concurrency the two paths alternate (A B, B A, ...) for
 `--rounds` rounds; each round is one perf_analyzer run (3 windows of `--interval-ms`, any three accepted, so
 every run ends in bounded time on a busy machine). Prints per path the median throughput and p50 with the
-spread (min-max) over rounds, the gateway/direct ratio of the medians with the ratios' own min-max, and the
-gateway process's CPU time per request; writes benchmarks/results/gateway_overhead.json.
+spread (min-max) over rounds, the path/direct ratio of the medians with the ratios' own min-max, and the
+serving CPU time per request (tritonserver and its workers, plus the path's gateway); writes
+benchmarks/results/gateway_overhead.json. `--relayed` adds a third path: a second gateway on the same
+Triton that relays every tensor over TCP as it came (`--no-staging`), what the gateway did before it
+handed large inputs over through shared memory.
 
 `--cpu-only` runs only the gateway path and reports the gateway's CPU time per request (user and system,
 median and range over the rounds): on a shared machine that figure holds steady where throughput ratios do
@@ -20,6 +23,7 @@ not, and it is what the gateway takes from the workers on a CPU-bound machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -77,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["mobilenetv2", "tiny"])
     ap.add_argument("--protocols", nargs="+", default=["grpc", "http"])
     ap.add_argument("--cpu-only", action="store_true", help="only the gateway path: its CPU time per request")
+    ap.add_argument(
+        "--relayed", action="store_true", help="also a gateway without staging (every tensor over TCP as it came)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     from benchmarks.tools import ensure_tools
@@ -91,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = []
     print(f"cores {os.cpu_count()}, load average before start {os.getloadavg()}, {tools.version}", flush=True)
-    with EmbeddedServer(config) as srv:
+    with EmbeddedServer(config) as srv, contextlib.ExitStack() as stack:
         assert srv.gateway is not None and srv.gateway.pid is not None
         gw_pid = srv.gateway.pid
         addresses = {
@@ -100,50 +107,109 @@ def main(argv: list[str] | None = None) -> int:
             ("http", "direct"): f"127.0.0.1:{srv.triton_http_port}",
             ("http", "gateway"): f"127.0.0.1:{srv.http_port}",
         }
+        gateways = {"gateway": gw_pid}
+        if args.relayed:  # a second gateway on the same Triton, relaying every tensor over TCP as it came
+            relayed, relayed_at = _relaying_gateway(srv, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            stack.callback(relayed.stop)
+            gateways["relayed"] = relayed.pid
+            for protocol, address in relayed_at.items():
+                addresses[(protocol, "relayed")] = address
         for model in args.models:
             for protocol in args.protocols:
                 for c in args.concurrency:
                     if args.cpu_only:
                         rows.append(_cpu_row(tools, srv.triton_http_url, gw_pid, addresses, model, protocol, c, args))
                         continue
-                    runs: dict[str, list[dict[str, str]]] = {"direct": [], "gateway": []}
-                    gw_cpu, gw_requests = 0.0, 0
-                    for path in ("direct", "gateway"):  # warm-up, untimed
-                        _perf(tools, model, protocol, addresses[(protocol, path)], c, 500)
-                    for r in range(args.rounds):
-                        for path in ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct"):
-                            cpu0, n0 = _cpu_s(gw_pid), _count(srv.triton_http_url, model)
-                            runs[path].append(
-                                _perf(tools, model, protocol, addresses[(protocol, path)], c, args.interval_ms)
-                            )
-                            if path == "gateway":
-                                gw_cpu += _cpu_s(gw_pid) - cpu0
-                                gw_requests += _count(srv.triton_http_url, model) - n0
-                    tput = {p: [float(x["Inferences/Second"]) for x in v] for p, v in runs.items()}
-                    p50 = {p: [float(x["p50 latency"]) / 1e3 for x in v] for p, v in runs.items()}
-                    ratios = [g / d for g, d in zip(tput["gateway"], tput["direct"])]
-                    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": c}
-                    for path in runs:
-                        row[path] = {"infer_per_s": tput[path], "p50_ms": p50[path]}
-                    row["throughput_ratio"] = round(
-                        statistics.median(tput["gateway"]) / statistics.median(tput["direct"]), 3
-                    )
-                    row["paired_ratios"] = [round(x, 3) for x in ratios]
-                    row["gateway_cpu_ms_per_request"] = round(1e3 * gw_cpu / max(gw_requests, 1), 3)
-                    rows.append(row)
-                    print(
-                        f"{model:11s} {protocol:4s} c={c}: direct {_spread(tput['direct'])}/s p50 "
-                        f"{_spread(p50['direct'], 2)} ms | gateway {_spread(tput['gateway'])}/s p50 "
-                        f"{_spread(p50['gateway'], 2)} ms | ratio x{row['throughput_ratio']:.3f} (paired "
-                        f"{min(ratios):.3f}-{max(ratios):.3f}), gateway CPU {row['gateway_cpu_ms_per_request']:.3f} "
-                        "ms/request",
-                        flush=True,
-                    )
+                    rows.append(_throughput_row(tools, srv, gateways, addresses, model, protocol, c, args))
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / ("gateway_cpu.json" if args.cpu_only else "gateway_overhead.json")
     out.write_text(json.dumps({"cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, indent=2))
     print(f"written: {out}")
     return 0
+
+
+def _relaying_gateway(srv: Any, workdir: Path) -> tuple[Any, dict[str, str]]:
+    """A gateway like `serve`'s on free ports, without staging (`--no-staging`), in front of `srv`'s Triton.
+
+    Returns the started gateway and its address per protocol.
+    """
+    from mslite_triton.server.gateway.process import GatewayProcess
+    from mslite_triton.server.ports import pick_ports
+
+    http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])
+    gateway = GatewayProcess(
+        host="127.0.0.1",
+        http_port=http_port,
+        grpc_port=grpc_port,
+        upstream_http=f"127.0.0.1:{srv.triton_http_port}",
+        upstream_grpc=f"127.0.0.1:{srv.triton_grpc_port}",
+        admin_key=srv.admin_key,
+        log_path=workdir / "relayed-gateway.log",
+    )
+    gateway.args.append("--no-staging")
+    gateway.start()
+    return gateway, {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of `pid` and its children (tritonserver and its worker processes)."""
+    from mslite_triton.server.workers import children_of
+
+    total = _cpu_s(pid)
+    for child, _ in children_of(pid):
+        try:
+            total += _cpu_s(child)
+        except (OSError, IndexError):  # gone meanwhile
+            pass
+    return total
+
+
+def _throughput_row(
+    tools: Any,
+    srv: Any,
+    gateways: dict[str, int],
+    addresses: dict[tuple[str, str], str],
+    model: str,
+    protocol: str,
+    c: int,
+    args: Any,
+) -> dict[str, Any]:
+    """Every path in turn (order reversed every other round): throughput, p50, and CPU per request.
+
+    CPU per request counts what serving costs the machine: tritonserver with its workers, plus the
+    gateway the path goes through.
+    """
+    paths = ["direct", *gateways]
+    runs: dict[str, list[dict[str, str]]] = {p: [] for p in paths}
+    cpu: dict[str, list[float]] = {p: [] for p in paths}
+    for path in paths:  # warm-up, untimed
+        _perf(tools, model, protocol, addresses[(protocol, path)], c, 500)
+    for r in range(args.rounds):
+        for path in paths if r % 2 == 0 else paths[::-1]:
+            gw = gateways.get(path)
+            c0, n0 = _tree_cpu_s(srv.process.pid) + (_cpu_s(gw) if gw else 0.0), _count(srv.triton_http_url, model)
+            runs[path].append(_perf(tools, model, protocol, addresses[(protocol, path)], c, args.interval_ms))
+            c1, n1 = _tree_cpu_s(srv.process.pid) + (_cpu_s(gw) if gw else 0.0), _count(srv.triton_http_url, model)
+            cpu[path].append(1e3 * (c1 - c0) / max(n1 - n0, 1))
+    tput = {p: [float(x["Inferences/Second"]) for x in v] for p, v in runs.items()}
+    p50 = {p: [float(x["p50 latency"]) / 1e3 for x in v] for p, v in runs.items()}
+    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": c}
+    for path in paths:
+        ratios = [x / d for x, d in zip(tput[path], tput["direct"])]
+        row[path] = {
+            "infer_per_s": tput[path],
+            "p50_ms": p50[path],
+            "serving_cpu_ms_per_request": [round(x, 4) for x in cpu[path]],
+            "throughput_ratio": round(statistics.median(tput[path]) / statistics.median(tput["direct"]), 3),
+            "paired_ratios": [round(x, 3) for x in ratios],
+        }
+        print(
+            f"{model:11s} {protocol:4s} c={c} {path:8s}: {_spread(tput[path])}/s p50 {_spread(p50[path], 2)} ms, "
+            f"ratio x{row[path]['throughput_ratio']:.3f} (paired {min(ratios):.3f}-{max(ratios):.3f}), "
+            f"serving CPU {_spread(cpu[path], 3)} ms/request",
+            flush=True,
+        )
+    return row
 
 
 def _cpu_row(
