@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
+
 from .errors import (
     ExecutionTimeoutError,
     InferenceError,
@@ -43,9 +45,12 @@ _TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)
 _AUTHOR_ADVICE = re.compile(r"\s*NOTE: Setting a non-zero max_batch_size.*", re.S)
 _PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}/?")  # not inside names like "enc/layer_0/w:0"
 # The python backend's own shared-memory regions (the launcher's prefix, or Triton's default one): with a
-# region's name, Triton 2.51's shared-memory API gives access to a worker's memory.
+# region's name, Triton 2.51's shared-memory API gives access to a worker's memory. The gateway's staging
+# regions too: the client never named them.
 _POOL_KEY = re.compile(r"(shared memory pool size) for key '[^']*'")
-_INTERNAL_REGION = re.compile(r"'(?:mslite\d+_[0-9a-f]+_|triton_python_backend_shm_region_)[^']*'")
+_INTERNAL_REGION = re.compile(
+    r"'(?:mslite\d+_[0-9a-f]+_|" + GATEWAY_REGION_PREFIX + r"|triton_python_backend_shm_region_)[^']*'"
+)
 
 
 def scrub(text: str) -> str:

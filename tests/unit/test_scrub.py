@@ -27,6 +27,7 @@ def test_the_pool_error_loses_the_region_name() -> None:
 def test_other_internal_region_names_are_hidden() -> None:
     text = scrub("unable to map 'triton_python_backend_shm_region_3f2a' or 'mslite12_ab12cd34_x'")
     assert text == "unable to map '<internal region>' or '<internal region>'"
+    assert scrub("no region 'mslite_gateway_81_3'") == "no region '<internal region>'"  # the gateway's staging
     assert scrub("region 'mslite_client_77_0' not found") == "region 'mslite_client_77_0' not found"  # the client's
 
 
