@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 # The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
 # whose bytes we credit back at once, does not hold back for.
 _STAGED_MAX_BYTES = 1 << 20
+# Window we owe the client is given back once it reaches this much: a few updates per large request, not
+# one per read (each is a write here and a wakeup in the client). What is held back stays far below
+# Triton's 4 MiB windows, so the client never waits for it.
+_CREDIT_BATCH_BYTES = 256 << 10
 
 
 class GrpcRelay:
@@ -225,7 +229,7 @@ class _ClientSide(asyncio.Protocol):
             data = data[take:]
         frames = self.frames
         frames.feed(data, self._on_header, self._on_frame)
-        if self.credit or self.stream_credit:
+        if self.credit >= _CREDIT_BATCH_BYTES or any(n >= _CREDIT_BATCH_BYTES for n in self.stream_credit.values()):
             self._give_credit()
         if self.to_upstream and frames.at_boundary and not self.in_block:
             frames.out += self.to_upstream
@@ -273,7 +277,7 @@ class _ClientSide(asyncio.Protocol):
         return PASS
 
     def _credit(self, length: int, sid: int = 0) -> None:
-        """Triton never sees this DATA, so never gives its window back: we do, once per read (`_give_credit`)."""
+        """Triton never sees this DATA, so never gives its window back: we do, in batches (`_give_credit`)."""
         self.credit += length
         if sid and length:  # a staged stream still open: its own window too
             self.stream_credit[sid] = self.stream_credit.get(sid, 0) + length
