@@ -72,7 +72,7 @@ class Staging:
         port: int,
         admin_key: str | None,
         *,
-        max_bytes: int = 256 << 20,
+        max_bytes: int,
         keep_free_bytes: int = 64 << 20,
         root: str = SHM_DIR,
     ) -> None:
