@@ -6,7 +6,8 @@ Throughput ratios move by 10-30 % on a shared machine; the CPU time the worker p
 request (utime + stime of the stubs from /proc around each perf_analyzer run, over the requests Triton
 counted) moves much less, and it is what our per-request code costs. Every variant is the repository
 model served 2 workers x 1 thread (`ours`: the config as shipped, auto-completed; `ours_all`: every queued
-request per `execute`; `ours_nometrics`: no metrics publisher; `ours_pinned`: worker i pinned to core slice i; `naive`: the naive baseline), all loaded at
+request per `execute`; `ours_nometrics`: no metrics publisher;
+`ours_pinned`: worker i pinned to core slice i; `naive`: the naive baseline), all loaded at
 once, measured by perf_analyzer over gRPC in alternation (the order reversed every other round). The last
 lines give each variant's median worker CPU per request, tritonserver's, throughput, p50 and requests
 per `execute`, with the ratio of the CPU figure to the first variant's.

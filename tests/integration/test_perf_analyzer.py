@@ -25,7 +25,8 @@ def perf_analyzer():
 def test_perf_analyzer_smoke(server, perf_analyzer, protocol):
     url = (server.grpc_url if protocol == "grpc" else server.http_url).split("://", 1)[1]
     args = [str(perf_analyzer.perf_analyzer), "-m", "mobilenetv2", "-u", url, "-i", protocol,
-            "--concurrency-range", "2", "--measurement-interval", "1000", "-s", "1000", "--max-trials", "3"]  # fmt: skip
+            "--concurrency-range", "2", "--measurement-interval", "1000", "-s", "1000",
+            "--max-trials", "3"]  # fmt: skip
     # any three windows are accepted (-s 1000): on a busy machine a stability bar fails a smoke test
     out = subprocess.run(args, env=perf_analyzer.env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
