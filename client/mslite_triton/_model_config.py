@@ -117,6 +117,7 @@ def build_model_config(
     *,
     sections: dict[str, dict[str, str]] | None = None,
     batchable: bool = False,
+    light: bool = False,
 ) -> dict[str, Any]:
     """The Triton model config (JSON dict) for one build.
 
@@ -125,7 +126,8 @@ def build_model_config(
 
     With `batchable` (every graph tensor has a dynamic first dimension) max_batch_size is 64, and the
     batcher's defaults are the backend's auto-complete rule (`protocol.batcher_defaults`: on CPU, up to 2
-    queued requests per `execute`, each run alone; on GPU Triton batches freely). No queue bound unless the
+    queued requests per `execute`, each run alone, or every queued one for a `light` model
+    (`protocol.is_light`); on GPU Triton batches freely). No queue bound unless the
     `[dynamic_batching]` section sets `max_queue_size` (`protocol.queue_policy` says what it costs).
 
     Worker i runs on device `device_ids[i % len(device_ids)]` (`parallel.device_ids`, else the target's
@@ -177,7 +179,10 @@ def build_model_config(
             f"[{BATCHING_SECTION}] {PREFERRED_BATCH_SIZE_KEY} needs a model with a dynamic batch dimension"
         )
     if batchable:
-        dynamic.update(batcher_defaults(dynamic, max_batch_size=config[MAX_BATCH_SIZE_KEY], cpu_only=target == "cpu"))
+        cpu_only = target == "cpu"
+        dynamic.update(
+            batcher_defaults(dynamic, max_batch_size=config[MAX_BATCH_SIZE_KEY], cpu_only=cpu_only, light=light)
+        )
     return config
 
 

@@ -1,4 +1,4 @@
-"""Just enough of the ONNX protobuf to tell whether a model has a dynamic batch dimension.
+"""Just enough of the ONNX protobuf to tell whether a model has a dynamic batch dimension, and whether it is light.
 
 The client's base install has no `onnx` package; this walks the wire format directly (varints and
 length-delimited fields), skipping weights without copying them.
@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from mslite_triton_backend.mslite_backend.protocol import is_light
+
 # field numbers in onnx.proto
 _MODEL_GRAPH = 7
-_GRAPH_INITIALIZER, _GRAPH_INPUT, _GRAPH_OUTPUT = 5, 11, 12
+_GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
+_NODE_OP_TYPE, _NODE_ATTRIBUTE, _ATTRIBUTE_TENSOR = 4, 5, 5
 _VALUE_NAME, _VALUE_TYPE = 1, 2
 _TYPE_TENSOR, _TENSOR_SHAPE, _SHAPE_DIM, _DIM_VALUE = 1, 2, 1, 1
-_TENSOR_NAME = 8
+_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME = 1, 2, 8
+# bytes per value of TensorProto.DataType; strings and unknown types count one byte a value
+_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -59,19 +64,24 @@ def _sub(buf: memoryview, number: int) -> list[memoryview]:
     return [v for n, w, v in _fields(buf) if n == number and w == 2 and isinstance(v, memoryview)]
 
 
-def _first_dim(value_info: memoryview) -> int | None:
-    """The first dimension of a graph input/output: its size, -1 when dynamic, None when it has no dims."""
+def _dims(value_info: memoryview) -> list[int] | None:
+    """The dimensions of a graph input/output, -1 for each dynamic one; None when it declares no shape."""
     for tensor in (t for ty in _sub(value_info, _VALUE_TYPE) for t in _sub(ty, _TYPE_TENSOR)):
         for shape in _sub(tensor, _TENSOR_SHAPE):
-            dims = _sub(shape, _SHAPE_DIM)
-            if not dims:
-                return None
-            sizes = [v for n, w, v in _fields(dims[0]) if n == _DIM_VALUE and w == 0]
-            if not sizes or not isinstance(sizes[0], int):
-                return -1
-            # int64 on the wire: MindSpore's exporter writes a dynamic dimension as the value -1
-            return sizes[0] - (1 << 64) if sizes[0] >= 1 << 63 else sizes[0]
+            out = []
+            for dim in _sub(shape, _SHAPE_DIM):
+                sizes = [v for n, w, v in _fields(dim) if n == _DIM_VALUE and w == 0]
+                size = sizes[0] if sizes and isinstance(sizes[0], int) else -1
+                # int64 on the wire: MindSpore's exporter writes a dynamic dimension as the value -1
+                out.append(size - (1 << 64) if size >= 1 << 63 else size)
+            return out
     return None
+
+
+def _first_dim(value_info: memoryview) -> int | None:
+    """The first dimension of a graph input/output: its size, -1 when dynamic, None when it has no dims."""
+    dims = _dims(value_info)
+    return dims[0] if dims else None
 
 
 def _name(value_info: memoryview, field: int) -> str:
@@ -92,6 +102,64 @@ def has_dynamic_batch(data: bytes) -> bool:
         tensors = [v for v in _sub(graph, _GRAPH_INPUT) if _name(v, _VALUE_NAME) not in weights]
         tensors += _sub(graph, _GRAPH_OUTPUT)
         return bool(tensors) and all(_first_dim(t) == -1 for t in tensors)
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return False
+
+
+def _varints(buf: memoryview, number: int) -> list[int]:
+    """A repeated integer field, packed or not."""
+    out = []
+    for n, w, v in _fields(buf):
+        if n == number and w == 0 and isinstance(v, int):
+            out.append(v)
+        elif n == number and w == 2 and isinstance(v, memoryview):
+            pos = 0
+            while pos < len(v):
+                value, pos = read_varint(v, pos)
+                out.append(value)
+    return out
+
+
+def _tensor_bytes(tensor: memoryview) -> int:
+    """Bytes of a TensorProto's values, from its dims and type (its data may be in an external file)."""
+    dtype = next((v for n, w, v in _fields(tensor) if n == _TENSOR_DATA_TYPE and w == 0), 0)
+    count = 1
+    for d in _varints(tensor, _TENSOR_DIMS):
+        count *= d
+    return count * _ITEMSIZE.get(int(dtype), 1)
+
+
+def is_light_model(data: bytes, *, batched: bool) -> bool:
+    """Whether the ONNX model is light (`protocol.is_light`, the backend's rule); False for what it cannot read.
+
+    `batched`: the first dimension of every input is the batch, not part of a sample.
+    """
+    try:
+        graph = _sub(memoryview(data), _MODEL_GRAPH)[0]
+        nodes = _sub(graph, _GRAPH_NODE)
+        initializers = _sub(graph, _GRAPH_INITIALIZER)
+        constants = [
+            t
+            for node in nodes
+            if _name(node, _NODE_OP_TYPE) == "Constant"
+            for attribute in _sub(node, _NODE_ATTRIBUTE)
+            for t in _sub(attribute, _ATTRIBUTE_TENSOR)
+        ]
+        weights = {_name(t, _TENSOR_NAME) for t in initializers}
+        values: int | None = 0
+        inputs = [v for v in _sub(graph, _GRAPH_INPUT) if _name(v, _VALUE_NAME) not in weights]
+        for value_info in inputs:
+            dims = _dims(value_info)
+            sample = (dims[1:] if batched else dims) if dims is not None else [-1]
+            if values is None or any(d < 0 for d in sample):
+                values = None
+                break
+            n = 1
+            for d in sample:
+                n *= d
+            values += n
+        weight_bytes = sum(_tensor_bytes(t) for t in (*initializers, *constants))
+        return bool(inputs) and is_light(len(nodes), weight_bytes, values)
     except (ValueError, IndexError, UnicodeDecodeError):
         return False
 

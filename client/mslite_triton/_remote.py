@@ -22,7 +22,7 @@ from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_INPUT
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
-from ._onnx_io import has_dynamic_batch
+from ._onnx_io import has_dynamic_batch, is_light_model
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
 from .tensor import Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
@@ -99,8 +99,10 @@ class RemoteModel:
         files = read_model_files(path)
         try:
             # a MindIR model's graph is read on the server, after conversion: its auto-complete decides
-            batchable = "file:1/model.onnx" in files and has_dynamic_batch(files["file:1/model.onnx"])
-            config = build_model_config("", context, plan, sections=sections, batchable=batchable)
+            onnx_bytes = files.get("file:1/model.onnx")
+            batchable = onnx_bytes is not None and has_dynamic_batch(onnx_bytes)
+            light = onnx_bytes is not None and is_light_model(onnx_bytes, batched=batchable)
+            config = build_model_config("", context, plan, sections=sections, batchable=batchable, light=light)
         except ValueError as e:  # a bad config section: MindSpore Lite reports build errors as RuntimeError
             raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         name = model_name(path, files, config)

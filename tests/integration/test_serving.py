@@ -66,6 +66,28 @@ def test_unusual_models_served_exactly(server, name, protocol):
         np.testing.assert_array_equal(served[out.name], ref)
 
 
+def test_client_built_configs_follow_the_light_model_rule(server, tmp_path):
+    """The client judges a light model as auto-complete does: the tiny model takes every queued request."""
+    sizes = {}
+    for name, model in (("tiny", GEN.build_tiny()), ("variable_seq", ZOO["variable_seq"]())):
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(model.SerializeToString())
+        ctx = mslite.Context()
+        ctx.server_url = server.grpc_url
+        ctx.parallel.workers_num = 2
+        runner = mslite.ModelParallelRunner()
+        runner.build_from_file(str(path), ctx)
+        client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
+        try:
+            config = client.get_model_config(runner._remote.info.name)
+        finally:
+            client.close()
+        sizes[name] = [int(v) for v in config["dynamic_batching"].get("preferred_batch_size", [])]
+        sizes[name + "_max"] = [int(config["max_batch_size"])]
+    assert sizes["variable_seq"] == [2], sizes
+    assert max(sizes["tiny"], default=0) in (0, sizes["tiny_max"][0]), sizes  # Triton's own sizes
+
+
 def test_concurrent_requests_are_batched_and_exact(server, tmp_path):
     """32 concurrent requests to a 1-instance model: the batcher merges them; each result is still its own.
 

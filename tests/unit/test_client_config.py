@@ -530,5 +530,9 @@ def test_client_and_auto_complete_share_one_batcher_rule() -> None:
             {"dynamic_batching": {"max_queue_size": "0"}},
             {"dynamic_batching": {"max_queue_size": "9"}},
         ):
-            config = build_model_config("net", context, WorkerPlan(workers, 1, 1), sections=sections, batchable=True)
-            assert auto_complete_fill(config, config["max_batch_size"]) == {}, (target, workers, sections)
+            for light in (False, True):
+                config = build_model_config(
+                    "net", context, WorkerPlan(workers, 1, 1), sections=sections, batchable=True, light=light
+                )
+                fill = auto_complete_fill(config, config["max_batch_size"], light=light)
+                assert fill == {}, (target, workers, sections, light)

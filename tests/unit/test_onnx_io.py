@@ -9,7 +9,8 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_triton._model_config import WorkerPlan, build_model_config
-from mslite_triton._onnx_io import has_dynamic_batch
+from mslite_triton._onnx_io import has_dynamic_batch, is_light_model
+from mslite_triton_backend.mslite_backend.graph import is_light, read_graph_io
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model_repository"))
 import generate_models  # noqa: E402
@@ -39,6 +40,36 @@ def test_external_data_model_and_garbage():
     assert not has_dynamic_batch(b"")
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        generate_models.build_tiny,
+        generate_models.build_mobilenetv2,
+        model_zoo.multi_io,
+        model_zoo.mixed_dtypes,
+        model_zoo.variable_seq,
+        model_zoo.no_batch,
+        model_zoo.small_classifier,
+        model_zoo.slow,
+        lambda: model_zoo.big_weights(1),
+    ],
+)
+def test_the_client_judges_light_models_as_the_backend_does(build, tmp_path):
+    """One rule (`protocol.is_light`): the client's wire-format reading agrees with the backend's onnx one."""
+    model = build()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    batched = has_dynamic_batch(path.read_bytes())
+    assert is_light_model(path.read_bytes(), batched=batched) is is_light(read_graph_io(str(path)), batched)
+
+
+def test_only_the_tiny_model_is_light_and_garbage_is_not():
+    assert is_light_model(generate_models.build_tiny().SerializeToString(), batched=True)
+    assert not is_light_model(model_zoo.variable_seq().SerializeToString(), batched=True)  # a dynamic dim
+    assert not is_light_model(model_zoo.big_weights(1).SerializeToString(), batched=True)  # 1 MiB of weights
+    assert not is_light_model(b"\x08\x08" + bytes(range(256)), batched=True)
+
+
 def _context(target: str) -> mslite.Context:
     ctx = mslite.Context()
     ctx.target = [target]
@@ -54,6 +85,8 @@ def test_cpu_workers_take_two_requests_at_a_time_gpu_batches_freely():
     assert "default_queue_policy" not in cpu["dynamic_batching"]
     gpu = build_model_config("m", _context("gpu"), WorkerPlan(2, 1, 1), batchable=True)
     assert gpu["max_batch_size"] == 64 and "preferred_batch_size" not in gpu["dynamic_batching"]
+    light = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=True, light=True)
+    assert "preferred_batch_size" not in light["dynamic_batching"]  # every queued request, as auto-complete
     fixed = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=False)
     assert "max_batch_size" not in fixed and "preferred_batch_size" not in fixed["dynamic_batching"]
 

@@ -11,6 +11,7 @@ from .dtypes import short_name, triton_type_of_onnx
 from .errors import ModelLoadError
 from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE
 from .protocol import batcher_defaults as protocol_batcher_defaults
+from .protocol import is_light as protocol_is_light
 
 
 @dataclass(frozen=True)
@@ -38,35 +39,19 @@ class GraphIO:
     weight_bytes: int | None = field(default=None, compare=False)  # initializers and Constants, external or not
 
 
-# A graph this small runs a sample in a few microseconds on CPU (a handful of kernels, under 1 us each,
-# over a few thousand values): far less than Triton's hand-off of one `execute` to a python worker (an
-# IPC round trip of ~85-90 us of the worker's CPU). See `is_light`.
-LIGHT_MAX_NODES = 16
-LIGHT_MAX_WEIGHT_BYTES = 64 * 1024
-LIGHT_MAX_SAMPLE_VALUES = 4096
-
-
 def is_light(io: GraphIO, batched: bool) -> bool:
-    """Whether a sample's run costs far less than the hand-off of an `execute` (LIGHT_MAX_*).
-
-    Needs a known size and fixed input dims (besides the batch): few operators, small weights and small
-    inputs. For such a model, the more queued requests one `execute` takes the better: its cost is the
-    hand-off, and no worker can hoard work that takes microseconds.
-    """
-    if io.nodes is None or io.weight_bytes is None or not io.inputs:
-        return False
-    if io.nodes > LIGHT_MAX_NODES or io.weight_bytes > LIGHT_MAX_WEIGHT_BYTES:
-        return False
-    values = 0
+    """Whether the graph is light (`protocol.is_light`): its size, and its input values per sample."""
+    values: int | None = 0
     for t in io.inputs:
         dims = t.dims[1:] if batched else t.dims
-        if any(d < 0 for d in dims):
-            return False
+        if any(d < 0 for d in dims) or values is None:
+            values = None
+            break
         n = 1
         for d in dims:
             n *= d
         values += n
-    return values <= LIGHT_MAX_SAMPLE_VALUES
+    return bool(io.inputs) and protocol_is_light(io.nodes, io.weight_bytes, values)
 
 
 def read_graph_io(path: str) -> GraphIO:
@@ -162,14 +147,12 @@ def batcher_defaults(model_config: dict[str, Any], max_batch_size: int, *, light
     """The dynamic batcher fields the config leaves out that auto-complete fills (`protocol.batcher_defaults`).
 
     CPU-only means every instance group is KIND_CPU (a config without groups gets one CPU instance here).
-    A `light` model (`is_light`) gets no CPU rule: Triton hands a worker every queued request, as the
-    naive python backend gets them (measured on the tiny model, 2 workers x 1 thread, c=8: 2.7 requests
-    per `execute` against 1.9 with two at most, and less worker CPU per request).
+    A `light` model (`is_light`) gets no CPU cap.
     """
     groups = model_config.get("instance_group") or []
-    cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups) and not light
+    cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups)
     current = model_config.get(BATCHING_SECTION) or {}
-    return protocol_batcher_defaults(current, max_batch_size=max_batch_size, cpu_only=cpu_only)
+    return protocol_batcher_defaults(current, max_batch_size=max_batch_size, cpu_only=cpu_only, light=light)
 
 
 def check_config_against_graph(cfg: BackendConfig, io: GraphIO) -> None:
