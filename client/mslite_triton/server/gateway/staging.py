@@ -11,9 +11,9 @@ STAGE_MIN_BYTES or more; smaller ones go as they are.
 - Regions are files `/dev/shm/<GATEWAY_REGION_PREFIX><pid>_<n>` (mode 0600, space reserved up front so a
   full /dev/shm means "send inline", never SIGBUS), registered with Triton under the admin key. Sizes are
   powers of two; freed ones are kept for the next request up to `keep_free_bytes`.
-- A `Slot` is one region lent to one request, from the copy until Triton's answer. A request abandoned
-  before its answer (timeout, broken connection) leaves its region out of use for good: Triton may still
-  read it.
+- A region is lent to one request, from the copy until Triton's answer. A request that got no answer
+  (timeout, broken connection, reset) leaves its region resting for _ABANDONED_REST_S: Triton may still
+  read it. All regions together stay within `max_bytes` (the gateway's in-flight bytes).
 - Registrations die with tritonserver. The pool holds an idle connection to Triton; when it breaks, the
   registrations are checked (one status call) before the next region is used, and a request sent on a
   new connection first makes sure its region is known (HTTP: `Upstream.exchange(prepare=...)`).
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
+from mslite_triton._admin_key import HEADER as ADMIN_HEADER
 from mslite_triton_backend.mslite_backend.owned_files import SHM_DIR
 from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
 
@@ -47,7 +48,6 @@ _CALL_TIMEOUT_S = 10.0
 _PAUSE_S = 10.0
 _ABANDONED_REST_S = 60.0
 _WATCH_RETRY_S = 0.5
-_ADMIN_HEADER = "mslite-key"  # _admin_key.HEADER; not imported: the gateway needs none of the client's modules
 
 
 @dataclass(eq=False)
@@ -244,7 +244,7 @@ class Staging:
         body = b"" if doc is None else json.dumps(doc).encode()
         head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
         if self.admin_key:
-            head += f"{_ADMIN_HEADER}: {self.admin_key}\r\n"
+            head += f"{ADMIN_HEADER}: {self.admin_key}\r\n"
         reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
         try:
             writer.write(head.encode() + b"\r\n" + body)
