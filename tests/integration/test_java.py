@@ -7,6 +7,7 @@ every output it wrote is compared with the Python client's for the same input.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -115,6 +116,9 @@ def test_upload_from_a_local_file(server, classes, files, python_output, tmp_pat
         assert name.startswith("mobilenetv2_") and len(name) == len("mobilenetv2_") + 12
         with urllib.request.urlopen(f"{server.http_url}/v2/models/{name}/ready", timeout=10) as resp:
             assert resp.status == 200
+        with urllib.request.urlopen(f"{server.http_url}/v2/models/{name}/config", timeout=10) as resp:
+            batcher = json.load(resp)["dynamic_batching"]
+        assert [int(v) for v in batcher["preferred_batch_size"]] == [2]  # auto-complete's CPU rule, as Python's
         dumps = sorted(tmp_path.glob("out_*.bin"))
         assert len(dumps) == 2
         for p in dumps:

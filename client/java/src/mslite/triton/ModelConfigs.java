@@ -15,7 +15,9 @@ import java.util.Map;
  * ({@code client/mslite_triton/_model_config.py}): MindSpore Lite's worker and thread defaults, one instance
  * group per worker, the threads and config sections as {@code mslite} backend parameters, and Triton's dynamic
  * batcher with no queue bound unless the {@code [dynamic_batching]} section sets {@code max_queue_size} above 0
- * (a bound turns off Triton's batch prefetching). The backend's auto-complete fills the CPU batch sizes.
+ * (a bound turns off Triton's batch prefetching). Without a {@code [dynamic_batching]} section the config has
+ * no batcher, and the backend's auto-complete adds one with its batch sizes (two requests per execute on CPU,
+ * every queued one for a light model): Triton takes a backend's batcher only where the config has none.
  */
 final class ModelConfigs {
     // Names of the wire contract (backend/mslite/mslite_backend/protocol.py); a unit test checks they match.
@@ -77,7 +79,9 @@ final class ModelConfigs {
         Map<String, Object> config = new LinkedHashMap<>();
         config.put("backend", "mslite");
         config.put("instance_group", groups);
-        config.put(BATCHING_SECTION, dynamic);
+        if (!batching.isEmpty()) { // without one, auto-complete adds the batcher with the backend's sizes
+            config.put(BATCHING_SECTION, dynamic);
+        }
         config.put("parameters", wrapped);
         if (batching.containsKey(MAX_BATCH_SIZE_KEY)) {
             config.put(MAX_BATCH_SIZE_KEY, intOf(batching, MAX_BATCH_SIZE_KEY, 0));
