@@ -134,10 +134,8 @@ class Staging:
         capacity = _capacity(nbytes)
         free = self._free.get(capacity)
         if free and not self._stale and free[-1].name in self._registered:
-            region = free.pop()
-            self._free_bytes -= capacity
             self.staged += 1
-            return region
+            return self._pop_free(capacity)
         if capacity not in self._preparing:
             self._preparing.add(capacity)
             self._spawn(self._prepare(capacity))
@@ -145,15 +143,9 @@ class Staging:
 
     async def lend(self, nbytes: int) -> Region | None:
         """A region of at least `nbytes` that Triton knows, made if need be; None: send the request inline."""
-        capacity = _capacity(nbytes)
-        free = self._free.get(capacity)
-        region = free.pop() if free else None
-        if region is not None:
-            self._free_bytes -= capacity
-        else:
-            region = self._create(capacity)
-            if region is None:
-                return None
+        region = self._pop_free(_capacity(nbytes)) or self._create(_capacity(nbytes))
+        if region is None:
+            return None
         if not await self.ready(region):
             self.give_back(region)
             return None
@@ -161,13 +153,21 @@ class Staging:
         return region
 
     async def _prepare(self, capacity: int) -> None:
+        """A region of `capacity` registered and put in the pool, for `take` to find next time."""
         try:
-            region = await self.lend(capacity)
+            region = self._pop_free(capacity) or self._create(capacity)
             if region is not None:
-                self.staged -= 1
+                await self.ready(region)
                 self.give_back(region)
         finally:
             self._preparing.discard(capacity)
+
+    def _pop_free(self, capacity: int) -> Region | None:
+        free = self._free.get(capacity)
+        if not free:
+            return None
+        self._free_bytes -= capacity
+        return free.pop()
 
     async def ready(self, region: Region) -> bool:
         """Make sure Triton knows `region` (after a new connection, checked once); False when it cannot."""
