@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mslite_triton_backend.mslite_backend.protocol import is_light
+from mslite_triton_backend.mslite_backend.protocol import is_light, sample_values
 
 # field numbers in onnx.proto
 _MODEL_GRAPH = 7
@@ -146,18 +146,8 @@ def is_light_model(data: bytes, *, batched: bool) -> bool:
             for t in _sub(attribute, _ATTRIBUTE_TENSOR)
         ]
         weights = {_name(t, _TENSOR_NAME) for t in initializers}
-        values: int | None = 0
         inputs = [v for v in _sub(graph, _GRAPH_INPUT) if _name(v, _VALUE_NAME) not in weights]
-        for value_info in inputs:
-            dims = _dims(value_info)
-            sample = (dims[1:] if batched else dims) if dims is not None else [-1]
-            if values is None or any(d < 0 for d in sample):
-                values = None
-                break
-            n = 1
-            for d in sample:
-                n *= d
-            values += n
+        values = sample_values((_dims(v) for v in inputs), batched=batched)
         weight_bytes = sum(_tensor_bytes(t) for t in (*initializers, *constants))
         return bool(inputs) and is_light(len(nodes), weight_bytes, values)
     except (ValueError, IndexError, UnicodeDecodeError):

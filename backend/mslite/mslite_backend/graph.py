@@ -9,7 +9,7 @@ from typing import Any
 from .config import BackendConfig, TensorSpec
 from .dtypes import short_name, triton_type_of_onnx
 from .errors import ModelLoadError
-from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE
+from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE, sample_values
 from .protocol import batcher_defaults as protocol_batcher_defaults
 from .protocol import is_light as protocol_is_light
 
@@ -41,16 +41,7 @@ class GraphIO:
 
 def is_light(io: GraphIO, batched: bool) -> bool:
     """Whether the graph is light (`protocol.is_light`): its size, and its input values per sample."""
-    values: int | None = 0
-    for t in io.inputs:
-        dims = t.dims[1:] if batched else t.dims
-        if any(d < 0 for d in dims) or values is None:
-            values = None
-            break
-        n = 1
-        for d in dims:
-            n *= d
-        values += n
+    values = sample_values((t.dims for t in io.inputs), batched=batched)
     return bool(io.inputs) and protocol_is_light(io.nodes, io.weight_bytes, values)
 
 

@@ -7,7 +7,7 @@ sides can load it anywhere. The Java client keeps copies of some names; a unit t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # -- the dynamic batcher ------------------------------------------------------------------------------
@@ -61,6 +61,26 @@ def is_light(nodes: int | None, weight_bytes: int | None, sample_values: int | N
     return (
         nodes <= LIGHT_MAX_NODES and weight_bytes <= LIGHT_MAX_WEIGHT_BYTES and sample_values <= LIGHT_MAX_SAMPLE_VALUES
     )
+
+
+def sample_values(shapes: Iterable[Sequence[int] | None], *, batched: bool) -> int | None:
+    """Input values per sample, for `is_light`.
+
+    Each input's dims multiplied (less the batch dim when `batched`), added up; None when an input's shape is
+    unknown or a dim is dynamic (negative).
+    """
+    total = 0
+    for shape in shapes:
+        if shape is None:
+            return None
+        dims = shape[1:] if batched else shape
+        if any(d < 0 for d in dims):
+            return None
+        n = 1
+        for d in dims:
+            n *= d
+        total += n
+    return total
 
 
 def batcher_defaults(
