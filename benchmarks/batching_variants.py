@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from pathlib import Path
 
-from .perf import PerfSettings, measure_alternated, medians_by_level
-from .serving import UNBOUNDED_CPU_BATCHER, BenchServer, ModelSpec, compose_repository, with_batcher
+from .perf import PerfSettings, measure_composed, medians_by_level
+from .serving import UNBOUNDED_CPU_BATCHER, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,25 +73,18 @@ def main() -> None:
     levels = [int(c) for c in a.levels.split(",")]
     tools = ensure_tools(ROOT)
     settings = PerfSettings(interval_ms=2000, max_trials=5, stability_pct=25)
-    with tempfile.TemporaryDirectory(prefix="bench-variants-") as tmp:
-        compose(Path(tmp), names, a.model, a.workers)
-        server = BenchServer(Path(tmp)).start()
-        try:
-            server.only(*names)
-            found = measure_alternated(
-                tools,
-                server,
-                names,
-                levels,
-                a.rounds,
-                settings,
-                lambda pt: (
-                    f"{pt.infer_s:.0f} img/s, p50 {pt.p50_ms:.1f} ms, "
-                    f"p99 {pt.p99_ms:.1f} ms, {pt.avg_batch:.2f} requests per execute"
-                ),
-            )
-        finally:
-            server.stop()
+    found = measure_composed(
+        tools,
+        lambda root: compose(root, names, a.model, a.workers),
+        names,
+        levels,
+        a.rounds,
+        settings,
+        lambda pt: (
+            f"{pt.infer_s:.0f} img/s, p50 {pt.p50_ms:.1f} ms, "
+            f"p99 {pt.p99_ms:.1f} ms, {pt.avg_batch:.2f} requests per execute"
+        ),
+    )
     for c, name, pts, ratio in medians_by_level(found, names, levels, "infer_s"):
         print(
             f"c={c} {name}: median {statistics.median(x.infer_s for x in pts):.0f} img/s, "

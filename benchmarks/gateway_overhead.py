@@ -35,12 +35,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .serving import process_cpu_s
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_split(pid: int) -> tuple[float, float]:
@@ -151,17 +148,11 @@ def _relaying_gateway(srv: Any, workdir: Path) -> tuple[Any, dict[str, str]]:
     return gateway, {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of `pid` and its children (tritonserver and its worker processes)."""
+def _serving_cpu_s(pids: list[int]) -> float:
+    """CPU seconds of these processes and their children (tritonserver with its workers, a gateway)."""
     from mslite_triton.server.workers import children_of
 
-    total = _cpu_s(pid)
-    for child, _ in children_of(pid):
-        try:
-            total += _cpu_s(child)
-        except (OSError, IndexError):  # gone meanwhile
-            pass
-    return total
+    return sum(process_cpu_s(pid) + sum(process_cpu_s(child) for child, _ in children_of(pid)) for pid in pids)
 
 
 def _throughput_row(
@@ -186,10 +177,10 @@ def _throughput_row(
         _perf(tools, model, protocol, addresses[(protocol, path)], c, 500)
     for r in range(args.rounds):
         for path in paths if r % 2 == 0 else paths[::-1]:
-            gw = gateways.get(path)
-            c0, n0 = _tree_cpu_s(srv.process.pid) + (_cpu_s(gw) if gw else 0.0), _count(srv.triton_http_url, model)
+            pids = [srv.process.pid, *([gateways[path]] if path in gateways else [])]
+            c0, n0 = _serving_cpu_s(pids), _count(srv.triton_http_url, model)
             runs[path].append(_perf(tools, model, protocol, addresses[(protocol, path)], c, args.interval_ms))
-            c1, n1 = _tree_cpu_s(srv.process.pid) + (_cpu_s(gw) if gw else 0.0), _count(srv.triton_http_url, model)
+            c1, n1 = _serving_cpu_s(pids), _count(srv.triton_http_url, model)
             cpu[path].append(1e3 * (c1 - c0) / max(n1 - n0, 1))
     tput = {p: [float(x["Inferences/Second"]) for x in v] for p, v in runs.items()}
     p50 = {p: [float(x["p50 latency"]) / 1e3 for x in v] for p, v in runs.items()}

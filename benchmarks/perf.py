@@ -141,6 +141,30 @@ def measure_alternated(
     return found
 
 
+def measure_composed(
+    tools: Tools,
+    compose: Callable[[Path], None],
+    names: list[str],
+    levels: list[int],
+    rounds: int,
+    settings: PerfSettings,
+    describe: Callable[[PerfPoint], str],
+) -> dict[tuple[str, int], list[PerfPoint]]:
+    """`measure_alternated` over the models `names` of a repository that `compose(root)` writes.
+
+    They are served together by one server that loads only them; the server and the repository are gone
+    afterwards.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-composed-") as tmp:
+        compose(Path(tmp))
+        server = BenchServer(Path(tmp)).start()
+        try:
+            server.only(*names)
+            return measure_alternated(tools, server, names, levels, rounds, settings, describe)
+        finally:
+            server.stop()
+
+
 def medians_by_level(
     found: dict[tuple[str, int], list[PerfPoint]], names: list[str], levels: list[int], metric: str
 ) -> Iterator[tuple[int, str, list[PerfPoint], float]]:

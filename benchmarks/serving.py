@@ -202,8 +202,8 @@ class BenchServer:
 
     def cpu_s(self, model: str) -> tuple[float, float]:
         """(CPU seconds of `model`'s worker processes, CPU seconds of tritonserver itself), from /proc."""
-        workers = sum(_cpu_s(pid) for pid in worker_pids(self.pid, model))
-        return workers, _cpu_s(self.pid)
+        workers = sum(process_cpu_s(pid) for pid in worker_pids(self.pid, model))
+        return workers, process_cpu_s(self.pid)
 
     def batcher(self, name: str) -> dict[str, Any]:
         """The dynamic_batching section `name` is served with (after auto-complete)."""
@@ -245,7 +245,7 @@ def worker_pids(server_pid: int, model: str) -> list[int]:
     return pids
 
 
-def _cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """utime + stime of one process (all its threads), in seconds; 0 when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:

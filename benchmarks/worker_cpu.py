@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from pathlib import Path
 
-from .perf import PerfSettings, measure_alternated, medians_by_level
-from .serving import BenchServer, ModelSpec, compose_repository, with_batcher
+from .perf import PerfSettings, measure_composed, medians_by_level
+from .serving import ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,26 +62,19 @@ def main() -> None:
     tools = ensure_tools(ROOT)
     # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
     settings = PerfSettings(interval_ms=a.interval_ms, max_trials=3, stability_pct=1000)
-    with tempfile.TemporaryDirectory(prefix="bench-workercpu-") as tmp:
-        compose(Path(tmp), names, a.model, a.workers)
-        server = BenchServer(Path(tmp)).start()
-        try:
-            server.only(*names)
-            found = measure_alternated(
-                tools,
-                server,
-                names,
-                levels,
-                a.rounds,
-                settings,
-                lambda pt: (
-                    f"worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
-                    f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
-                    f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute"
-                ),
-            )
-        finally:
-            server.stop()
+    found = measure_composed(
+        tools,
+        lambda root: compose(root, names, a.model, a.workers),
+        names,
+        levels,
+        a.rounds,
+        settings,
+        lambda pt: (
+            f"worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
+            f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
+            f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute"
+        ),
+    )
     for c, name, pts, ratio in medians_by_level(found, names, levels, "worker_cpu_ms_per_img"):
         print(
             f"c={c} {name}: worker {statistics.median(x.worker_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req "
