@@ -48,7 +48,7 @@ def test_frames_are_split_the_same_whatever_the_reads(seed):
     splitter = Frames()
     tapped: list[bytes] = []
 
-    def on_header(length, kind, flags, sid, raw):
+    def on_header(length, kind, flags, sid):
         splitter.tap = tapped
         return modes[sid]
 
@@ -67,6 +67,31 @@ def test_frames_are_split_the_same_whatever_the_reads(seed):
     assert b"".join(bytes(p) for p in splitter.out) == b"".join(frames[:3]) + frames[5]
     assert collected == [(5, END_STREAM, frames[4])]
     assert b"".join(tapped) == frames[5][9:]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_frames_of_our_own_go_in_before_the_frame_whatever_the_reads(seed):
+    """What on_header injects comes out just before that frame; frames passed together come out as one piece."""
+    frames = _frames()
+    wire = b"".join(frames)
+    rng = random.Random(seed)
+    splitter = Frames()
+    ours = frame(HEADERS, END_HEADERS, 9, b"ours")
+
+    def on_header(length, kind, flags, sid):
+        if sid == 7:
+            splitter.inject([ours])
+        return DROP if sid == 3 else PASS
+
+    pos = 0
+    while pos < len(wire):
+        n = rng.choice([1, 2, 7, 9, 100, 5000])
+        splitter.feed(wire[pos : pos + n], on_header, lambda *frame: None)
+        pos += n
+    assert b"".join(bytes(p) for p in splitter.out) == b"".join(frames[:3]) + frames[4] + ours + frames[5]
+    splitter.out.clear()
+    splitter.feed(b"".join(frames[:3]), on_header, lambda *frame: None)
+    assert len(splitter.out) == 1
 
 
 def test_trailers_only_decode_as_a_grpc_status_and_leave_the_table_alone():

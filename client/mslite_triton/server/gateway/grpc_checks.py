@@ -9,6 +9,7 @@ rules) and the model-level calls' messages to their version check, before Triton
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +50,9 @@ VERSIONED: dict[str, tuple[Any, str]] = {
     "ModelStatistics": (pb.ModelStatisticsRequest, "version"),
 }
 _RAW_INPUT_CONTENTS = 7  # ModelInferRequest field number (grpc_service.proto)
+# Messages up to this size are parsed whole: protobuf copies their few tensor bytes faster (0.3 us for a
+# small request) than the top-level scan sets them aside (3 us).
+_WHOLE_PARSE_BYTES = 16 << 10
 
 
 def _parse(kind: Any, data: bytes) -> Any:
@@ -188,9 +192,9 @@ def staged_model_infer(req: Any, raw: Sequence[bytes | memoryview | Spread], reg
 def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, Sequence[bytes | memoryview | Spread]]:
     """Check a serialized ModelInferRequest as Triton will read it.
 
-    `data` may be the pieces it arrived in (`Pieces`). The tensor bytes are not copied: a scan of the
-    top-level fields sets raw_input_contents aside and protobuf parses the rest; anything the scan does not
-    take is parsed whole, so protobuf alone decides what is valid.
+    `data` may be the pieces it arrived in (`Pieces`). The tensor bytes of a large message are not copied: a
+    scan of the top-level fields sets raw_input_contents aside and protobuf parses the rest; a small message,
+    and anything the scan does not take, is parsed whole, so protobuf alone decides what is valid.
 
     Returns:
         The request without its raw_input_contents, and those (views of `data`, not copied).
@@ -201,10 +205,14 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
     """
     raw: Sequence[bytes | memoryview | Spread]
     message = data if isinstance(data, Pieces) else Pieces([data])
-    try:
-        head, raw = _split_raw_contents(message)
-        req = _parse(pb.ModelInferRequest, head)
-    except (ValueError, IndexError):
+    split = None
+    if len(message) > _WHOLE_PARSE_BYTES:
+        with contextlib.suppress(ValueError, IndexError):
+            split = _split_raw_contents(message)
+    if split is not None:
+        req = _parse(pb.ModelInferRequest, split[0])
+        raw = split[1]
+    else:
         req = _parse(pb.ModelInferRequest, message.join())
         raw = req.raw_input_contents
     check_version(req.model_version, allow_empty=True)

@@ -21,16 +21,31 @@ CANCEL, NO_ERROR = 0x8, 0x0
 # gRPC status codes
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 8, 12, 14, 13
 U32 = struct.Struct(">I")
+_HEADER = struct.Struct(">HBBBI")  # a frame header: length (16 + 8 bits), type, flags, stream id
 MIN_MAX_FRAME_SIZE = 16384  # every HTTP/2 peer accepts frames this large
 # What the splitter does with a frame: forward it as it arrives (PASS), forward it and keep its pieces too
 # (TAP), hold it until whole (COLLECT), or drop it (DROP).
 PASS, COLLECT, DROP, TAP = 0, 1, 2, 3
+_JOIN_BELOW_BYTES = 64 << 10  # `write` copies pieces below this into one
 Parts = Sequence[Any]  # bytes or memoryviews, in order
 
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One HTTP/2 frame."""
     return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + U32.pack(stream) + payload
+
+
+def write(transport: Any, pieces: list[Any]) -> None:
+    """Pieces to forward, in one write: joined when small, as they are when large (no copy of tensor bytes).
+
+    uvloop writes one bytes object at once; several pieces cost it a memoryview each and a write context.
+    """
+    if len(pieces) == 1:
+        transport.write(pieces[0])
+    elif sum(map(len, pieces)) < _JOIN_BELOW_BYTES:
+        transport.write(b"".join(pieces))
+    else:
+        transport.writelines(pieces)
 
 
 def joined(parts: Parts) -> Any:
@@ -91,11 +106,12 @@ class Frames:
     Each frame header is handed to `on_header`, which says what to do with the frame (PASS, TAP, COLLECT,
     DROP; for TAP it sets `tap`, the list the frame's pieces are appended to). A collected frame is handed to
     `on_frame` when whole, as the list of pieces it arrived in. Pieces to forward are appended to `out`, in
-    order; `at_boundary` is True between frames, the only place where frames of our own may be written into
-    this direction.
+    order: frames passed on one after another go as one view of the bytes read (one piece to write, not two
+    per frame). `at_boundary` is True between frames, the only place where frames of our own may be written
+    into this direction; `on_header` does that with `inject` (before the frame it is called for).
     """
 
-    __slots__ = ("head", "left", "mode", "parts", "header", "raw", "out", "tap")
+    __slots__ = ("head", "left", "mode", "parts", "header", "raw", "out", "tap", "_view", "_run", "_at")
 
     def __init__(self) -> None:
         self.head = bytearray()
@@ -106,55 +122,82 @@ class Frames:
         self.raw = b""
         self.out: list[Any] = []
         self.tap: list[Any] = []
+        self._view = memoryview(b"")
+        self._run = -1  # where the bytes still to forward as one view begin in `_view` (-1: none)
+        self._at = 0  # where the frame being handed to on_header begins in `_view`
 
     @property
     def at_boundary(self) -> bool:
         """Between two frames."""
         return self.left == 0
 
+    def inject(self, items: list[Any]) -> None:
+        """Frames of ours, written before the frame whose header is being handled (call from on_header only)."""
+        self._flush(self._at)
+        self.out += items
+
+    def _flush(self, end: int) -> None:
+        if self._run >= 0:
+            if end > self._run:
+                self.out.append(self._view[self._run : end])
+            self._run = -1
+
     def feed(
         self,
         data: bytes,
-        on_header: Callable[[int, int, int, int, bytes], int],
+        on_header: Callable[[int, int, int, int], int],
         on_frame: Callable[[int, int, int, bytes, list[Any]], None],
     ) -> None:
         """Split the next bytes read (see the class)."""
-        view = memoryview(data)
+        view = self._view = memoryview(data)
         i, n = 0, len(data)
-        out = self.out
+        self._run = 0 if self.left and (self.mode == PASS or self.mode == TAP) else -1
         while i < n:
             if self.left == 0:
-                take = min(9 - len(self.head), n - i)
-                self.head += view[i : i + take]
-                i += take
-                if len(self.head) < 9:
-                    return
-                raw = bytes(self.head)
-                self.head.clear()
-                length, kind, flags = int.from_bytes(raw[:3], "big"), raw[3], raw[4]
-                sid = int.from_bytes(raw[5:9], "big") & 0x7FFFFFFF
-                self.header, self.raw = (length, kind, flags, sid), raw
-                self.mode = on_header(length, kind, flags, sid, raw)
-                if self.mode == PASS or self.mode == TAP:
-                    out.append(raw)
+                if self.head or n - i < 9:  # a header over two reads
+                    self._flush(i)
+                    take = min(9 - len(self.head), n - i)
+                    self.head += view[i : i + take]
+                    i += take
+                    if len(self.head) < 9:
+                        return
+                    raw = bytes(self.head)
+                    self.head.clear()
+                    high, low, kind, flags, sid = _HEADER.unpack(raw)
+                    start = -1
+                else:
+                    raw = b""  # taken below only where the frame is not forwarded in the run
+                    high, low, kind, flags, sid = _HEADER.unpack_from(data, i)
+                    start = i
+                    i += 9
+                length = high << 8 | low
+                sid &= 0x7FFFFFFF
+                self._at = start if start >= 0 else i
+                mode = self.mode = on_header(length, kind, flags, sid)
+                if mode == PASS or mode == TAP:
+                    if start < 0:
+                        self.out.append(raw)
+                        self._run = i
+                    elif self._run < 0:
+                        self._run = start
+                else:
+                    self._flush(self._at)
+                    self.header, self.raw = (length, kind, flags, sid), raw or data[start : start + 9]
                 self.left = length
                 if length == 0:
-                    if self.mode == COLLECT:
-                        on_frame(kind, flags, sid, raw, [])
+                    if mode == COLLECT:
+                        on_frame(kind, flags, sid, self.raw, [])
                     continue
             take = min(self.left, n - i)
-            piece = view[i : i + take] if take < n else data
-            i += take
             self.left -= take
             mode = self.mode
-            if mode == PASS:
-                out.append(piece)
-            elif mode == TAP:
-                out.append(piece)
-                self.tap.append(piece)
+            if mode == TAP:
+                self.tap.append(view[i : i + take])
             elif mode == COLLECT:
-                self.parts.append(piece)
+                self.parts.append(view[i : i + take] if take < n else data)
                 if self.left == 0:
                     parts, self.parts = self.parts, []
                     _, kind, flags, sid = self.header
                     on_frame(kind, flags, sid, self.raw, parts)
+            i += take
+        self._flush(n)

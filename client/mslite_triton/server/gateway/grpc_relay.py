@@ -69,6 +69,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     joined,
     trailers_only,
     unpadded,
+    write,
 )
 from mslite_triton.server.gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
@@ -238,11 +239,11 @@ class _ClientSide(asyncio.Protocol):
             out, frames.out = frames.out, []
             if self.upstream is not None and self.upstream.transport is not None:
                 if not self.upstream.transport.is_closing():
-                    self.upstream.transport.writelines(out)
+                    write(self.upstream.transport, out)
 
-    def _on_header(self, length: int, kind: int, flags: int, sid: int, raw: bytes) -> int:
+    def _on_header(self, length: int, kind: int, flags: int, sid: int) -> int:
         if self.to_upstream and not self.in_block:  # a frame boundary: our resets reach Triton as early as they can
-            self.frames.out += self.to_upstream
+            self.frames.inject(self.to_upstream)
             self.to_upstream = []
         if kind == HEADERS or kind == CONTINUATION:
             self.in_block = not flags & END_HEADERS

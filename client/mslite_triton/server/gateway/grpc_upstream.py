@@ -25,6 +25,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     Frames,
     joined,
     scrubbed_trailers,
+    write,
 )
 
 if TYPE_CHECKING:
@@ -49,10 +50,10 @@ class UpstreamSide(asyncio.Protocol):
         """Whether a frame of ours may be written to the client now."""
         return self.frames.at_boundary and not self.in_block
 
-    def _on_header(self, length: int, kind: int, flags: int, sid: int, raw: bytes) -> int:
+    def _on_header(self, length: int, kind: int, flags: int, sid: int) -> int:
         client = self.client
         if client.queued and not self.in_block:  # a frame boundary: our answers go first, before Triton's
-            self.frames.out += client.queued  # (Triton may answer a call we refused, e.g. after our reset)
+            self.frames.inject(client.queued)  # (Triton may answer a call we refused, e.g. after our reset)
             client.queued = []
         if kind == HEADERS or kind == CONTINUATION:
             self.in_block = not flags & END_HEADERS
@@ -89,7 +90,7 @@ class UpstreamSide(asyncio.Protocol):
         if frames.out:
             out, frames.out = frames.out, []
             if client.transport is not None and not client.transport.is_closing():
-                client.transport.writelines(out)
+                write(client.transport, out)
 
     def pause_writing(self) -> None:
         """Triton reads slower than the client sends: stop reading the client."""
