@@ -14,19 +14,17 @@ import asyncio
 import json
 import logging
 import re
-import sys
 import urllib.parse
 import zlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any
 
 from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
+from mslite_triton.server.gateway.deadlines import within
 from mslite_triton.server.gateway.kserve_json import check_infer_request
 from mslite_triton.server.gateway.rules import Refusal, check_version, inflate_bounded
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 MAX_HEAD_BYTES = 64 << 10
 MAX_TARGET_BYTES = 8 << 10
@@ -35,6 +33,9 @@ LINGER_S = 5.0  # after refusing a body, how long its bytes are read and dropped
 LINGER_BYTES = 1 << 30
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# Header lines that pass both checks above (a token, a colon, a value without control bytes), one after another.
+_GOOD_LINE = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\x09\x20-\x7e\x80-\xff]*"
+_GOOD_LINES = re.compile(rb"(?:%s(?:\r\n%s)*)?" % (_GOOD_LINE, _GOOD_LINE))
 _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 INFER_ROUTE = re.compile(rb"/v2/models/([^/]+)(?:/versions/([^/]*))?/infer")
 _HOP_BY_HOP = frozenset(
@@ -47,18 +48,6 @@ _PARSE_500 = re.compile(rb'"error":"(Unable to parse|failed to parse the request
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long"}
 _REASONS |= {415: "Unsupported Media Type", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 _REASONS |= {405: "Method Not Allowed", 502: "Bad Gateway", 504: "Gateway Timeout"}
-
-
-async def _within_timeout(awaitable: Awaitable[T], timeout_s: float) -> T:
-    async with asyncio.timeout(timeout_s):  # type: ignore[attr-defined]  # Python 3.11+
-        return await awaitable
-
-
-# `asyncio.wait_for` runs its awaitable in a task of its own (Python 3.11 and older): a timeout scope is
-# cheaper, where there is one. Both raise asyncio.TimeoutError.
-within: Callable[[Awaitable[T], float], Awaitable[T]] = (
-    _within_timeout if sys.version_info >= (3, 11) else asyncio.wait_for  # type: ignore[assignment]
-)
 
 
 class HttpError(Exception):
@@ -82,13 +71,21 @@ class Request:
     headers: list[tuple[bytes, bytes, bytes]]  # (lower-case name, value, raw line)
     body: bytes = b""
     charged: int = 0  # bytes counted in flight by admission control, given back once answered
+    values: dict[bytes, bytes | None] = field(init=False)  # by name; None: given twice with different values
+
+    def __post_init__(self) -> None:
+        self.values = {}
+        for name, value, _ in self.headers:
+            self.values[name] = value if self.values.get(name, value) == value else None
 
     def header(self, name: bytes) -> bytes | None:
         """The value of header `name` (lower case); HttpError when it is given twice with different values."""
-        values = {v for n, v, _ in self.headers if n == name}
-        if len(values) > 1:
+        if name not in self.values:
+            return None
+        value = self.values[name]
+        if value is None:
             raise HttpError(400, f"header {name.decode()} is given more than once with different values", close=True)
-        return values.pop() if values else None
+        return value
 
 
 def error_response(status: int, message: str, *, close: bool) -> bytes:
@@ -132,12 +129,13 @@ def parse_head(head: bytes) -> Request:
     if len(lines) - 1 > MAX_HEADERS:
         raise HttpError(431, f"more than {MAX_HEADERS} header lines", close=True)
     headers = []
+    checked = _GOOD_LINES.fullmatch(head, len(lines[0]) + 2) is not None  # every line at once, the usual case
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.fullmatch(name):
+        if not checked and (not sep or not _TOKEN.fullmatch(name)):
             raise HttpError(400, "malformed header line: expected 'Name: value'", close=True)
         value = value.strip(b" \t")
-        if _BAD_VALUE.search(value):
+        if not checked and _BAD_VALUE.search(value):
             raise HttpError(400, f"header {name.decode()} holds a control byte (NUL, CR, LF...)", close=True)
         headers.append((name.lower(), value, line))
     return Request(method, target, version, headers)

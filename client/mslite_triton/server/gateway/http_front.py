@@ -17,6 +17,7 @@ from typing import Any
 
 from mslite_triton._error_table import scrub_json_error
 from mslite_triton.server.gateway.admission import Admission, Overloaded
+from mslite_triton.server.gateway.deadlines import within
 from mslite_triton.server.gateway.http_framing import (
     INFER_ROUTE,
     LINGER_BYTES,
@@ -32,7 +33,6 @@ from mslite_triton.server.gateway.http_framing import (
     remap_parse_500,
     stage_body,
     upstream_head,
-    within,
 )
 from mslite_triton.server.gateway.rules import Refusal
 from mslite_triton.server.gateway.staging import Staging
