@@ -1,7 +1,7 @@
 """What the validating gateway costs valid traffic: perf_analyzer through the gateway vs Triton's own ports.
 
     .venv/bin/python -m benchmarks.gateway_overhead [--rounds 5] [--interval-ms 2000] [--concurrency 8]
-        [--models mobilenetv2 tiny] [--protocols grpc http] [--relayed] [--cpu-only]
+        [--models mobilenetv2 tiny] [--protocols grpc http] [--relayed] [--floor] [--cpu-only]
 
 One embedded server with `gateway=True` (the launcher's defaults: admin key on, the gateway's admission
 control on) serves both paths at once: the public ports (through the gateway, what `mslite-triton serve`
@@ -13,7 +13,8 @@ spread (min-max) over rounds, the path/direct ratio of the medians with the rati
 serving CPU time per request (tritonserver and its workers, plus the path's gateway); writes
 benchmarks/results/gateway_overhead.json. `--relayed` adds a third path: a second gateway on the same
 Triton that relays every tensor over TCP as it came (`--no-staging`), what the gateway did before it
-handed large inputs over through shared memory.
+handed large inputs over through shared memory. `--floor` adds another: `benchmarks.passthrough_relay`, a
+relay that checks nothing, which shows what one more TCP hop costs before any check.
 
 `--cpu-only` runs only the gateway path and reports the gateway's CPU time per request (user and system,
 median and range over the rounds): on a shared machine that figure holds steady where throughput ratios do
@@ -81,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--relayed", action="store_true", help="also a gateway without staging (every tensor over TCP as it came)"
     )
+    ap.add_argument(
+        "--floor", action="store_true", help="also a relay that checks nothing (benchmarks.passthrough_relay)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
     from benchmarks.tools import ensure_tools
@@ -111,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             gateways["relayed"] = relayed.pid
             for protocol, address in relayed_at.items():
                 addresses[(protocol, "relayed")] = address
+        if args.floor:  # one more TCP hop and nothing else: the least any relay costs
+            floor, floor_at = _passthrough_relay(srv)
+            stack.callback(floor.kill)
+            gateways["floor"] = floor.pid
+            for protocol, address in floor_at.items():
+                addresses[(protocol, "floor")] = address
         for model in args.models:
             for protocol in args.protocols:
                 for c in args.concurrency:
@@ -146,6 +156,22 @@ def _relaying_gateway(srv: Any, workdir: Path) -> tuple[Any, dict[str, str]]:
     gateway.args.append("--no-staging")
     gateway.start()
     return gateway, {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
+
+
+def _passthrough_relay(srv: Any) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`benchmarks.passthrough_relay` on free ports in front of `srv`'s Triton; its address per protocol."""
+    from mslite_triton.server.ports import pick_ports
+
+    http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])
+    routes = [f"{http_port}:127.0.0.1:{srv.triton_http_port}", f"{grpc_port}:127.0.0.1:{srv.triton_grpc_port}"]
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.passthrough_relay", *routes], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert relay.stdout is not None
+    if relay.stdout.readline().strip() != "ready":
+        relay.kill()
+        raise RuntimeError("the pass-through relay did not start")
+    return relay, {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
 
 
 def _serving_cpu_s(pids: list[int]) -> float:

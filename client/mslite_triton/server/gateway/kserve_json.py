@@ -62,6 +62,13 @@ def _strict_number(text: str) -> float | int:
     return value
 
 
+# Built once (json.loads with hooks builds a decoder each call).
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates, parse_float=_strict_number, parse_int=_strict_number
+)
+
+
 def parse_header(raw: bytes) -> dict[str, Any]:
     """The JSON header as a dict.
 
@@ -75,12 +82,7 @@ def parse_header(raw: bytes) -> dict[str, Any]:
             f"the request's JSON header is not valid UTF-8 (byte {e.start}); is Inference-Header-Content-Length right?"
         ) from None
     try:
-        if _MAYBE_HUGE.search(text):
-            doc = json.loads(
-                text, object_pairs_hook=_no_duplicates, parse_float=_strict_number, parse_int=_strict_number
-            )
-        else:
-            doc = json.loads(text, object_pairs_hook=_no_duplicates)
+        doc = (_STRICT_DECODER if _MAYBE_HUGE.search(text) else _DECODER).decode(text)
     except RecursionError:
         raise Refusal("request JSON is nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, and the hooks' own errors
