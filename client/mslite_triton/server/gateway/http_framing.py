@@ -258,17 +258,21 @@ def check_infer(
 def stage_body(doc: dict[str, Any], region: str, offset: int) -> bytes:
     """The JSON body that points Triton at binary tensor data copied to `region` from `offset` on.
 
-    Every input given as binary data (`binary_data_size`) becomes a shared-memory input, in order.
+    Every input given as binary data (`binary_data_size`) becomes a shared-memory input, in order. `doc`
+    itself is left as it is (the checks share it between requests).
     """
+    inputs = []
     for item in doc["inputs"]:
         params = item.get("parameters")
         if params and "binary_data_size" in params:
-            nbytes = params.pop("binary_data_size")
+            params = {k: v for k, v in params.items() if k != "binary_data_size"}
             params["shared_memory_region"] = region
             params["shared_memory_offset"] = offset
-            params["shared_memory_byte_size"] = nbytes
-            offset += nbytes
-    return json.dumps(doc, separators=(",", ":")).encode()
+            params["shared_memory_byte_size"] = item["parameters"]["binary_data_size"]
+            offset += params["shared_memory_byte_size"]
+            item = {**item, "parameters": params}
+        inputs.append(item)
+    return json.dumps({**doc, "inputs": inputs}, separators=(",", ":")).encode()
 
 
 def upstream_head(req: Request, body: bytes | None = None) -> bytes:

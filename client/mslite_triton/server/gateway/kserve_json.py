@@ -108,6 +108,9 @@ def _typed(where: str, value: Any, kind: type) -> Any:
 def check_infer_request(header: bytes, model: str, *, payload: memoryview | None, cap: int) -> dict[str, Any]:
     """Check an inference request's JSON header (and, for binary data, what follows it).
 
+    A client sends the same header again and again (binary data keeps the tensors out of it): a short one
+    that passed is remembered, and only what follows it is checked the next time.
+
     Args:
         header: the JSON part of the body.
         model: the model name from the URL, for messages.
@@ -115,11 +118,41 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
         cap: the most bytes of tensor data one request may declare.
 
     Returns:
-        The parsed header.
+        The parsed header, shared with later requests that send the same: not to be changed.
 
     Raises:
         Refusal: the first problem found, named.
     """
+    key = (header, payload is not None, cap) if len(header) <= _KNOWN_HEADER_BYTES else None
+    known = _known_headers.get(key) if key is not None else None
+    if known is None:
+        known = _check_header(header, model, has_payload=payload is not None, cap=cap)
+        if key is not None:
+            if len(_known_headers) >= _KNOWN_HEADERS:
+                del _known_headers[next(iter(_known_headers))]  # the oldest
+            _known_headers[key] = known
+    doc, binary_total, bools = known
+    if payload is not None:
+        if binary_total != len(payload):
+            raise Refusal(
+                f"the body holds {len(payload)} bytes of binary data after the JSON header, but the inputs' "
+                f"binary_data_size add up to {binary_total}"
+            )
+        for name, offset, nbytes in bools:
+            check_bool_bytes(name, payload[offset : offset + nbytes])
+    return doc
+
+
+# Checked headers remembered (`check_infer_request`): how many, and the longest (JSON tensor values, which
+# change with every request, make a header longer).
+_KNOWN_HEADERS = 256
+_KNOWN_HEADER_BYTES = 4096
+_Checked = tuple[dict[str, Any], int, tuple[tuple[str, int, int], ...]]
+_known_headers: dict[tuple[bytes, bool, int], _Checked] = {}
+
+
+def _check_header(header: bytes, model: str, *, has_payload: bool, cap: int) -> _Checked:
+    """The header parsed and checked; the binary data's total size, and where BOOL inputs lie in it."""
     doc = parse_header(header)
     if "id" in doc:
         _typed("request 'id'", doc["id"], str)
@@ -132,22 +165,14 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
     binary_total = 0
     bools: list[tuple[str, int, int]] = []  # BOOL inputs in the binary part: name, offset, size
     for i, item in enumerate(inputs):
-        nbytes = _check_input(i, item, model, budget, payload is not None)
+        nbytes = _check_input(i, item, model, budget, has_payload)
         if nbytes and item["datatype"] == "BOOL":
             bools.append((item["name"], binary_total, nbytes))
         binary_total += nbytes
-    if payload is not None:
-        if binary_total != len(payload):
-            raise Refusal(
-                f"the body holds {len(payload)} bytes of binary data after the JSON header, but the inputs' "
-                f"binary_data_size add up to {binary_total}"
-            )
-        for name, offset, nbytes in bools:
-            check_bool_bytes(name, payload[offset : offset + nbytes])
     if "outputs" in doc:
         for j, out in enumerate(_typed("request 'outputs'", doc["outputs"], list)):
             _check_output(j, out)
-    return doc
+    return doc, binary_total, tuple(bools)
 
 
 def _check_request_parameters(params: dict[str, Any]) -> None:
