@@ -1,17 +1,22 @@
 """A relay that checks nothing: every byte read is written on at once (the floor of any gateway hop).
 
-    .venv/bin/python -m benchmarks.passthrough_relay PORT:UPSTREAM_HOST:UPSTREAM_PORT [...]
+    .venv/bin/python -m benchmarks.passthrough_relay [--record FILE --chunks N] PORT:UPSTREAM_HOST:UPSTREAM_PORT [...]
 
-Each argument is one listener on 127.0.0.1:PORT relaying to the upstream address, each client connection
+Each route is one listener on 127.0.0.1:PORT relaying to the upstream address, each client connection
 on a connection of its own. Runs on uvloop, as the gateway does. `gateway_overhead --floor` measures
 it as one more path: what one more TCP hop costs on this machine, before any check (measured here: about
-as much as the same relay written in C).
+as much as the same relay written in C). With `--record`, the first connection to carry N reads
+(either way) has them written to FILE, in order, as a pickled list of ("client" | "server", bytes):
+`relay_replay` feeds them to the gateway's relay.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
+import pickle
+from collections.abc import Callable
+from pathlib import Path
 
 import uvloop
 
@@ -26,6 +31,7 @@ class _Upstream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.client.transport is not None:
+            self.client.record("server", data)
             self.client.transport.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -34,8 +40,9 @@ class _Upstream(asyncio.Protocol):
 
 
 class _Client(asyncio.Protocol):
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int], record: Callable[[str, bytes], None]) -> None:
         self.upstream_at = upstream
+        self.record = record
         self.transport: asyncio.Transport | None = None
         self.upstream: _Upstream | None = None
         self.early: list[bytes] = []
@@ -58,6 +65,7 @@ class _Client(asyncio.Protocol):
         self.early = []
 
     def data_received(self, data: bytes) -> None:
+        self.record("client", data)
         if self.upstream is None or self.upstream.transport is None:
             self.early.append(data)
         else:
@@ -69,21 +77,52 @@ class _Client(asyncio.Protocol):
             self.upstream.transport.close()
 
 
-async def _serve(routes: list[tuple[int, tuple[str, int]]]) -> None:
+class _Recorder:
+    """Each connection's reads, until one connection has `chunks` of them: those go to `path`."""
+
+    def __init__(self, path: Path | None, chunks: int) -> None:
+        self.path, self.chunks = path, chunks
+
+    def connection(self) -> Callable[[str, bytes], None]:
+        if self.path is None:
+            return lambda side, data: None
+        reads: list[tuple[str, bytes]] = []
+
+        def record(side: str, data: bytes) -> None:
+            if self.path is None:
+                return
+            reads.append((side, bytes(data)))
+            if len(reads) >= self.chunks:
+                self.path.write_bytes(pickle.dumps(reads))
+                self.path = None
+
+        return record
+
+
+async def _serve(routes: list[tuple[int, tuple[str, int]]], recorder: _Recorder) -> None:
     loop = asyncio.get_running_loop()
     for port, upstream in routes:
-        await loop.create_server(lambda up=upstream: _Client(up), "127.0.0.1", port)  # type: ignore[misc]
+        await loop.create_server(
+            lambda up=upstream: _Client(up, recorder.connection()),  # type: ignore[misc]
+            "127.0.0.1",
+            port,
+        )
     print("ready", flush=True)
     await asyncio.Event().wait()
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("routes", nargs="+", help="PORT:UPSTREAM_HOST:UPSTREAM_PORT")
+    ap.add_argument("--record", type=Path, help="write one connection's reads here")
+    ap.add_argument("--chunks", type=int, default=20000, help="how many reads to record")
+    args = ap.parse_args(argv)
     routes = []
-    for arg in argv:
+    for arg in args.routes:
         port, host, up_port = arg.split(":")
         routes.append((int(port), (host, int(up_port))))
-    uvloop.run(_serve(routes))
+    uvloop.run(_serve(routes, _Recorder(args.record, args.chunks)))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
