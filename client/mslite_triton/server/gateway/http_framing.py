@@ -31,10 +31,11 @@ MAX_TARGET_BYTES = 8 << 10
 MAX_HEADERS = 100
 LINGER_S = 5.0  # after refusing a body, how long its bytes are read and dropped so the client sees the answer
 LINGER_BYTES = 1 << 30
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN_CHARS = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_TOKEN = re.compile(_TOKEN_CHARS)
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # Header lines that pass both checks above (a token, a colon, a value without control bytes), one after another.
-_GOOD_LINE = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[\x09\x20-\x7e\x80-\xff]*"
+_GOOD_LINE = _TOKEN_CHARS + rb":[\x09\x20-\x7e\x80-\xff]*"
 _GOOD_LINES = re.compile(rb"(?:%s(?:\r\n%s)*)?" % (_GOOD_LINE, _GOOD_LINE))
 _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 INFER_ROUTE = re.compile(rb"/v2/models/([^/]+)(?:/versions/([^/]*))?/infer")

@@ -1,4 +1,6 @@
-"""The HTTP inference check with remembered headers: what follows a known header is still checked each time."""
+"""The HTTP front's checks on their own: header lines (one pattern for all, per line to name a bad one) and
+inference bodies with remembered JSON headers (what follows a known header is still checked each time).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +8,42 @@ import json
 
 import pytest
 
-from mslite_triton.server.gateway.http_framing import stage_body
+from mslite_triton.server.gateway.http_framing import HttpError, parse_head, stage_body
 from mslite_triton.server.gateway.kserve_json import check_infer_request
 from mslite_triton.server.gateway.rules import Refusal
 
 CAP = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("lines", "refused"),
+    [
+        ([b"Host: x", b"Content-Length: 10", b"X-Empty:", b"X-Tab: a\tb \xff"], None),
+        ([], None),
+        ([b"Host: x", b"Bad Name: x"], "malformed header line"),
+        ([b"Host: x", b"nocolon"], "malformed header line"),
+        ([b"Host: x", b""], "malformed header line"),
+        ([b"A: x\x00y"], "header A holds a control byte"),
+        ([b"A: x\rB: y"], "header A holds a control byte"),
+        ([b"Host: x", b"A: \x7f"], "header A holds a control byte"),
+    ],
+)
+def test_header_lines_are_taken_or_refused_by_name(lines, refused):
+    head = b"\r\n".join([b"POST /v2/models/m/infer HTTP/1.1", *lines])
+    if refused is None:
+        req = parse_head(head)
+        assert [raw for _, _, raw in req.headers] == lines
+        assert all(req.header(name) == value for name, value, _ in req.headers)
+    else:
+        with pytest.raises(HttpError, match=refused):
+            parse_head(head)
+
+
+def test_a_header_given_twice_differently_is_refused_when_read():
+    req = parse_head(b"GET / HTTP/1.1\r\nA: 1\r\na: 1\r\nB: 1\r\nb: 2")
+    assert req.header(b"a") == b"1" and req.header(b"missing") is None
+    with pytest.raises(HttpError, match="header b is given more than once with different values"):
+        req.header(b"b")
 
 
 def _header(**extra: object) -> bytes:
