@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from .perf import PerfSettings, measure_composed, medians_by_level
+from .perf import PerfSettings, measure_composed, medians_by_level, variant_names
 from .serving import UNBOUNDED_CPU_BATCHER, ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
@@ -66,10 +66,7 @@ def main() -> None:
     p.add_argument("--levels", default="8,16", help="perf_analyzer concurrencies")
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
-    names = a.variants.split(",")
-    unknown = [n for n in names if n != "naive" and n not in VARIANTS]
-    if unknown:
-        p.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)} and naive")
+    names = variant_names(p, a.variants, VARIANTS)
     levels = [int(c) for c in a.levels.split(",")]
     tools = ensure_tools(ROOT)
     settings = PerfSettings(interval_ms=2000, max_trials=5, stability_pct=25)

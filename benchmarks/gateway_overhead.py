@@ -36,6 +36,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from . import passthrough_relay
 from .serving import process_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,14 +165,7 @@ def _passthrough_relay(srv: Any) -> tuple[subprocess.Popen[str], dict[str, str]]
 
     http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])
     routes = [f"{http_port}:127.0.0.1:{srv.triton_http_port}", f"{grpc_port}:127.0.0.1:{srv.triton_grpc_port}"]
-    relay = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.passthrough_relay", *routes], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    assert relay.stdout is not None
-    if relay.stdout.readline().strip() != "ready":
-        relay.kill()
-        raise RuntimeError("the pass-through relay did not start")
-    return relay, {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
+    return passthrough_relay.start(routes), {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
 
 
 def _serving_cpu_s(pids: list[int]) -> float:

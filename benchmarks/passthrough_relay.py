@@ -15,10 +15,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import uvloop
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start(routes: list[str], *options: str) -> subprocess.Popen[str]:
+    """This relay in a process of its own (`routes` and `options` as on the command line), once it listens.
+
+    Raises:
+        RuntimeError: it did not start (the process is gone).
+    """
+    cmd = [sys.executable, "-m", "benchmarks.passthrough_relay", *options, *routes]
+    relay = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert relay.stdout is not None
+    if relay.stdout.readline().strip() != "ready":
+        relay.kill()
+        relay.wait()
+        raise RuntimeError("the pass-through relay did not start")
+    return relay
 
 
 class _Upstream(asyncio.Protocol):

@@ -8,6 +8,7 @@ still gives no figures, the error keeps the end of its output.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import resource
 import shlex
@@ -15,7 +16,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,15 @@ def measure_composed(
             return measure_alternated(tools, server, names, levels, rounds, settings, describe)
         finally:
             server.stop()
+
+
+def variant_names(parser: argparse.ArgumentParser, text: str, known: Collection[str]) -> list[str]:
+    """A `--variants` value: comma-separated names, each one of `known` or `naive` (parser.error otherwise)."""
+    names = text.split(",")
+    unknown = [n for n in names if n != "naive" and n not in known]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {sorted(known)} and naive")
+    return names
 
 
 def medians_by_level(

@@ -77,6 +77,7 @@ def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
 
 def record(model: str, concurrency: int, chunks: int, path: Path) -> None:
     """perf_analyzer through a recording pass-through relay, until `path` holds `chunks` reads."""
+    from benchmarks import passthrough_relay
     from benchmarks.tools import ensure_tools
     from mslite_triton.server import EmbeddedServer, ServerConfig
     from mslite_triton.server.ports import pick_ports
@@ -86,12 +87,8 @@ def record(model: str, concurrency: int, chunks: int, path: Path) -> None:
     with EmbeddedServer(config) as srv:
         (port,) = pick_ports([("127.0.0.1", 0, "gRPC")])
         route = f"{port}:127.0.0.1:{srv.grpc_port}"
-        cmd = [sys.executable, "-m", "benchmarks.passthrough_relay", "--record", str(path), "--chunks", str(chunks)]
-        relay = subprocess.Popen([*cmd, route], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        relay = passthrough_relay.start([route], "--record", str(path), "--chunks", str(chunks))
         try:
-            assert relay.stdout is not None
-            if relay.stdout.readline().strip() != "ready":
-                raise RuntimeError("the recording relay did not start")
             deadline = time.monotonic() + 300
             while not path.exists() and time.monotonic() < deadline:
                 pa = [str(tools.perf_analyzer), "-m", model, "-u", f"127.0.0.1:{port}", "-i", "grpc"]

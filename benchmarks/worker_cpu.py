@@ -19,7 +19,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from .perf import PerfSettings, measure_composed, medians_by_level
+from .perf import PerfSettings, measure_composed, medians_by_level, variant_names
 from .serving import ModelSpec, compose_repository, with_batcher
 from .tools import ensure_tools
 
@@ -54,10 +54,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
     a = p.parse_args()
-    names = a.variants.split(",")
-    unknown = [n for n in names if n != "naive" and n not in VARIANTS]
-    if unknown:
-        p.error(f"unknown variants {unknown}; known: {sorted(VARIANTS)} and naive")
+    names = variant_names(p, a.variants, VARIANTS)
     levels = [int(c) for c in a.levels.split(",")]
     tools = ensure_tools(ROOT)
     # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
