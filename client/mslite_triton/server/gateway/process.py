@@ -171,7 +171,6 @@ async def serve(args: argparse.Namespace) -> None:
     staging = None
     if not args.no_staging:  # its regions together stay within what admission control lets be in flight
         staging = Staging(up_host, up_port, os.environ.get(ADMIN_KEY_ENV), max_bytes=args.max_inflight_bytes)
-    if staging is not None:
         staging.start()
     upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
     admission = Admission(
