@@ -15,13 +15,14 @@ import onnxruntime as ort
 import pytest
 
 from mslite_backend import weight_store, weights
+from mslite_backend.build_cache import ensure_built
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.protocol import WEIGHTS_INPUT
 from mslite_backend.runtime import ModelRuntime
 from mslite_backend.weight_store import WeightStore, check_full_update, layout, parse_update, sweep_stale
-from mslite_backend.weights import WeightSpec, ensure_built, prepare_model
+from mslite_backend.weights import WeightSpec, prepare_model
 from tests.support import model_zoo as zoo
 
 CPU = InstanceInfo(name="m_0", kind="CPU", device_id=0)

@@ -6,7 +6,7 @@ names and dtypes and get a dynamic first (batch) axis. The conversion runs in a 
 MindSpore costs about 0.5 GB and a few seconds, which no worker should keep. Its result is cached in the
 prepacked weights' machine-wide cache directory (`conversion_cache_root`), keyed by the MindIR file's
 content, MindSpore's version and this converter's version, and built under the same lock
-(`weights.ensure_built`), so the first process to load the model converts it and every other worker
+(`build_cache.ensure_built`), so the first process to load the model converts it and every other worker
 (and every later load of the same file, uploaded or not) reuses it.
 
 This module imports only the standard library at module level: the client imports it too, for
@@ -158,8 +158,8 @@ def convert_cached(mindir_path: str) -> str:
     Raises:
         ModelLoadError: the conversion failed (MindSpore's reason, without paths), or the cache is unusable.
     """
+    from .build_cache import ensure_built
     from .errors import ModelLoadError, client_message
-    from .weights import ensure_built
 
     key = "mindir-" + cache_key(mindir_path)
     try:
@@ -171,20 +171,19 @@ def convert_cached(mindir_path: str) -> str:
         )
     except ConversionError as e:
         raise ModelLoadError(f"kLiteNotSupport: MindSpore could not convert the MindIR model to ONNX: {e}") from e
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, ValueError) as e:
         raise ModelLoadError(f"the converted MindIR model cannot be cached: {client_message(str(e))}") from e
 
 
 def conversion_cache_root() -> str:
-    """Where conversions go: the weights cache's machine-wide place, never beside the model.
+    """Where conversions go: the cache's machine-wide place (`build_cache.shared_cache_root`), never beside the model.
 
-    `MSLITE_TRITON_WEIGHTS_CACHE` when set, else the per-user directory under the temporary directory
-    that `weights.cache_root` falls back to. Not the version directory: Triton gives an uploaded model a
-    fresh copy at every load, so only a machine-wide place makes the conversion happen once per machine.
+    Not the version directory: Triton gives an uploaded model a fresh copy at every load, so only a
+    machine-wide place makes the conversion happen once per machine.
     """
-    from .weights import CACHE_ENV
+    from .build_cache import shared_cache_root
 
-    return os.environ.get(CACHE_ENV) or os.path.join(tempfile.gettempdir(), f"mslite-triton-cache-{os.getuid()}")
+    return shared_cache_root()
 
 
 def cache_key(mindir_path: str) -> str:

@@ -19,29 +19,23 @@ neither prepacks nor constant-folds them.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import platform
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .build_cache import CACHE_ENV, ensure_built, shared_cache_root
 from .config import BackendConfig, InstanceInfo
 from .errors import ModelLoadError
 from .graph import GraphIO, GraphTensor, read_graph_io
 
 MIN_SHARED_BYTES = 1 << 20  # below this, per-worker copies cost less than the optimized file's load
 CACHE_DIR_NAME = ".mslite-cache"
-CACHE_ENV = "MSLITE_TRITON_WEIGHTS_CACHE"
-BUILD_TIMEOUT_S = 600.0
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 
@@ -252,59 +246,9 @@ def cache_root(version_dir: str) -> str:
     `MSLITE_TRITON_WEIGHTS_CACHE` when set, else beside the model when its directory is writable (so it
     goes away with an uploaded model), else a per-user directory under the temporary directory.
     """
-    configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return configured
-    if os.access(version_dir, os.W_OK):
+    if not os.environ.get(CACHE_ENV) and os.access(version_dir, os.W_OK):
         return os.path.join(version_dir, CACHE_DIR_NAME)  # hidden: never part of the content key
-    return os.path.join(tempfile.gettempdir(), f"mslite-triton-cache-{os.getuid()}")
-
-
-def ensure_built(root: str, key: str, build: Callable[[str], None], *, timeout_s: float = BUILD_TIMEOUT_S) -> str:
-    """Path of `<root>/<key>/model.onnx`, built by `build(directory)` unless it exists.
-
-    Safe when many workers (processes) call it at once: one builds under a lock, into a temporary
-    directory renamed into place, so a reader never sees a partial build; the others wait.
-
-    Raises:
-        OSError: the cache cannot be written (or is owned by another user); TimeoutError: the lock was
-            held for longer than `timeout_s`; anything `build` raises.
-    """
-    final = os.path.join(root, key)
-    model = os.path.join(final, "model.onnx")
-    if os.path.isfile(model):
-        return model
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    if os.stat(root).st_uid != os.getuid():
-        raise PermissionError("the weights cache directory belongs to another user")
-    with _exclusive(os.path.join(root, f"{key}.lock"), timeout_s):
-        if os.path.isfile(model):
-            return model
-        tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=root)
-        try:
-            build(tmp)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return model
-
-
-@contextlib.contextmanager
-def _exclusive(lock_path: str, timeout_s: float) -> Iterator[None]:
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"another worker held the build lock for more than {timeout_s:.0f} s") from None
-                time.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
+    return shared_cache_root()
 
 
 def _build(path: str, cfg: BackendConfig, plain: Callable[[], ModelSource], out_dir: str) -> None:
