@@ -33,6 +33,7 @@ from mslite_backend.metrics import (
 )
 from mslite_backend.metrics_publisher import MetricsPublisher
 from mslite_backend.mindir import onnx_source
+from mslite_backend.owned_files import close_stub_region
 from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
 from mslite_backend.runtime import layout
 from mslite_backend.session import failure
@@ -99,6 +100,7 @@ class TritonPythonModel:
 
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
+        close_stub_region()  # first: the region carries every request's tensors
         from mslite_backend.runtime import ModelRuntime  # imports onnxruntime: keep it out of auto-complete
 
         try:

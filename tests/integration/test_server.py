@@ -85,6 +85,17 @@ def test_stop_removes_shm_and_workers(repository: Path, tmp_path: Path):
     assert not srv.workspace.exists()
 
 
+def test_the_workers_regions_are_private(server):
+    """Tritonserver makes each worker's region (every request's tensors) 0644; the worker closes it to 0600."""
+    regions = {}
+    for worker in workers_of(server.process.pid):
+        args = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
+        regions[worker.instance] = Path("/dev/shm", args[2].decode())
+    assert len(regions) >= 8 and all(p.name.startswith(server.shm_prefix) for p in regions.values())
+    modes = {instance: oct(path.stat().st_mode & 0o777) for instance, path in regions.items()}
+    assert set(modes.values()) == {"0o600"}, modes
+
+
 def test_missing_repository_is_named(tmp_path: Path):
     srv = EmbeddedServer(ServerConfig(model_repository=tmp_path / "missing"))
     with pytest.raises(ServerStartError, match="missing' is not a directory"):

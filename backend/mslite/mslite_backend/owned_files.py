@@ -9,6 +9,10 @@ are protocol.py's):
 - WEIGHTS_STORE_PREFIX: a model's weights store (`weight_store`), named after the launcher that owns it
   or the tritonserver process.
 
+The python backend's own region of each worker (`<launcher's shm prefix><uuid>`, made by tritonserver and
+carrying every request's tensors) is the launcher's to remove; `close_stub_region` takes it away from the
+other local users.
+
 Their owners remove them; an owner killed first cannot, so whoever makes new ones calls `sweep_dead_owners`
 first, and the launcher's supervisor sweeps the regions of dead clients (after unregistering them from
 Triton). A zombie (dead, not yet reaped) counts as gone. A pid reused by another process keeps its dead
@@ -22,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 
 SHM_DIR = "/dev/shm"
 
@@ -61,6 +66,37 @@ def sweep_dead_owners(prefix: str, *, root: str = SHM_DIR) -> list[str]:
 def remove_prefixed(prefix: str, *, root: str = SHM_DIR) -> list[str]:
     """Remove every file or folder in `root` whose name starts with `prefix` (an owner that is done with them)."""
     return _remove(root, [name for name in _names(root) if name.startswith(prefix)])
+
+
+def close_stub_region(*, root: str = SHM_DIR) -> str | None:
+    """Make this python-backend worker's own region readable and writable by its user only; returns its name.
+
+    Tritonserver creates the region with mode 0644 whatever the umask (its shared-memory library sets the
+    mode after creating it), so every local user could read the tensors of each request. The worker
+    (stub) is started with the region's name as its second argument and has it open already, so this
+    runs before any request can reach it. None (and nothing changed) outside a worker or for a file
+    that is not this user's.
+    """
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return None
+    name = args[2].decode(errors="replace") if len(args) > 2 else ""
+    if not name or "/" in name or name.startswith("."):
+        return None
+    try:
+        fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        os.fchmod(fd, 0o600)
+        return name
+    finally:
+        os.close(fd)
 
 
 def _names(root: str) -> list[str]:
