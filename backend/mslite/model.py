@@ -277,15 +277,22 @@ class TritonPythonModel:
         try:
             proof = params.get(PROOF_PARAMETER)
             name = self.runtime.cfg.model_name
-            self.update_guard.check(name, manifest, "" if file is None else str(file), proof and str(proof))
+            data = None if file is not None else pb_utils.get_input_tensor_by_name(request, WEIGHTS_INPUT)
+            values = None if data is None else data.as_numpy()
+            self.update_guard.check(
+                name,
+                manifest,
+                "" if file is None else str(file),
+                proof and str(proof),
+                values,
+                used=self.runtime.weights,  # None without updatable weights: refused below anyway
+            )
             if file is not None:
                 version = self.runtime.update_weights(manifest, file=str(file))
                 size = self.runtime.weights.size
             else:
-                data = pb_utils.get_input_tensor_by_name(request, WEIGHTS_INPUT)
-                if data is None:
+                if values is None:
                     raise RequestError(f"a weights update needs its data in input '{WEIGHTS_INPUT}'")
-                values = data.as_numpy()
                 size = values.nbytes
                 version = self.runtime.update_weights(manifest, values)
         except UpdateDenied as e:  # for the operator: someone tried to change the weights without the key

@@ -149,8 +149,9 @@ def _send_update(remote: RemoteModel, inputs: list[tuple[str, np.ndarray]], mani
     parameters = {UPDATE_PARAMETER: manifest}
     if file:
         parameters[FILE_PARAMETER] = file
-    if remote.transport.key:
-        parameters[PROOF_PARAMETER] = sign_update(remote.transport.key, remote.info.name, manifest, file)
+    if remote.transport.key:  # the proof covers the inline values' bytes, so it is good for these alone
+        values = dict(inputs).get(WEIGHTS_INPUT)
+        parameters[PROOF_PARAMETER] = sign_update(remote.transport.key, remote.info.name, manifest, file, data=values)
     remote.transport.infer(remote.info.name, inputs, [], parameters=parameters)
 
 

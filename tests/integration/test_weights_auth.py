@@ -76,12 +76,21 @@ def _update(mod, address: str, weights: np.ndarray, parameters: dict[str, str]) 
     try:
         x = mod.InferInput("x", [1, 4], "FP32")
         x.set_data_from_numpy(np.zeros((1, 4), np.float32))
-        data = weights.astype(np.float32).reshape(1, -1).view(np.uint8)
+        data = _sent(weights)
         w = mod.InferInput(WEIGHTS_INPUT, list(data.shape), "UINT8")
         w.set_data_from_numpy(data)
         client.infer(MODEL, [x, w], parameters=parameters)
     finally:
         client.close()
+
+
+def _sent(weights: np.ndarray) -> np.ndarray:
+    """The bytes of an inline update of `weights`, as WEIGHTS_INPUT carries them (and a proof signs them)."""
+    return weights.astype(np.float32).reshape(1, -1).view(np.uint8)
+
+
+def _proof(key: str, weights: np.ndarray) -> str:
+    return sign_update(key, MODEL, MANIFEST, data=_sent(weights))
 
 
 def _predict(server: EmbeddedServer) -> np.ndarray:
@@ -116,7 +125,7 @@ def test_an_update_without_the_key_is_refused_and_changes_nothing(gw, way):
 def test_an_update_with_the_key_is_applied_once(gw):
     mod, address = _ways_in(gw)["http-gateway"]
     try:
-        parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: sign_update(gw.admin_key, MODEL, MANIFEST)}
+        parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: _proof(gw.admin_key, 3 * np.eye(4))}
         _update(mod, address, 3 * np.eye(4), parameters)
         np.testing.assert_array_equal(_predict(gw), 3 * X)
         with pytest.raises(InferenceServerException, match="its proof was already used"):  # a replay
@@ -150,7 +159,7 @@ def test_the_client_library_proves_the_key_and_without_it_is_told_why(gw, protoc
 
 
 def _restore(server: EmbeddedServer) -> None:
-    parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: sign_update(server.admin_key, MODEL, MANIFEST)}
+    parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: _proof(server.admin_key, np.eye(4))}
     _update(httpclient, f"127.0.0.1:{server.http_port}", np.eye(4), parameters)
 
 
@@ -164,8 +173,26 @@ def test_the_key_survives_a_restart_of_tritonserver(gw):
         _update(httpclient, f"127.0.0.1:{gw.triton_http_port}", -7 * np.eye(4), {UPDATE_PARAMETER: MANIFEST})
     np.testing.assert_array_equal(_predict(gw), before)
     try:
-        parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: sign_update(key, MODEL, MANIFEST)}
+        parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: _proof(key, 2 * np.eye(4))}
         _update(grpcclient, f"127.0.0.1:{gw.grpc_port}", 2 * np.eye(4), parameters)
         np.testing.assert_array_equal(_predict(gw), 2 * X)
+    finally:
+        _restore(gw)
+
+
+def test_a_used_proof_is_refused_by_the_workers_of_a_new_tritonserver(gw):
+    """The accepted proofs live in the launcher's weights store, which every worker shares and a heal keeps."""
+    parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: _proof(gw.admin_key, 3 * np.eye(4))}
+    try:
+        _update(grpcclient, f"127.0.0.1:{gw.grpc_port}", 3 * np.eye(4), parameters)
+        _restore(gw)
+        gw.restart()  # new workers: none of them saw the proof
+        for weights, why in (
+            (3 * np.eye(4), "its proof was already used"),
+            (-7 * np.eye(4), "its proof was already used"),
+        ):
+            with pytest.raises(InferenceServerException, match=f"weights update refused: {why}"):
+                _update(httpclient, f"127.0.0.1:{gw.http_port}", weights, parameters)
+        np.testing.assert_array_equal(_predict(gw), X)
     finally:
         _restore(gw)

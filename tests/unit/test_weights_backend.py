@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,20 @@ def test_first_worker_writes_version_1_and_the_others_join(store_dir: str) -> No
             assert snap.arrays[spec.name].dtype == np.dtype(spec.dtype) and not snap.arrays[spec.name].flags.writeable
     second.close()
     first.close()
+
+
+def test_a_proof_nonce_claimed_by_one_worker_is_used_for_all(store_dir: str) -> None:
+    one = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0))
+    two = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0))
+    try:
+        assert one.claim_nonce("n1", 1000, oldest=940) and not two.nonce_used("n2")
+        assert two.nonce_used("n1") and not two.claim_nonce("n1", 1000, oldest=940)
+        assert two.claim_nonce("n2", 1100, oldest=1040)  # n1 is out of the window now: dropped
+        assert not one.nonce_used("n1") and one.nonce_used("n2")
+        assert stat.S_IMODE(os.stat(os.path.join(store_dir, "proofs")).st_mode) == 0o600
+    finally:
+        one.close()
+        two.close()
 
 
 def test_an_update_reaches_every_handle_and_old_snapshots_keep_old_values(store_dir: str) -> None:

@@ -187,11 +187,18 @@ def test_with_the_admin_key_every_update_carries_a_proof_the_worker_accepts(use_
     (call,) = transport.calls
     params = call["parameters"]
     assert (FILE_PARAMETER in params) == use_shm
-    UpdateGuard("admin").check("m", params[UPDATE_PARAMETER], params.get(FILE_PARAMETER, ""), params[PROOF_PARAMETER])
+    values = call["inputs"].get(WEIGHTS_INPUT)  # what the worker receives inline (None with a file)
+    assert (values is None) == use_shm
+    UpdateGuard("admin").check(
+        "m", params[UPDATE_PARAMETER], params.get(FILE_PARAMETER, ""), params[PROOF_PARAMETER], values
+    )
     with pytest.raises(UpdateDenied, match="does not match"):
         UpdateGuard("other").check(
-            "m", params[UPDATE_PARAMETER], params.get(FILE_PARAMETER, ""), params[PROOF_PARAMETER]
+            "m", params[UPDATE_PARAMETER], params.get(FILE_PARAMETER, ""), params[PROOF_PARAMETER], values
         )
+    if values is not None:  # the proof is good for these bytes only
+        with pytest.raises(UpdateDenied, match="not those it was made for"):
+            UpdateGuard("admin").check("m", params[UPDATE_PARAMETER], "", params[PROOF_PARAMETER], values ^ 1)
 
 
 def test_without_the_key_no_proof_is_sent_and_a_refusal_says_so() -> None:

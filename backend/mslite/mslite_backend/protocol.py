@@ -110,8 +110,9 @@ def batcher_defaults(
 UPDATE_PARAMETER = "mslite_weights_update"
 FILE_PARAMETER = "mslite_weights_file"
 WEIGHTS_INPUT = "__mslite_weights__"
-# Proof that the sender holds the admin key: `v1.<unix seconds>.<nonce>.<hex HMAC-SHA256>`, the MAC taken
-# under the key over `update_message(...)`. The key itself never travels in a request.
+# Proof that the sender holds the admin key: `v2.<unix seconds>.<nonce>.<hex HMAC-SHA256>`, the MAC taken
+# under the key over `update_message(...)`, which covers the update's bytes (their SHA-256 when they travel
+# in WEIGHTS_INPUT). The key itself never travels in a request.
 # The config keys that name the updatable weights: MindSpore Lite's `[ascend_context] variable_weights_list`
 # as it stands in a hand-written config or as the client forwards it, or the neutral `[weights] updatable`.
 VARIABLE_WEIGHTS_KEYS = ("variable_weights_list", "ascend_context.variable_weights_list", "weights.updatable")
@@ -122,39 +123,60 @@ UPLOAD_PREFIX = "mslite_weights_upload_"
 UPDATE_ALIGN = 64
 FILE_REFUSED = "update file not usable on the server's host"
 PROOF_PARAMETER = "mslite_weights_proof"
-PROOF_SCHEME = "v1"
-PROOF_WINDOW_S = 300  # a proof older or newer than this (clock skew included) is refused
+PROOF_SCHEME = "v2"
+PROOF_WINDOW_S = 60  # a proof older or newer than this (clock skew included) is refused
 # The environment variable that hands the admin key to tritonserver and, by inheritance, to its workers
 # (the launcher sets it; the container entrypoint gets it from the deployment). Clients read it too.
 ADMIN_KEY_ENV = "MSLITE_TRITON_KEY"
 
 
-def update_message(model: str, manifest: str, file: str, timestamp: int, nonce: str) -> bytes:
-    """The bytes a proof's MAC covers: the model, what the update writes and where from, and when.
+def update_message(model: str, manifest: str, file: str, digest: str, timestamp: int, nonce: str) -> bytes:
+    """The bytes a proof's MAC covers: the model, what the update writes, its bytes or file, and when.
 
-    Fields are length-prefixed, so no two different updates share a message.
+    `digest` is `payload_digest` of the inline values ("" for an update file: its name is covered, and
+    the worker takes only a file of its own user). Fields are length-prefixed, so no two different
+    updates share a message.
     """
-    fields = (PROOF_SCHEME, model, manifest, file, str(timestamp), nonce)
+    fields = (PROOF_SCHEME, model, manifest, file, digest, str(timestamp), nonce)
     return b"".join(f"{len(f.encode())}:".encode() + f.encode() for f in fields)
 
 
-def update_mac(key: str, model: str, manifest: str, file: str, timestamp: int, nonce: str) -> str:
+def payload_digest(data: Any) -> str:
+    """SHA-256 (hex) of an update's inline values: any C-contiguous buffer, e.g. a uint8 array."""
+    import hashlib
+
+    return hashlib.sha256(memoryview(data).cast("B")).hexdigest()
+
+
+def update_mac(key: str, model: str, manifest: str, file: str, digest: str, timestamp: int, nonce: str) -> str:
     """HMAC-SHA256 of `update_message(...)` under `key`, in hex."""
     import hashlib
     import hmac
 
-    message = update_message(model, manifest, file, timestamp, nonce)
+    message = update_message(model, manifest, file, digest, timestamp, nonce)
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
 
 
-def sign_update(key: str, model: str, manifest: str, file: str = "", *, now: float | None = None) -> str:
-    """The PROOF_PARAMETER value of one update (`file`: the FILE_PARAMETER value, or "" when inline)."""
+def sign_update(
+    key: str, model: str, manifest: str, file: str = "", *, data: Any = None, now: float | None = None
+) -> str:
+    """The PROOF_PARAMETER value of one update.
+
+    Args:
+        key: the server's admin key.
+        model: the model's name.
+        manifest: the UPDATE_PARAMETER value.
+        file: the FILE_PARAMETER value, or "" when the values travel inline.
+        data: the inline values exactly as sent in WEIGHTS_INPUT (None with `file`).
+        now: the time to sign with (default: now).
+    """
     import secrets
     import time
 
     timestamp = int(time.time() if now is None else now)
     nonce = secrets.token_hex(12)
-    return f"{PROOF_SCHEME}.{timestamp}.{nonce}.{update_mac(key, model, manifest, file, timestamp, nonce)}"
+    digest = "" if data is None else payload_digest(data)
+    return f"{PROOF_SCHEME}.{timestamp}.{nonce}.{update_mac(key, model, manifest, file, digest, timestamp, nonce)}"
 
 
 def parse_proof(proof: str) -> tuple[int, str, str]:

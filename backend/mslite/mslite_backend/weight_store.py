@@ -8,7 +8,9 @@ One directory per loaded model (in `/dev/shm`, so the pages are shared memory th
   but a store the launcher owns (`WEIGHTS_OWNER_ENV`) is the launcher's to remove: it outlives every
   worker and tritonserver, and the first worker of a new load adopts its last published version;
 - `version`: 8 bytes, the published version, read by each worker at the start of each execute;
-- `v<N>.bin`: every weight of version N at 64-byte aligned offsets, never modified once published.
+- `v<N>.bin`: every weight of version N at 64-byte aligned offsets, never modified once published;
+- `proofs`: `<timestamp> <nonce>` of each update proof a worker accepted within the proofs' window, so
+  that a proof is good once for all the workers of the model (`update_auth`).
 
 An update is validated in full first (names, dtypes, shapes, sizes), then written to a new file that is
 renamed into place, and only then is its number published: a worker maps either the old or the new
@@ -44,6 +46,8 @@ ALIGN = UPDATE_ALIGN
 PREFIX = WEIGHTS_STORE_PREFIX
 _UPLOAD_NAME = re.compile(UPLOAD_PREFIX + r"[A-Za-z0-9_]{1,64}")
 _VERSION_FILE = re.compile(r"^v(\d+)\.bin$")
+PROOFS_FILE = "proofs"
+MAX_PROOFS = 10_000  # accepted proofs remembered per model; a window's worth of updates is far fewer
 _OWNER = re.compile(r"[0-9]{1,10}_[0-9a-f]{8,32}")  # `<launcher pid>_<hex>`, see protocol.WEIGHTS_OWNER_ENV
 
 
@@ -365,6 +369,32 @@ class WeightStore:
         finally:
             os.close(fd)  # the old mapping is unmapped when `previous` goes
 
+    def nonce_used(self, nonce: str) -> bool:
+        """True when a worker of this model accepted an update proof with this nonce (within the window)."""
+        return any(n == nonce for _, n in _proof_rows(_read(os.path.join(self.directory, PROOFS_FILE))))
+
+    def claim_nonce(self, nonce: str, timestamp: int, oldest: float) -> bool:
+        """Record an accepted proof's nonce for every worker; False when one recorded it first.
+
+        Entries dated before `oldest` (out of the window: refused anyway) are dropped, and at most
+        `MAX_PROOFS` are kept, the newest.
+        """
+        path = os.path.join(self.directory, PROOFS_FILE)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            rows = _proof_rows(_read(path))
+            if any(n == nonce for _, n in rows):
+                return False
+            rows = sorted([r for r in rows if r[0] >= oldest] + [(timestamp, nonce)])[-MAX_PROOFS:]
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w", encoding="ascii") as f:
+                f.write("".join(f"{t} {n}\n" for t, n in rows))
+            os.rename(tmp, path)
+            return True
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
     def close(self) -> None:
         """Leave the store; the last worker out removes it, unless the launcher owns it. Safe to call twice."""
         if self._lock_fd < 0:
@@ -459,6 +489,15 @@ def _retire(directory: str, keep_from: int) -> None:
         if m and int(m.group(1)) < keep_from:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, name))
+
+
+def _proof_rows(text: str) -> list[tuple[int, str]]:
+    rows = []
+    for line in text.splitlines():
+        stamp, _, nonce = line.partition(" ")
+        if stamp.isdigit() and nonce:
+            rows.append((int(stamp), nonce))
+    return rows
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
