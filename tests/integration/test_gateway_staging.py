@@ -168,6 +168,24 @@ def test_a_killed_gateways_regions_are_unregistered_and_removed(srv):
     np.testing.assert_array_equal(_infer("http", srv.http_port, a, b), a - b)
 
 
+def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
+    """Its regions are not registered with the new tritonserver until it stages again: nothing lists them."""
+    a, b = _inputs(19)
+    _infer("http", srv.http_port, a, b)
+    old = _gateway_prefix(srv)
+    assert srv.process is not None and srv._supervisor is not None
+    before = len(srv._supervisor.heals)
+    os.kill(srv.process.pid, signal.SIGKILL)
+    _wait(lambda: len(srv._supervisor.heals) > before and srv._supervisor.heals[-1].ok, "tritonserver's heal")
+    assert [n for n in os.listdir(SHM) if n.startswith(old)] and not [n for n in _registered(srv) if n.startswith(old)]
+    assert srv.gateway is not None and srv.gateway.pid is not None
+    before = len(srv._supervisor.heals)
+    os.kill(srv.gateway.pid, signal.SIGKILL)
+    _wait(lambda: len(srv._supervisor.heals) > before, "the gateway's heal")
+    _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed", timeout_s=20)
+    np.testing.assert_array_equal(_infer("http", srv.http_port, a, b), a - b)
+
+
 def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
     add_model(tmp_path, "pair", _pair(), MINIMAL)
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)

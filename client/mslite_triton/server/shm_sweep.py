@@ -6,7 +6,7 @@ tritonserver keeps the registration, and with it the region mapped, for as long 
 clients took it from 9 to 176 MiB of shared memory). The launcher's supervisor therefore calls
 `ClientRegionSweep.maybe_sweep` on each poll; every few seconds it asks Triton for the registered regions
 and unregisters those whose owner process is gone (the gateway's staging regions too, named the same way),
-then removes the dead clients' files from /dev/shm
+then removes the files of every dead client or gateway from /dev/shm, registered or not
 (`owned_files.sweep_dead_owners`, the one sweep the clients run too).
 
 A pid that was reused by another process keeps its dead owner's region until that process is gone too. A
@@ -62,9 +62,12 @@ class ClientRegionSweep:
             quoted = urllib.parse.quote(name, safe="")
             self.server.http_json("POST", f"/v2/systemsharedmemory/region/{quoted}/unregister", {})
             removed.append(name)
+        # The files of every dead owner, registered or not: a gateway killed after a tritonserver restart,
+        # before it registered its regions with the new server again, leaves files Triton never lists.
+        # None of them is registered now (the dead ones were unregistered above), so none is in use.
+        for prefix in REGION_PREFIXES:
+            sweep_dead_owners(prefix)
         if removed:
-            for prefix in REGION_PREFIXES:  # their files too (a region's file has its name)
-                sweep_dead_owners(prefix)
             log.info("unregistered %d shared-memory region(s) of dead clients: %s", len(removed), ", ".join(removed))
             self.swept += removed
         return removed
