@@ -195,3 +195,17 @@ def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
         prefix = _gateway_prefix(server)
         assert [n for n in os.listdir(SHM) if n.startswith(prefix)]
     assert not [n for n in os.listdir(SHM) if n.startswith(prefix)]
+
+
+def test_a_killed_gateway_leaves_no_region_once_the_server_stops(tmp_path: Path):
+    add_model(tmp_path, "pair", _pair(), MINIMAL)
+    config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
+    with EmbeddedServer(config) as server:
+        a, b = _inputs(23)
+        np.testing.assert_array_equal(_infer("http", server.http_port, a, b), a - b)
+        prefix = _gateway_prefix(server)
+        assert server.gateway is not None and server.gateway.pid is not None
+        os.kill(server.gateway.pid, signal.SIGKILL)  # no supervisor: nobody sweeps until the stop
+        _wait(lambda: not server.gateway.is_running(), "the gateway's death")
+        assert [n for n in os.listdir(SHM) if n.startswith(prefix)]
+    assert not [n for n in os.listdir(SHM) if n.startswith(prefix)]

@@ -32,8 +32,8 @@ from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
 from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
-from mslite_triton_backend.mslite_backend.owned_files import remove_prefixed
-from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_STORE_PREFIX
+from mslite_triton_backend.mslite_backend.owned_files import remove_prefixed, sweep_dead_owners
+from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 
 __all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "ServerConfig", "ServerStartError"]
 
@@ -295,8 +295,11 @@ class EmbeddedServer:
         self._launch(stop_on_failure=False, load_models=load_models)
 
     def cleanup_shm(self) -> list[str]:
-        """Remove every `/dev/shm` region with this server's prefix; returns the names removed."""
-        return remove_prefixed(self.shm_prefix)
+        """Remove every `/dev/shm` region with this server's prefix, and dead gateways' regions; returns their names.
+
+        Called once tritonserver has exited: no registration of a dead gateway's region is left to mind.
+        """
+        return remove_prefixed(self.shm_prefix) + sweep_dead_owners(GATEWAY_REGION_PREFIX)
 
     def remove_workspace(self) -> None:
         """Delete the composed backend directory and the log."""
