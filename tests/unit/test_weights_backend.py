@@ -176,6 +176,47 @@ def test_first_worker_writes_version_1_and_the_others_join(store_dir: str) -> No
     first.close()
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_store_whose_first_version_fails_is_removed(store_dir: str, persistent: bool) -> None:
+    def failing() -> Any:
+        yield _values(0)[0]
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ModelLoadError, match="cannot create the shared weights store"):
+        WeightStore.open(store_dir, "m", SPECS, failing, persistent=persistent)
+    assert not os.path.exists(store_dir)
+    WeightStore.open(store_dir, "m", SPECS, lambda: _values(0), persistent=persistent).close()  # loads again
+
+
+def test_a_launchers_store_goes_with_a_failed_load_unless_it_holds_updates(store_dir: str) -> None:
+    store = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0), persistent=True)
+    store.close(failed_load=True)  # only the model file's values, written by this load: nothing to keep
+    assert not os.path.exists(store_dir)
+    store = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0), persistent=True)
+    store.update(_manifest(SPECS[:1]), _blob([_values(1)[0]]))
+    store.close(failed_load=True)  # an update is published: a heal or the next load adopts it
+    assert os.path.exists(store_dir)
+    adopted = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0), persistent=True)
+    assert adopted.version == 2 and not adopted.made
+    adopted.close(failed_load=True)
+    assert os.path.exists(store_dir)
+    store.close()  # twice: nothing happens
+
+
+def test_a_killed_writers_temporary_file_goes_with_the_next_writer_or_worker(store_dir: str) -> None:
+    store = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0))
+    try:
+        for orphan in (".v2.99999.tmp", ".proofs.99999.tmp"):  # what a worker killed mid-update leaves
+            Path(store_dir, orphan).write_bytes(b"x" * store.size)
+        WeightStore.open(store_dir, "m", SPECS, lambda: _values(0)).close()  # a worker joining (a heal)
+        assert not [n for n in os.listdir(store_dir) if n.endswith(".tmp")]
+        Path(store_dir, ".v2.99999.tmp").write_bytes(b"x" * store.size)
+        assert store.update(_manifest(SPECS[:1]), _blob([_values(1)[0]])) == 2
+        assert not [n for n in os.listdir(store_dir) if n.endswith(".tmp")]
+    finally:
+        store.close()
+
+
 def test_a_proof_nonce_claimed_by_one_worker_is_used_for_all(store_dir: str) -> None:
     one = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0))
     two = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0))

@@ -107,7 +107,7 @@ class ModelRuntime:
             if cfg.warmup:
                 runtime.warm_up()
         except BaseException:
-            runtime.close()
+            runtime.close(failed_load=True)
             raise
         release_free_memory()  # loading's temporaries (parsing, hashing, building) would stay in every worker
         return runtime
@@ -261,10 +261,10 @@ class ModelRuntime:
             )
         return self.weights.update(manifest, data) if file is None else self.weights.adopt(manifest, file)
 
-    def close(self) -> None:
-        """Leave the weights store (the last worker removes it). Safe to call twice."""
+    def close(self, *, failed_load: bool = False) -> None:
+        """Leave the weights store (the last worker removes it; see `WeightStore.close`). Safe to call twice."""
         if self.weights is not None:
-            self.weights.close()
+            self.weights.close(failed_load=failed_load)
 
 
 def layout(feeds: Feeds) -> tuple:

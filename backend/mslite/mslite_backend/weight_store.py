@@ -12,6 +12,10 @@ One directory per loaded model (in `/dev/shm`, so the pages are shared memory th
 - `proofs`: `<timestamp> <nonce>` of each update proof a worker accepted within the proofs' window, so
   that a proof is good once for all the workers of the model (`update_auth`).
 
+Nothing half-made stays: a store whose first version could not be written is removed at once, a launcher's
+store goes with a failed load when it holds no update, and the temporary file of a writer killed mid-write
+is removed by the next writer or joining worker (all of them under `lock`).
+
 An update is validated in full first (names, dtypes, shapes, sizes), then written to a new file that is
 renamed into place, and only then is its number published: a worker maps either the old or the new
 file for a whole execute, so a request sees all-old or all-new weights, and a rejected update changes
@@ -189,6 +193,7 @@ class WeightStore:
         self._current: Snapshot | None = None
         self.on_switch: Callable[[int], None] | None = None
         self.persistent = False  # the launcher's store: it outlives this load (see `open`)
+        self.made = False  # this worker wrote version 1 (it adopted no earlier weights)
 
     @classmethod
     def open(
@@ -222,6 +227,7 @@ class WeightStore:
             raise ModelLoadError(f"model '{model}': cannot create the shared weights store ({e.strerror})") from e
         fds: list[int] = []
         store = None
+        made = False  # this worker (re)wrote version 1: nothing published before it is in the store
         try:
             fds = [os.open(os.path.join(directory, n), os.O_RDWR | os.O_CREAT, 0o600) for n in ("alive", "version")]
             try:
@@ -229,19 +235,24 @@ class WeightStore:
                 first = True
             except BlockingIOError:
                 first = False
+            _remove_orphans(directory)
             described = json.dumps([[s.name, s.dtype, list(s.shape)] for s in specs])
             if first and not (persistent and _adoptable(directory, fds[1], described, layout(specs)[1])):
+                made = True
                 _reset(directory, fds[1], described, specs, initial)
             elif _read(os.path.join(directory, "layout.json")) != described:
                 raise ModelLoadError(f"model '{model}': the shared weights store holds another model's weights")
             fcntl.flock(fds[0], fcntl.LOCK_SH)
             store = cls(directory, model, specs, (lock_fd, fds[0], fds[1]))
             store.persistent = persistent
+            store.made = made
             os.close(fds[1])
             return store
         except OSError as e:
             raise ModelLoadError(f"model '{model}': cannot create the shared weights store ({e.strerror})") from e
         finally:
+            if store is None and made:  # a half-made store (its first version unfinished) is nobody's
+                shutil.rmtree(directory, ignore_errors=True)
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
             if store is None:
                 for fd in (*fds, lock_fd):
@@ -337,6 +348,7 @@ class WeightStore:
         """
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
+            _remove_orphans(self.directory)
             current = self.version
             new = current + 1
             tmp = os.path.join(self.directory, f".v{new}.{os.getpid()}.tmp")
@@ -386,7 +398,7 @@ class WeightStore:
             if any(n == nonce for _, n in rows):
                 return False
             rows = sorted([r for r in rows if r[0] >= oldest] + [(timestamp, nonce)])[-MAX_PROOFS:]
-            tmp = f"{path}.{os.getpid()}.tmp"
+            tmp = os.path.join(self.directory, f".{PROOFS_FILE}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with open(fd, "w", encoding="ascii") as f:
                 f.write("".join(f"{t} {n}\n" for t, n in rows))
@@ -395,15 +407,22 @@ class WeightStore:
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def close(self) -> None:
-        """Leave the store; the last worker out removes it, unless the launcher owns it. Safe to call twice."""
+    def close(self, *, failed_load: bool = False) -> None:
+        """Leave the store; the last worker out removes it, unless the launcher owns it. Safe to call twice.
+
+        Args:
+            failed_load: the worker's load failed after it joined. A launcher's store goes too then, when
+                the last one out, if it holds only the version 1 this worker wrote: no update to keep,
+                and a model that did not load must not leave a store of its weights' size behind.
+        """
         if self._lock_fd < 0:
             return
         self._current = None
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
             fcntl.flock(self._alive_fd, fcntl.LOCK_UN)
-            if not self.persistent:  # a launcher's store stays until the launcher stops
+            nothing_to_keep = failed_load and self.made and self.version == 1
+            if not self.persistent or nothing_to_keep:  # a launcher's store stays until the launcher stops
                 try:
                     fcntl.flock(self._alive_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     shutil.rmtree(self.directory, ignore_errors=True)  # nobody else holds it: the last one out
@@ -463,7 +482,7 @@ def _reset(
 ) -> None:
     """Version 1 from the model file (the first worker of a load; earlier contents are discarded)."""
     for name in os.listdir(directory):
-        if _VERSION_FILE.match(name) or name.endswith(".tmp"):
+        if _VERSION_FILE.match(name):
             os.unlink(os.path.join(directory, name))
     offsets, size = layout(specs)
     tmp = os.path.join(directory, f".v1.{os.getpid()}.tmp")
@@ -480,6 +499,19 @@ def _reset(
         f.write(described)
     os.ftruncate(version_fd, 8)
     os.pwrite(version_fd, np.array([1], dtype=np.uint64).tobytes(), 0)
+
+
+def _remove_orphans(directory: str) -> None:
+    """Remove the temporary files of writers killed mid-write (call under the writers' lock).
+
+    Every temporary file is written under that lock, so one found while holding it has no live writer:
+    without this, a worker killed during an update would leave a file of the weights' full size for as
+    long as the store lives.
+    """
+    for name in os.listdir(directory):
+        if name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
 
 
 def _retire(directory: str, keep_from: int) -> None:
