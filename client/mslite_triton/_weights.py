@@ -1,10 +1,10 @@
 """Weights updates from the client: the update files and requests, and the build's weights settings.
 
 `Model.update_weights` and `ModelParallelRunner.update_weights` send new values for a model's updatable
-weights (`send_weights`): inline, as the bytes of the hidden input WEIGHTS_INPUT, or, from a client on the
-server's host that replaces every weight, as one file written straight into /dev/shm in the store's version
-layout, which the server links in: one copy, not three (protocol.py: UPLOAD_PREFIX, UPDATE_ALIGN,
-FILE_REFUSED). At build time `weight_sections` turns the config's name-list files into the lists the
+weights (`send_weights`): from a client on the server's host, as one file written straight into /dev/shm,
+each weight 64-byte aligned (for every weight, the store's version layout, which the server links in: one
+copy, not three); else inline, as the bytes of the hidden input WEIGHTS_INPUT (protocol.py: UPLOAD_PREFIX,
+UPDATE_ALIGN, FILE_REFUSED). At build time `weight_sections` turns the config's name-list files into the lists the
 server reads.
 """
 
@@ -38,6 +38,7 @@ from .errors import InvalidInputError, PermissionDeniedError
 from .tensor import Tensor, _contiguous, from_triton_dtype, to_numpy_dtype
 
 UPLOAD_DIR = "/dev/shm"
+FILE_MIN_BYTES = 1 << 20  # a partial update this large goes by file on the server's host
 log = logging.getLogger(__name__)
 
 
@@ -124,7 +125,12 @@ def update_weights(remote: RemoteModel, tensors: list[Tensor], aliases: dict[str
     # Triton requires every non-optional input: placeholders of one sample, which the backend ignores.
     inputs = [(t.name, _placeholder(t, remote.batched)) for t in remote.info.inputs]
     try:
-        if sorted(names) == sorted(declared) and remote.transport.use_shm and os.access(UPLOAD_DIR, os.W_OK):
+        # On the server's host an update of every weight, or a large one, goes by file: no request carries the
+        # values, so the gateway's request size limit does not apply (a full update is linked in, a partial one
+        # copied). A small partial update goes inline, which costs less than a file.
+        full = sorted(names) == sorted(declared)
+        large = sum(a.nbytes for a in arrays) >= FILE_MIN_BYTES
+        if (full or large) and remote.transport.use_shm and os.access(UPLOAD_DIR, os.W_OK):
             order = {n: i for i, n in enumerate(declared)}
             try:
                 _update_by_file(remote, sorted(zip(names, arrays), key=lambda p: order[p[0]]), inputs)
@@ -158,7 +164,7 @@ def _send_update(remote: RemoteModel, inputs: list[tuple[str, np.ndarray]], mani
 def _update_by_file(
     remote: RemoteModel, weights: list[tuple[str, np.ndarray]], inputs: list[tuple[str, np.ndarray]]
 ) -> None:
-    """Write every weight into a /dev/shm file in the store's layout and let the server link it in."""
+    """Write the weights into a /dev/shm file, each 64-byte aligned, and let the server take it in."""
     sweep_dead_owners(UPLOAD_PREFIX, root=UPLOAD_DIR)  # files of clients killed before they removed them
     name = f"{UPLOAD_PREFIX}{os.getpid()}_{secrets.token_hex(8)}"
     path = os.path.join(UPLOAD_DIR, name)

@@ -22,7 +22,7 @@ from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError,
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.protocol import WEIGHTS_INPUT
 from mslite_backend.runtime import ModelRuntime
-from mslite_backend.weight_store import WeightStore, check_full_update, layout, parse_update, sweep_stale
+from mslite_backend.weight_store import WeightStore, layout, parse_update, sweep_stale
 from mslite_backend.weights import WeightSpec, prepare_model
 from tests.support import model_zoo as zoo
 
@@ -143,14 +143,6 @@ def test_parse_update_rejects_what_does_not_fit(manifest: str, size: int, messag
     with pytest.raises(RequestError, match=message) as exc:
         parse_update("m", manifest, size, SPECS)
     assert "model 'm'" in str(exc.value)
-
-
-def test_a_file_update_needs_every_weight_in_order() -> None:
-    check_full_update("m", _manifest(), SPECS)
-    with pytest.raises(RequestError, match="every updatable weight, in declared order"):
-        check_full_update("m", _manifest(SPECS[::-1]), SPECS)
-    with pytest.raises(RequestError, match="every updatable weight"):
-        check_full_update("m", _manifest(SPECS[:2]), SPECS)
 
 
 # --- the store: versions --------------------------------------------------------------------------
@@ -275,6 +267,30 @@ def test_old_versions_are_retired(store_dir: str) -> None:
     assert sorted(n for n in os.listdir(store_dir) if n.endswith(".bin")) == ["v4.bin", "v5.bin"]
     np.testing.assert_array_equal(store.snapshot().arrays["c"], _values(4)[2])
     store.close()
+
+
+def test_a_file_of_some_weights_in_any_order_is_copied_in(store_dir: str) -> None:
+    """A partial update by file: no request carries the values, so no request size cap applies to it."""
+    store = WeightStore.open(store_dir, "m", SPECS, lambda: _values(0))
+    listed = (SPECS[2], SPECS[0])  # c, then a
+    offsets, size = layout(listed)
+    data = bytearray(size)
+    for value, offset in zip((_values(5)[2], _values(5)[0]), offsets):
+        data[offset : offset + value.nbytes] = value.tobytes()
+    path = Path(store_dir).parent / "mslite_weights_upload_1_cd"
+    path.write_bytes(bytes(data))
+    try:
+        assert store.adopt(_manifest(listed), path.name) == 2
+        arrays = store.snapshot().arrays
+        np.testing.assert_array_equal(arrays["a"], _values(5)[0])
+        np.testing.assert_array_equal(arrays["b"], _values(0)[1])  # not in the file: kept
+        np.testing.assert_array_equal(arrays["c"], _values(5)[2])
+        assert os.stat(path).st_nlink == 1  # copied: the version file holds every weight
+        with pytest.raises(RequestError, match=f"regular file of this user of {layout(SPECS[:1])[1]} bytes"):
+            store.adopt(_manifest(SPECS[:1]), path.name)  # a manifest the file does not match
+        assert store.version == 2
+    finally:
+        store.close()
 
 
 def test_a_file_in_the_version_layout_is_linked_in(store_dir: str) -> None:

@@ -280,3 +280,16 @@ def test_update_files_of_dead_clients_are_swept() -> None:
     transport = FakeTransport(use_shm=True)
     update_weights(_remote_model(transport), [_tensor(W0_VALUE, "w0"), _tensor(B0_VALUE, "b0")], {})
     assert not stale.exists() and len(transport.calls) == 1
+
+
+def test_a_large_partial_update_on_the_servers_host_goes_through_a_file() -> None:
+    """No request carries its values, so it passes whatever the gateway's request size limit."""
+    transport = FakeTransport(use_shm=True, key="admin")
+    big = np.arange(_weights.FILE_MIN_BYTES // 8, dtype=np.int64)
+    remote = _remote_model(transport, "w0,b0")
+    update_weights(remote, [_tensor(big, "b0")], {})
+    (call,) = transport.calls
+    assert WEIGHTS_INPUT not in call["inputs"] and call["file"][: big.nbytes] == big.tobytes()
+    assert json.loads(call["parameters"][UPDATE_PARAMETER]) == [{"name": "b0", "dtype": "<i8", "shape": [big.size]}]
+    params = call["parameters"]
+    UpdateGuard("admin").check("m", params[UPDATE_PARAMETER], params[FILE_PARAMETER], params[PROOF_PARAMETER])

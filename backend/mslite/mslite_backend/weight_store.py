@@ -125,17 +125,6 @@ def parse_update(model: str, manifest: str, size: int, specs: tuple[WeightSpec, 
     return seen
 
 
-def check_full_update(model: str, manifest: str, specs: tuple[WeightSpec, ...]) -> None:
-    """Check a manifest for a file written in the version layout: every weight, in declared order.
-
-    Raises:
-        RequestError: as `parse_update`, or a weight is missing or out of order.
-    """
-    names = [s.name for s in _checked_entries(model, manifest, specs)]
-    if names != [s.name for s in specs]:
-        raise RequestError(f"model '{model}': an update file must hold every updatable weight, in declared order")
-
-
 def _checked_entries(model: str, manifest: str, specs: tuple[WeightSpec, ...]) -> list[WeightSpec]:
     where = f"model '{model}'"
     try:
@@ -312,34 +301,48 @@ class WeightStore:
         return self._publish(lambda tmp, current: self._write(tmp, current, changes, view))
 
     def adopt(self, manifest: str, name: str) -> int:
-        """Publish a file that a client on this host wrote in the version layout, without a copy.
+        """Publish the weights of a file that a client on this host wrote into the store's directory.
 
-        The file holds every weight, 64-byte aligned, in declared order; a hard link makes it the new
-        version (the client removes its own name afterwards).
+        The file holds the manifest's weights in its order, each at a 64-byte aligned offset (`layout`).
+        Holding every weight in declared order, it is the version layout, and a hard link makes it the
+        new version without a copy; else its weights are copied into the new version, the others kept
+        (the client removes its own name afterwards). No request carries the values, so no request size
+        limit applies.
 
         Raises:
             RequestError: the manifest does not fit; or the file is missing, foreign or of the wrong size
                 (message `FILE_REFUSED`: the client, e.g. on another host, sends the values inline instead).
             InferenceFailure: publishing failed; nothing changed.
         """
-        check_full_update(self.model, manifest, self.specs)
+        listed = tuple(_checked_entries(self.model, manifest, self.specs))
+        offsets, size = layout(listed)
         path = upload_path(name, os.path.dirname(self.directory))
         try:
-            st = os.lstat(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             raise RequestError(f"model '{self.model}': {FILE_REFUSED} (missing)") from None
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != self.size:
-            raise RequestError(
-                f"model '{self.model}': {FILE_REFUSED} (not a regular file of this user of {self.size} bytes)"
-            )
+        except OSError:  # e.g. a symbolic link (ELOOP)
+            raise RequestError(f"model '{self.model}': {FILE_REFUSED} (not a regular file)") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != size:
+                raise RequestError(
+                    f"model '{self.model}': {FILE_REFUSED} (not a regular file of this user of {size} bytes)"
+                )
+            if listed == self.specs:
 
-        def link(tmp: str, _: int) -> None:
-            try:
-                os.link(path, tmp)
-            except OSError:  # another file system, or links refused: copy
-                shutil.copyfile(path, tmp)
+                def link(tmp: str, _: int) -> None:
+                    try:
+                        os.link(path, tmp)
+                    except OSError:  # another file system, or links refused: copy
+                        shutil.copyfile(path, tmp)
 
-        return self._publish(link)
+                return self._publish(link)
+            view = memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+            changes = {spec.name: (offset, spec.nbytes) for spec, offset in zip(listed, offsets)}
+            return self._publish(lambda tmp, current: self._write(tmp, current, changes, view))
+        finally:
+            os.close(fd)
 
     def _publish(self, fill: Callable[[str, int], None]) -> int:
         """Write the next version with `fill(tmp, current)` under the writers' lock, rename it, publish it.
