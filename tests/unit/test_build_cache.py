@@ -136,3 +136,14 @@ def test_a_build_applies_the_configured_bound(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv(build_cache.CACHE_MAX_BYTES_ENV, "2GB")
     with pytest.raises(ValueError, match="MSLITE_TRITON_CACHE_MAX_BYTES must be a number of bytes"):
         ensure_built(root, "third", _writes("third"))
+
+
+def test_an_entry_built_under_a_loose_umask_is_trusted(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        path = ensure_built(str(tmp_path / "cache"), "k", _writes("ours"))
+    finally:
+        os.umask(old)
+    assert not os.stat(path).st_mode & 0o022
+    assert ensure_built(str(tmp_path / "cache"), "k", _writes("again")) == path
+    assert Path(path).read_text() == "ours"  # used, not built again

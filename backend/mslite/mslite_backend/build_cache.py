@@ -136,7 +136,7 @@ def _private_root(root: str) -> None:
     st = os.lstat(root)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise PermissionError(
-            errno.EPERM, f"the model cache directory belongs to another user (set {CACHE_ENV} to a directory of yours)"
+            f"the model cache directory belongs to another user (set {CACHE_ENV} to a directory of yours)"
         )
     if st.st_mode & 0o077:
         os.chmod(root, 0o700)  # ours: entries others planted meanwhile fail `_trusted`
@@ -165,7 +165,9 @@ def _build(root: str, key: str, final: str, build: Callable[[str], None]) -> Non
     tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=root)
     try:
         build(tmp)
-        os.chmod(tmp, 0o700)
+        for name in os.listdir(tmp):  # a umask that lets the group write would make the entry untrusted
+            path = os.path.join(tmp, name)
+            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~_FOREIGN_WRITE)
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
