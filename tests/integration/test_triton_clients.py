@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+import mslite_triton as mslite
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
@@ -137,6 +138,17 @@ def test_a_string_that_is_not_utf8_is_refused_by_element(served, protocol):
     message = info.value.message()
     assert "input 'INPUT0'" in message and "element 4" in message and "UTF-8" in message
     assert str(info.value.status()) in ("400", "StatusCode.INVALID_ARGUMENT")
+
+
+def test_the_mslite_client_refuses_a_string_model_by_name(served):
+    """MindSpore Lite's Tensor has no string type: the build says which tensor and what to use instead."""
+    ctx = mslite.Context()
+    ctx.server_url = served.grpc_url
+    model = mslite.Model()
+    with pytest.raises(RuntimeError) as info:
+        model.build_from_file("triton://string_to_int", mslite.ModelType.MINDIR, ctx)
+    message = str(info.value)
+    assert "input 'INPUT0' is a string (BYTES) tensor" in message and "tritonclient" in message
 
 
 def _check_outputs(names: list[str], values: list[np.ndarray], x: np.ndarray) -> None:
