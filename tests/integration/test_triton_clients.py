@@ -10,6 +10,7 @@ worker of every server start.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +212,25 @@ def test_output_order_is_the_same_in_every_server_start(tmp_path):
             assert len(orders) == len(threads)  # every answer checked out
             seen.update(orders)
     assert tuple(sorted(model_zoo.SIX_OUTPUTS)) in seen
+
+
+def test_a_failed_reload_does_not_hold_up_the_stop(tmp_path):
+    """Triton 2.51 counts a failed reload of a served model as live until its exit timeout (30 s here)."""
+    repo = tmp_path / "repo"
+    add_model(repo, "simple", model_zoo.six_outputs())
+    srv = EmbeddedServer(ServerConfig(model_repository=repo, supervise=False, restrict_admin=False))
+    try:
+        srv.start()
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}", network_timeout=60)
+        with pytest.raises(InferenceServerException, match="backend 'onnxruntime'"):
+            client.load_model("simple", config='{"max_batch_size": 16}')  # names no backend: Triton's default
+        assert client.is_model_ready("simple")  # the served version stays
+        client.close()
+        started = time.monotonic()
+        srv.stop()
+        took = time.monotonic() - started
+    finally:
+        srv.stop()
+        srv.remove_workspace()
+    assert srv.config.exit_timeout_s == 30
+    assert took < 15, f"stop took {took:.1f} s"
