@@ -9,6 +9,7 @@ worker of every server start.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_triton import _admin_key
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
@@ -43,6 +45,7 @@ def _repository(root: Path) -> Path:
     add_model(root, "string_identity", model_zoo.string_identity(), MERGED)
     add_model(root, "string_to_int", model_zoo.string_to_int())
     add_model(root, "six_outputs", model_zoo.six_outputs(), TWO_WORKERS)
+    add_model(root, "overridden", model_zoo.six_outputs(), MINIMAL + "max_batch_size: 8\n")
     return root
 
 
@@ -234,3 +237,24 @@ def test_a_failed_reload_does_not_hold_up_the_stop(tmp_path):
         srv.remove_workspace()
     assert srv.config.exit_timeout_s == 30
     assert took < 15, f"stop took {took:.1f} s"
+
+
+@pytest.mark.parametrize("protocol", ("grpc", "http-binary"))
+def test_a_config_override_without_a_backend_keeps_mslite_through_the_gateway(served, protocol):
+    """Triton's own model-control example overrides `max_batch_size` alone; Triton would pick `onnxruntime`."""
+    module, client = _client(served, "gateway", protocol)
+    key = {("triton-grpc-protocol-" if protocol == "grpc" else "") + _admin_key.HEADER: served.admin_key}
+    size = 4 if protocol == "grpc" else 16
+    client.load_model("overridden", config=json.dumps({"max_batch_size": size}), headers=key)
+    config = client.get_model_config("overridden")
+    config = config.config if protocol == "grpc" else config
+    assert (config["backend"] if protocol != "grpc" else config.backend) == "mslite"
+    assert (config["max_batch_size"] if protocol != "grpc" else config.max_batch_size) == size
+    x = np.ones((size, 4), dtype=np.float32)
+    result = _infer(served, "gateway", protocol, "overridden", x, "FP32", ["alpha"])
+    assert np.array_equal(result.as_numpy("alpha"), x + model_zoo.SIX_OUTPUTS.index("alpha"))
+    # an override that names a backend, or one that is no JSON object, goes to Triton as it is
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        client.load_model("overridden", config='"parameters": {{"max_batch_size": "16"}}', headers=key)
+    with pytest.raises(InferenceServerException, match="backend 'onnxruntime'"):
+        client.load_model("overridden", config='{"backend": "onnxruntime"}', headers=key)

@@ -293,8 +293,8 @@ class EmbeddedServer:
                 # every worker is gone, and Triton still counts live models: those never unload
                 if triton_process.exit_stalled(self.log_path) and not workers_of(proc.pid):
                     log.warning(
-                        "tritonserver's exit waits on models that never finished loading (a failed reload of a "
-                        "served model); stopping it now instead of after its exit timeout"
+                        "tritonserver's exit waits on models whose load failed (Triton keeps some failed loads "
+                        "among its live models); stopping it now instead of after its exit timeout"
                     )
                     raise
 

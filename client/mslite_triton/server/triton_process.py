@@ -172,9 +172,10 @@ def log_tail(log_path: Path, lines: int = 30) -> str:
 def exit_stalled(log_path: Path) -> bool:
     """Whether Triton's exit is waiting on models that will not finish unloading.
 
-    Triton 2.51 keeps a failed reload of a model that was serving (a model-control load with a config
-    override that does not load, for one) among its live models for good: its exit then counts it every
-    second until the exit timeout runs out, although nothing is left to unload. True when the last
+    Triton 2.51 keeps some failed loads among its live models for good (a reload of a model that was
+    serving, with a config override that does not load, for one; a failed upload with an override too):
+    its exit then counts them every second until the exit timeout runs out, although nothing is left to
+    unload. True when the last
     `STALLED_EXIT_LINES` lines of that countdown all count the same number of live models (not 0) and no
     request in flight; the caller also checks that no worker process is left, and may then kill the server.
     """
