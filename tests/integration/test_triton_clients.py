@@ -107,7 +107,8 @@ def test_strings_cast_to_numbers(served, route, protocol):
     assert got.tolist() == [[1, -20, 300, 0], [2147483647, -2147483648, 7, 8]]
 
 
-def test_strings_merged_by_the_batcher_go_back_to_their_requests(served):
+@pytest.mark.parametrize("route", ROUTES)
+def test_strings_merged_by_the_batcher_go_back_to_their_requests(served, route):
     def stats() -> tuple[int, int]:
         row = served.http_json("GET", "/v2/models/string_identity/stats", None)["model_stats"][0]
         return int(row["inference_stats"]["success"]["count"]), int(row["execution_count"])
@@ -120,7 +121,7 @@ def test_strings_merged_by_the_batcher_go_back_to_their_requests(served):
     def send(i: int) -> None:
         start.wait()
         protocol = ("grpc", "http-binary")[i % 2]
-        answers[i] = _infer(served, "gateway", protocol, "string_identity", sends[i], "BYTES").as_numpy("OUTPUT0")
+        answers[i] = _infer(served, route, protocol, "string_identity", sends[i], "BYTES").as_numpy("OUTPUT0")
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(sends))]
     for t in threads:
