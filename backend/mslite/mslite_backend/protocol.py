@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "mslite"`) and its folder in Triton's
+
 # -- the dynamic batcher ------------------------------------------------------------------------------
 DEFAULT_MAX_BATCH_SIZE = 64  # auto-complete's max_batch_size for models whose tensors all have a dynamic first dim
 CPU_PREFERRED_BATCH = (2,)  # requests Triton hands a CPU worker per `execute` (each still runs alone)
