@@ -120,6 +120,34 @@ def no_batch() -> onnx.ModelProto:
     )
 
 
+def fixed_image(*, reshape: bool = False) -> onnx.ModelProto:
+    """An image model whose input dims are all fixed, as many exported models are: ``[1, 8, 8, 3]`` (NHWC).
+
+    Exercises `Model.resize` to sizes the file does not declare. Output ``y`` ``[1, 3]``: the mean over
+    height and width, which any image size can run; with ``reshape``, a Reshape to the constant shape
+    ``[1, 192]`` first, which only 8 x 8 images can run.
+    """
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2], keepdims=0)]
+    initializers = []
+    if reshape:
+        nodes = [
+            helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+            helper.make_node("Reshape", ["flat", "image_shape"], ["image"]),
+            helper.make_node("ReduceMean", ["image"], ["y"], axes=[1, 2], keepdims=0),
+        ]
+        initializers = [
+            numpy_helper.from_array(np.array([1, 192], dtype=np.int64), name="flat_shape"),
+            numpy_helper.from_array(np.array([1, 8, 8, 3], dtype=np.int64), name="image_shape"),
+        ]
+    return _model(
+        "fixed_image_reshape" if reshape else "fixed_image",
+        nodes,
+        [_vi("x", TensorProto.FLOAT, [1, 8, 8, 3])],
+        [_vi("y", TensorProto.FLOAT, [1, 3])],
+        initializers,
+    )
+
+
 def variable_seq() -> onnx.ModelProto:
     """Two dynamic dimensions (batch and sequence length).
 
