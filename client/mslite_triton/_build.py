@@ -10,7 +10,16 @@ import numpy as np
 
 from ._checkparam import check_isinstance
 from ._model_config import merge_sections, parse_config_file
-from .errors import InferenceError, InvalidInputError, ModelLoadError, NotFoundError, PermissionDeniedError
+from ._remote import RemoteModel
+from .errors import (
+    InferenceError,
+    InvalidInputError,
+    ModelLoadError,
+    NotFoundError,
+    PermissionDeniedError,
+    ServerUnavailableError,
+    ServiceDenyError,
+)
 from .tensor import Tensor
 
 
@@ -89,3 +98,36 @@ def fill_outputs(outputs: list[Tensor], results: list[Tensor]) -> list[Tensor]:
         target.shape = result.shape
         target.set_data_from_numpy(result.get_data_to_numpy())
     return outputs
+
+
+_PREDICT_FAILED = "predict failed!"
+
+
+def predict_failed(e: RuntimeError) -> RuntimeError:
+    """A failed predict as MindSpore Lite words it: `predict failed! Error is <status>: <our reason>`.
+
+    The exception keeps its class. An unreachable server keeps its own message (it says what to start),
+    and so does a message that already carries the prefix.
+    """
+    if str(e).startswith(_PREDICT_FAILED) or isinstance(e, (ServerUnavailableError, ServiceDenyError)):
+        return e
+    return type(e)(f"{_PREDICT_FAILED} Error is {getattr(e, 'status', 'kLiteError')}: {e}")
+
+
+def resized_remote(remote: RemoteModel, shapes: dict[str, list[int]], who: str) -> RemoteModel:
+    """The model built again with `shapes` (input name -> full shape) in dims its file fixes.
+
+    Raises:
+        RuntimeError: `<who>! Error is ...`: the model was bound with `triton://` (its shapes are the
+            server's), or the graph cannot run at the new shapes (the server's reason).
+    """
+    if remote.rebuild is None:
+        shown = ", ".join(f"'{n}' {s}" for n, s in shapes.items())
+        raise RuntimeError(
+            f"{who}! Error is kLiteNotSupport: a model bound with triton:// keeps the shapes of its server config; "
+            f"it cannot take input {shown}"
+        )
+    try:
+        return remote.rebuild(shapes)
+    except RuntimeError as e:
+        raise build_failed(e, who) from None

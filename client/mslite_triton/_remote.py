@@ -11,8 +11,9 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,8 @@ class RemoteModel:
     transport: Transport
     info: ModelInfo
     weights_input: TensorInfo | None = None  # present when the model has updatable weights
+    # builds the same model again with inputs resized to shapes the file fixes (None: bound with triton://)
+    rebuild: Callable[[dict[str, list[int]]], RemoteModel] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Hide the weights-update input: it is not one of the model's inputs."""
@@ -87,8 +90,18 @@ class RemoteModel:
             self.info = replace(self.info, inputs=tuple(t for t in self.info.inputs if t.name != WEIGHTS_INPUT))
 
     @classmethod
-    def build(cls, path: str, context: Context, plan: WorkerPlan, sections: dict[str, dict[str, str]]) -> RemoteModel:
+    def build(
+        cls,
+        path: str,
+        context: Context,
+        plan: WorkerPlan,
+        sections: dict[str, dict[str, str]],
+        resized: dict[str, list[int]] | None = None,
+    ) -> RemoteModel:
         """Upload (or reuse) a model built from `path`, or bind to `triton://<name>`.
+
+        `resized` (input name -> full shape) builds it with those inputs resized (`build_model_config`):
+        another server model, under its own name, so the one built before keeps serving.
 
         Raises:
             RuntimeError subclasses: server unreachable, load failure, unsupported file.
@@ -102,7 +115,9 @@ class RemoteModel:
             onnx_bytes = files.get("file:1/model.onnx")
             batchable = onnx_bytes is not None and has_dynamic_batch(onnx_bytes)
             light = onnx_bytes is not None and is_light_model(onnx_bytes, batched=batchable)
-            config = build_model_config("", context, plan, sections=sections, batchable=batchable, light=light)
+            config = build_model_config(
+                "", context, plan, sections=sections, batchable=batchable, light=light, resized=resized
+            )
         except ValueError as e:  # a bad config section: MindSpore Lite reports build errors as RuntimeError
             raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         name = model_name(path, files, config)
@@ -112,7 +127,11 @@ class RemoteModel:
                      plan.thread_num)  # fmt: skip
         else:
             log.info("model '%s' already loaded at %s: reused", name, transport.url)
-        return cls(transport, transport.model_info(name))
+        return cls(
+            transport,
+            transport.model_info(name),
+            rebuild=lambda shapes: cls.build(path, context, plan, sections, shapes),
+        )
 
     @property
     def batched(self) -> bool:
@@ -159,6 +178,16 @@ class RemoteModel:
             results = [first, *(f.result() for f in futures)]
             result = {n: np.concatenate([r[n] for r in results], axis=0) for n in names}
         return [Tensor._from_numpy(n, result[n]) for n in names]
+
+    def fixed_dims_changed(self, shapes: list[tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """Inputs given a shape of their rank that differs in a dim the model fixes: name -> those dims."""
+        changed = {}
+        for t, shape in zip(self.info.inputs, shapes):
+            if len(shape) == len(t.shape):
+                dims = tuple(i for i, (d, s) in enumerate(zip(t.shape, shape)) if d >= 0 and d != s)
+                if dims:
+                    changed[t.name] = dims
+        return changed
 
     def slices(self, arrays: list[np.ndarray]) -> int:
         """How many model-sized slices `arrays` hold along axis 0 (1: send as one request).

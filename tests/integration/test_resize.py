@@ -1,0 +1,122 @@
+"""Shapes as MindSpore Lite takes them: resize of any model, a runner at new shapes, predict failures worded as its."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mslite_triton as mslite
+from mslite_triton.errors import InvalidInputError
+from tests.support.model_zoo import fixed_image, multi_io
+
+pytestmark = pytest.mark.integration
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("resize_files")
+    (d / "fixed_image.onnx").write_bytes(fixed_image().SerializeToString())
+    (d / "fixed_reshape.onnx").write_bytes(fixed_image(reshape=True).SerializeToString())
+    (d / "multi_io.onnx").write_bytes(multi_io().SerializeToString())
+    return d
+
+
+def _context(server) -> mslite.Context:
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.cpu.thread_num = 1
+    ctx.parallel.workers_num = 1
+    return ctx
+
+
+def _image(shape: list[int]) -> np.ndarray:
+    return RNG.random(shape, dtype=np.float32)
+
+
+def test_model_resize_of_a_fixed_dim_model_serves_the_new_shape(server, files):
+    model = mslite.Model()
+    model.build_from_file(str(files / "fixed_image.onnx"), mslite.ModelType.MINDIR, _context(server))
+    inputs = model.get_inputs()
+    assert inputs[0].shape == [1, 8, 8, 3]
+    model.resize(inputs, [[1, 4, 6, 3]])  # MindSpore Lite's docs resize MobileNetV2 from 224 to 112 this way
+    assert model.get_inputs()[0].shape == [1, 4, 6, 3]
+    for shape in ([1, 4, 6, 3], [1, 8, 8, 3]):  # the resized dims are now free: the old size still runs
+        x = _image(shape)
+        inputs[0].shape = shape
+        inputs[0].set_data_from_numpy(x)
+        (y,) = model.predict(inputs)
+        np.testing.assert_allclose(y.get_data_to_numpy(), x.mean(axis=(1, 2)), rtol=1e-5)
+
+
+def test_resize_that_the_graph_cannot_run_fails_with_the_reason_and_keeps_the_model(server, files):
+    model = mslite.Model()
+    model.build_from_file(str(files / "fixed_reshape.onnx"), mslite.ModelType.MINDIR, _context(server))
+    inputs = model.get_inputs()
+    with pytest.raises(RuntimeError) as info:
+        model.resize(inputs, [[1, 4, 4, 3]])
+    text = str(info.value)
+    assert text.startswith("resize failed! Error is ")
+    assert "the graph cannot run input 'x' at shape [1, 4, 4, 3]" in text and "Reshape" in text
+    assert "fixed_reshape_" not in text and "At:" not in text and "/" not in text.split("Reshape", 1)[0]
+    assert inputs[0].shape == [1, 8, 8, 3]  # unchanged, and the model built before still serves
+    x = _image([1, 8, 8, 3])
+    inputs[0].set_data_from_numpy(x)
+    np.testing.assert_allclose(model.predict(inputs)[0].get_data_to_numpy(), x.mean(axis=(1, 2)), rtol=1e-5)
+    with pytest.raises(RuntimeError, match=r"resize failed! Error is kLiteInputParamInvalid: input 'x' has 4 dims"):
+        model.resize(inputs, [[1, 4, 4]])
+
+
+def test_runner_predict_at_a_new_shape_of_a_fixed_dim_model_is_served(server, files):
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(files / "fixed_image.onnx"), _context(server))
+    for shape in ([1, 4, 4, 3], [1, 5, 7, 3], [1, 8, 8, 3]):  # no resize call: MindSpore Lite's workers resize
+        x = _image(shape)
+        inputs = runner.get_inputs()
+        inputs[0].shape = shape
+        inputs[0].set_data_from_numpy(x)
+        np.testing.assert_allclose(runner.predict(inputs)[0].get_data_to_numpy(), x.mean(axis=(1, 2)), rtol=1e-5)
+    assert len(runner._resized) == 1  # one rebuild for dims 1 and 2, reused by the later sizes
+
+    fixed = mslite.ModelParallelRunner()
+    fixed.build_from_file(str(files / "fixed_reshape.onnx"), _context(server))
+    inputs = fixed.get_inputs()
+    inputs[0] = mslite.Tensor(_image([1, 4, 4, 3]))
+    with pytest.raises(RuntimeError, match=r"^predict failed! Error is .*cannot run input 'x' at shape .*Reshape"):
+        fixed.predict(inputs)
+
+
+def test_predict_failures_carry_mindspore_lites_prefix(server, files):
+    model = mslite.Model()
+    model.build_from_file(str(files / "multi_io.onnx"), mslite.ModelType.MINDIR, _context(server))
+    with pytest.raises(RuntimeError, match=r"^predict failed! Error is kLiteError: Tensor 'a' has no data"):
+        model.predict(model.get_inputs())
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(files / "multi_io.onnx"), _context(server))
+    with pytest.raises(RuntimeError, match=r"^predict failed! Error is kLiteError: Tensor 'a' has no data"):
+        runner.predict(runner.get_inputs())
+    a = mslite.Tensor(np.ones((1, 3), np.float32))
+    # MindSpore Lite's runner has no input-count check of its own: its native run fails, naming both counts
+    with pytest.raises(InvalidInputError, match=r"^predict failed! Error is kLiteInputParamInvalid: .*2 input.*3$"):
+        runner.predict([a, a, a])
+    with pytest.raises(InvalidInputError, match=r"^predict failed! Error is kLiteInputParamInvalid: .*INT32"):
+        runner.predict([mslite.Tensor(np.ones((1, 3), np.int32))] * 2)
+
+
+def test_batch_size_through_get_inputs_as_mindspore_lite_takes_it(server, files):
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(files / "multi_io.onnx"), _context(server))
+    a, b = runner.get_inputs()
+    assert a.shape == [1, 3]  # the dynamic batch dim shows as 1, as MindSpore Lite's get_inputs does
+    with pytest.raises(RuntimeError, match="data size not equal!"):  # MindSpore Lite refuses it too
+        a.set_data_from_numpy(np.ones((4, 3), np.float32))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    for t in (a, b):
+        t.shape = [4, 3]  # the fix docs/clients.md shows
+        t.set_data_from_numpy(x)
+    total, product = runner.predict([a, b])
+    np.testing.assert_array_equal(total.get_data_to_numpy(), x + x)
+    total, _ = runner.predict([mslite.Tensor(x), mslite.Tensor(x)])  # or a Tensor made from the array
+    np.testing.assert_array_equal(total.get_data_to_numpy(), x + x)
