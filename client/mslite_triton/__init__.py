@@ -7,11 +7,10 @@ import logging as _logging
 import os as _os
 
 from .context import Context
-from .converter import Converter, FmkType, LiteInfer
-from .model import Model
-from .model_group import ModelGroup, ModelGroupFlag
-from .runner import ModelParallelRunner
-from .tensor import DataType, Format, ModelType, Tensor, TensorMeta
+from .converter import Converter, FmkType
+from .lite_infer import LiteInfer
+from .model import Model, ModelGroup, ModelGroupFlag, ModelParallelRunner, ModelType
+from .tensor import DataType, Format, Tensor, TensorMeta
 
 # MSLITE_TRITON_LOG=info shows what the library does for you: the embedded server it starts, the models it loads.
 if _os.environ.get("MSLITE_TRITON_LOG"):

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,10 +26,13 @@ from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel, detect_format
 from ._weights import check_weights, send_weights, weight_sections
 from .context import Context
+from .model_group import ModelGroup, ModelGroupFlag
+from .runner import ModelParallelRunner
 from .tensor import ModelType, Tensor, TensorMeta
 
-if TYPE_CHECKING:
-    from .model_group import ModelGroup
+# MindSpore Lite's `mindspore_lite.model` defines these five: ported code imports them from here too.
+# ModelType, ModelGroup and ModelParallelRunner live in modules of their own (none imports this one).
+__all__ = ["ModelType", "Model", "ModelParallelRunner", "ModelGroup", "ModelGroupFlag"]
 
 log = logging.getLogger(__name__)
 
