@@ -19,13 +19,19 @@ from typing import Any
 import numpy as np
 
 from mslite_triton_backend.mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
-from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_INPUT
+from mslite_triton_backend.mslite_backend.protocol import (
+    BATCHING_SECTION,
+    DEFAULT_MAX_BATCH_SIZE,
+    MAX_BATCH_SIZE_KEY,
+    WEIGHTS_INPUT,
+)
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
 from ._onnx_io import has_dynamic_batch, is_light_model
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
+from .errors import MSLiteError
 from .tensor import Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
 
 BIND_PREFIX = "triton://"
@@ -79,6 +85,8 @@ class RemoteModel:
     transport: Transport
     info: ModelInfo
     weights_input: TensorInfo | None = None  # present when the model has updatable weights
+    # the model as its user knows it: the file name without directory, or NAME of triton://NAME
+    display_name: str = ""
     # builds the same model again with inputs resized to shapes the file fixes (None: bound with triton://)
     rebuild: Callable[[dict[str, list[int]]], RemoteModel] | None = field(default=None, compare=False, repr=False)
 
@@ -108,7 +116,8 @@ class RemoteModel:
         """
         transport = _endpoint.transport(context.server_url)
         if path.startswith(BIND_PREFIX):
-            return cls(transport, transport.model_info(path[len(BIND_PREFIX) :]))
+            bound = path[len(BIND_PREFIX) :]
+            return cls(transport, transport.model_info(bound), display_name=bound)
         files = read_model_files(path)
         try:
             # a MindIR model's graph is read on the server, after conversion: its auto-complete decides
@@ -130,6 +139,7 @@ class RemoteModel:
         return cls(
             transport,
             transport.model_info(name),
+            display_name=os.path.basename(path),
             rebuild=lambda shapes: cls.build(path, context, plan, sections, shapes),
         )
 
@@ -215,7 +225,33 @@ class RemoteModel:
 
     def _infer(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         names = [t.name for t in self.info.outputs]
-        return self.transport.infer(self.info.name, list(zip((t.name for t in self.info.inputs), arrays)), names)
+        try:
+            return self.transport.infer(self.info.name, list(zip((t.name for t in self.info.inputs), arrays)), names)
+        except MSLiteError as e:
+            e.args = (users_words(str(e), self.info.name, self.display_name),)  # same class, same attributes
+            raise
+
+
+_BATCH_LIMIT = re.compile(r"batch-size must be <= (\d+)( for '[^']*')?")
+
+
+def users_words(message: str, server_name: str, display_name: str) -> str:
+    """A server message about one model as its user can follow it.
+
+    The server's name of the model (`<file stem>_<hash>`) becomes the user's (the file name, or the
+    triton:// name), and a batch limit says where it comes from and how to raise it.
+    """
+    if display_name:
+        message = message.replace(f"'{server_name}'", f"'{display_name}'")
+    return _BATCH_LIMIT.sub(
+        lambda m: (
+            f"{m.group(0)}: the model's max_batch_size ({DEFAULT_MAX_BATCH_SIZE} unless its config says otherwise)"
+            f"; send fewer rows per predict, or raise it with [{BATCHING_SECTION}] {MAX_BATCH_SIZE_KEY}=N in the "
+            "build's config (config_path, config_dict, or context.parallel.config_info)"
+        ),
+        message,
+        count=1,
+    )
 
 
 _pool: ThreadPoolExecutor | None = None

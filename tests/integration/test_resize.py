@@ -120,3 +120,18 @@ def test_batch_size_through_get_inputs_as_mindspore_lite_takes_it(server, files)
     np.testing.assert_array_equal(total.get_data_to_numpy(), x + x)
     total, _ = runner.predict([mslite.Tensor(x), mslite.Tensor(x)])  # or a Tensor made from the array
     np.testing.assert_array_equal(total.get_data_to_numpy(), x + x)
+
+
+def test_server_messages_name_the_users_file_and_where_the_batch_limit_comes_from(server, files):
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(files / "multi_io.onnx"), _context(server))
+    too_many = mslite.Tensor(np.ones((65, 3), np.float32))
+    with pytest.raises(InvalidInputError) as info:
+        runner.predict([too_many, too_many])
+    text = str(info.value)
+    assert "batch-size must be <= 64 for 'multi_io.onnx'" in text and "[dynamic_batching] max_batch_size=N" in text
+    wrong = mslite.Tensor(np.ones((2, 3, 1), np.float32))  # another rank: no resize makes it fit
+    with pytest.raises(InvalidInputError) as info:
+        runner.predict([wrong, wrong])
+    text = str(info.value)
+    assert "'multi_io.onnx'" in text and "multi_io_" not in text and "NOTE" not in text, text
