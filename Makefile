@@ -38,8 +38,14 @@ test: system-packages models
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
+## The server on the README's ports; e.g. `make serve HTTP_PORT=9000 GRPC_PORT=9001 METRICS_PORT=9002`,
+## SERVE_ARGS for any other `mslite-triton serve` option (`--help` lists them).
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
 serve: models
-	$(VENV)/bin/mslite-triton serve --model-repository model_repository
+	$(VENV)/bin/mslite-triton serve --model-repository model_repository --http-port $(HTTP_PORT) \
+		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(SERVE_ARGS)
 
 ## Issue 4's benchmark (not part of `make test`; ~13 min, BENCH_ARGS=--quick ~2 min): benchmarks/results/.
 bench: models

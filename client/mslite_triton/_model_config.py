@@ -76,6 +76,15 @@ def plan_workers(
             threads = cores // workers if cores >= workers else cores  # MindSpore Lite's rule
     if workers == 0:
         workers = max(1, cores // threads)
+    if workers * threads > cores and context.target[0] == "cpu":
+        log.warning(
+            "workers_num %d x thread_num %d = %d threads on %d cores: the workers will wait for each other "
+            "(MindSpore Lite's guidance: workers x threads should not exceed the cores)",
+            workers,
+            threads,
+            workers * threads,
+            cores,
+        )
     inter = context.cpu.inter_op_parallel_num or 1
     return WorkerPlan(workers=workers, thread_num=threads, inter_op_parallel_num=inter)
 
