@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import numpy as np
 
 from ._checkparam import check_isinstance
+from ._error_table import load_reason
 from ._model_config import merge_sections, parse_config_file
 from ._remote import RemoteModel
 from .errors import (
@@ -58,11 +58,6 @@ def load_sections(config_path: str, overrides: dict[str, dict[str, str]] | None,
     return merge_sections(from_file, overrides)
 
 
-# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
-_LOAD_WRAPPING = re.compile(
-    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
-    r"|model '[^']*': )+"
-)
 _REPHRASED = (ModelLoadError, NotFoundError, PermissionDeniedError, InvalidInputError, InferenceError)
 _OWN_PREFIX = "build_from_file failed! Error is "
 
@@ -74,7 +69,7 @@ def build_failed(e: Exception, who: str) -> Exception:
     exceptions that are not build failures come back unchanged.
     """
     if isinstance(e, _REPHRASED):
-        reason = _LOAD_WRAPPING.sub("", str(e).removeprefix(_OWN_PREFIX))
+        reason = load_reason(str(e).removeprefix(_OWN_PREFIX))
         return type(e)(f"{who}! Error is {e.status}: {reason}")
     if type(e) is RuntimeError and str(e).startswith(_OWN_PREFIX):  # raised before anything was sent
         return RuntimeError(f"{who}! Error is {str(e).removeprefix(_OWN_PREFIX)}")

@@ -77,6 +77,18 @@ def scrub_json_error(body: bytes) -> bytes:
     return body if cleaned == doc["error"] else json.dumps({**doc, "error": cleaned}).encode()
 
 
+# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
+_LOAD_WRAPPING = re.compile(
+    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
+    r"|model '[^']*': )+"
+)
+
+
+def load_reason(text: str) -> str:
+    """A load failure's reason without Triton's wrapping (`load failed for model 'm': ... Internal: ...`)."""
+    return _LOAD_WRAPPING.sub("", text)
+
+
 def clean_message(text: str) -> str:
     """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
     text = scrub(text).strip()

@@ -31,7 +31,7 @@ from ._model_config import WorkerPlan, build_model_config
 from ._onnx_io import has_dynamic_batch, is_light_model
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
-from .errors import MSLiteError
+from .errors import ModelLoadError, MSLiteError, NotFoundError
 from .tensor import Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
 
 BIND_PREFIX = "triton://"
@@ -117,7 +117,14 @@ class RemoteModel:
         transport = _endpoint.transport(context.server_url)
         if path.startswith(BIND_PREFIX):
             bound = path[len(BIND_PREFIX) :]
-            return cls(transport, transport.model_info(bound), display_name=bound)
+            try:
+                info = transport.model_info(bound)
+            except NotFoundError:
+                reason = transport.load_failure(bound)
+                if not reason:
+                    raise
+                raise ModelLoadError(f"model '{bound}' failed to load on the server: {reason}") from None
+            return cls(transport, info, display_name=bound)
         files = read_model_files(path)
         try:
             # a MindIR model's graph is read on the server, after conversion: its auto-complete decides

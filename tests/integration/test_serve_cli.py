@@ -40,3 +40,17 @@ def test_serve_pins_tritons_private_ports_and_reports_a_sigterm(tmp_path: Path):
     assert proc.returncode == 0, err[-3000:]
     assert "mslite-triton: SIGTERM received: stopping (requests in flight get up to 5 s)" in err, err[-3000:]
     assert "mslite-triton: stopped" in err
+
+
+def test_why_a_repository_model_failed_to_load_reaches_a_remote_client(server):
+    import mslite_triton as mslite
+
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    runner = mslite.ModelParallelRunner()
+    with pytest.raises(RuntimeError) as info:
+        runner.build_from_file("triton://corrupt", ctx)
+    text = str(info.value)
+    assert text.startswith("ModelParallelRunner's build from file failed! Error is kLiteError: "), text
+    assert "model 'corrupt' failed to load on the server: model file 'model.onnx' is not a valid ONNX" in text, text
+    assert "At:" not in text and str(server.config.model_repository) not in text, text
