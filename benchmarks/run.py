@@ -137,7 +137,9 @@ def rounds_table(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="mslite-triton benchmark (issue 4)")
-    p.add_argument("--quick", action="store_true", help="short windows and fewer concurrency levels (about 2.5 min on 2 cores)")
+    p.add_argument(
+        "--quick", action="store_true", help="short windows and fewer concurrency levels (about 2.5 min on 2 cores)"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
     p.add_argument(
         "--peer-backends",
