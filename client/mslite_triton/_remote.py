@@ -28,11 +28,11 @@ from mslite_triton_backend.mslite_backend.protocol import (
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
-from ._onnx_io import has_dynamic_batch, is_light_model
+from ._onnx_io import has_dynamic_batch, input_layouts, is_light_model
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
 from .errors import ModelLoadError, MSLiteError, NotFoundError
-from .tensor import Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
+from .tensor import Format, Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
 
 BIND_PREFIX = "triton://"
 log = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ class RemoteModel:
     weights_input: TensorInfo | None = None  # present when the model has updatable weights
     # the model as its user knows it: the file name without directory, or NAME of triton://NAME
     display_name: str = ""
+    # input name -> "NHWC" / "NCHW" where the ONNX graph tells (`_onnx_io.input_layouts`); others read NCHW
+    layouts: dict[str, str] = field(default_factory=dict)
     # builds the same model again with inputs resized to shapes the file fixes (None: bound with triton://)
     rebuild: Callable[[dict[str, list[int]]], RemoteModel] | None = field(default=None, compare=False, repr=False)
 
@@ -147,6 +149,7 @@ class RemoteModel:
             transport,
             transport.model_info(name),
             display_name=os.path.basename(path),
+            layouts=input_layouts(onnx_bytes) if onnx_bytes is not None else {},
             rebuild=lambda shapes: cls.build(path, context, plan, sections, shapes),
         )
 
@@ -157,7 +160,7 @@ class RemoteModel:
 
     def input_tensors(self) -> list[Tensor]:
         """Fresh input tensors: name, dtype and shape, with a dynamic batch dimension shown as 1."""
-        return [_template(t, self.batched) for t in self.info.inputs]
+        return [_template(t, self.batched, self.layouts.get(t.name)) for t in self.info.inputs]
 
     def output_metas(self) -> tuple[TensorMeta, ...]:
         """The outputs as TensorMeta, batch dimension shown as 1."""
@@ -282,7 +285,9 @@ def present_shape(t: TensorInfo, batched: bool) -> list[int]:
     return shape
 
 
-def _template(t: TensorInfo, batched: bool) -> Tensor:
+def _template(t: TensorInfo, batched: bool, layout: str | None = None) -> Tensor:
     tensor = Tensor(shape=present_shape(t, batched), dtype=from_triton_dtype(t.datatype))
     tensor.name = t.name
+    if layout == "NHWC":  # else MindSpore Lite's default for a new tensor, NCHW
+        tensor.format = Format.NHWC
     return tensor
