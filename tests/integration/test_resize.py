@@ -9,7 +9,7 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError
-from tests.support.model_zoo import fixed_image, multi_io
+from tests.support.model_zoo import fixed_image, image_conv, multi_io
 
 pytestmark = pytest.mark.integration
 RNG = np.random.default_rng(7)
@@ -135,3 +135,11 @@ def test_server_messages_name_the_users_file_and_where_the_batch_limit_comes_fro
         runner.predict([wrong, wrong])
     text = str(info.value)
     assert "'multi_io.onnx'" in text and "multi_io_" not in text and "NOTE" not in text, text
+
+
+def test_get_inputs_reports_the_layout_the_graph_implies(server, tmp_path):
+    (tmp_path / "nhwc.onnx").write_bytes(image_conv(nhwc=True).SerializeToString())
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(str(tmp_path / "nhwc.onnx"), _context(server))
+    (image,) = runner.get_inputs()
+    assert image.format == mslite.Format.NHWC and image.shape == [1, 8, 8, 3]

@@ -148,6 +148,26 @@ def fixed_image(*, reshape: bool = False) -> onnx.ModelProto:
     )
 
 
+def image_conv(*, nhwc: bool) -> onnx.ModelProto:
+    """A 3x3 convolution of an 8 x 8 image given NHWC (a Transpose first, as exporters write it) or NCHW.
+
+    Exercises the format `get_inputs()` reports. Input ``image``; output ``y`` ``[1, 4, 6, 6]``.
+    """
+    shape = [1, 8, 8, 3] if nhwc else [1, 3, 8, 8]
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), name="w")
+    nodes = [helper.make_node("Conv", ["nchw" if nhwc else "image", "w"], ["y"])]
+    if nhwc:
+        nodes.insert(0, helper.make_node("Transpose", ["image"], ["nchw"], perm=[0, 3, 1, 2]))
+    graph = helper.make_graph(
+        nodes,
+        "image",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        initializer=[weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def variable_seq() -> onnx.ModelProto:
     """Two dynamic dimensions (batch and sequence length).
 
