@@ -143,3 +143,23 @@ def test_get_inputs_reports_the_layout_the_graph_implies(server, tmp_path):
     runner.build_from_file(str(tmp_path / "nhwc.onnx"), _context(server))
     (image,) = runner.get_inputs()
     assert image.format == mslite.Format.NHWC and image.shape == [1, 8, 8, 3]
+
+
+def test_mobilenetv2_resized_from_224_to_112_as_mindspore_lites_docs_do(server, tmp_path):
+    from mslite_triton_backend.mslite_backend.resized import free_dims
+    from tests.support.model_zoo import run_reference
+    from tests.support.repository import GEN
+
+    graph = GEN.build_mobilenetv2()  # input [N, 3, 224, 224]: the image size is fixed in the file
+    (tmp_path / "mobilenetv2.onnx").write_bytes(graph.SerializeToString())
+    model = mslite.Model()
+    model.build_from_file(str(tmp_path / "mobilenetv2.onnx"), mslite.ModelType.MINDIR, _context(server))
+    inputs = model.get_inputs()
+    model.resize(inputs, [[1, 3, 112, 112]])
+    x = _image([1, 3, 112, 112])
+    inputs[0].set_data_from_numpy(x)
+    (scores,) = model.predict(inputs)
+    free_dims(graph, (("input", (1, 3, 112, 112)),), "reference")
+    (expected,) = run_reference(graph, {"input": x})
+    assert scores.shape == [1, 1000]
+    np.testing.assert_allclose(scores.get_data_to_numpy(), expected, rtol=1e-4, atol=1e-6)
