@@ -7,17 +7,29 @@ import logging as _logging
 import os as _os
 
 from .context import Context
-from .converter import Converter, FmkType, LiteInfer
-from .model import Model
-from .model_group import ModelGroup, ModelGroupFlag
-from .runner import ModelParallelRunner
-from .tensor import DataType, Format, ModelType, Tensor, TensorMeta
+from .converter import Converter, FmkType
+from .lite_infer import LiteInfer
+from .model import Model, ModelGroup, ModelGroupFlag, ModelParallelRunner, ModelType
+from .tensor import DataType, Format, Tensor, TensorMeta
+
+
+class _Prefixed(_logging.StreamHandler):  # type: ignore[type-arg]
+    """Python's last-resort output (stderr, WARNING and up) with the library's name in front of each message.
+
+    Only while the application has configured no logging of its own; then its handlers show the records.
+    """
+
+    def emit(self, record: _logging.LogRecord) -> None:
+        if not _logging.getLogger().handlers or self.level < _logging.WARNING:
+            super().emit(record)
+
 
 # MSLITE_TRITON_LOG=info shows what the library does for you: the embedded server it starts, the models it loads.
+_handler = _Prefixed()
+_handler.setFormatter(_logging.Formatter("mslite_triton: %(message)s"))
+_handler.setLevel(_os.environ.get("MSLITE_TRITON_LOG", "warning").upper())
+_logging.getLogger(__name__).addHandler(_handler)
 if _os.environ.get("MSLITE_TRITON_LOG"):
-    _handler = _logging.StreamHandler()
-    _handler.setFormatter(_logging.Formatter("mslite_triton: %(message)s"))
-    _logging.getLogger(__name__).addHandler(_handler)
     _logging.getLogger(__name__).setLevel(_os.environ["MSLITE_TRITON_LOG"].upper())
 
 # One name per line, in MindSpore Lite's order where it has one, so exports are added without churn.
