@@ -20,6 +20,15 @@ SETTINGS_HEADER_TABLE_SIZE = 0x1
 CANCEL, NO_ERROR = 0x8, 0x0
 # gRPC status codes
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 8, 12, 14, 13
+NOT_FOUND, PERMISSION_DENIED = 5, 7
+_CODE_OF_STATUS = {403: PERMISSION_DENIED, 404: NOT_FOUND, 413: RESOURCE_EXHAUSTED}
+
+
+def grpc_code(http_status: int) -> int:
+    """The gRPC status code of a refusal the HTTP front answers with `http_status` (as Triton maps them)."""
+    return _CODE_OF_STATUS.get(http_status, INVALID_ARGUMENT)
+
+
 U32 = struct.Struct(">I")
 _HEADER = struct.Struct(">HBBBI")  # a frame header: length (16 + 8 bits), type, flags, stream id
 MIN_MAX_FRAME_SIZE = 16384  # every HTTP/2 peer accepts frames this large
