@@ -368,14 +368,15 @@ class _ClientSide(asyncio.Protocol):
         elif path in self.relay.checks:
             answered = None
             staging = self.relay.staging
-            if path == self.relay.unregister_path and staging is not None:
+            keyed = holds_key(key, self.relay.admin_key)
+            if path == self.relay.unregister_path and keyed and staging is not None:
                 staging.recheck()  # now, and again once Triton has answered (a staged request may come between)
                 answered = staging.recheck
             self.streams[sid] = Stream(
                 self.relay.checks[path],
                 encoding,
                 stageable=path == self.relay.infer_path,
-                keyed=holds_key(key, self.relay.admin_key),
+                keyed=keyed,
                 answered=answered,
             )
         elif path in self.relay.streaming:

@@ -247,7 +247,7 @@ def check_infer(
         header, payload = body, None
     else:
         text = length.decode("latin-1")[:24]
-        if not length.isdigit():
+        if not length.isdigit() or len(length) > 19:  # int() refuses numbers of over 4300 digits
             raise Refusal(f"Inference-Header-Content-Length '{text}' is not a byte count")
         n = int(length)
         if not 0 < n <= len(body):
@@ -281,7 +281,7 @@ def needs_offload(req: Request, limit: int) -> bool:
     if (req.header(b"content-encoding") or b"identity").lower() not in (b"identity", b""):
         return True
     length = req.header(b"inference-header-content-length")
-    json_bytes = int(length) if length is not None and length.isdigit() else len(req.body)
+    json_bytes = int(length) if length is not None and length.isdigit() and len(length) <= 19 else len(req.body)
     return json_bytes > limit
 
 

@@ -318,10 +318,10 @@ class HttpFront:
     async def _relay(self, req: Request) -> Response:
         """Any request but inference: relayed as it is, except shared-memory calls naming the gateway's regions.
 
-        After an unregister call (without a name: every region, the gateway's too) staging checks its
+        After a keyed unregister call (without a name: every region, the gateway's too) staging checks its
         registrations again before it next uses one; a call that changes state is never sent twice.
         """
-        unregister = check_region_call(req)
+        unregister = check_region_call(req) and holds_key(req.header(_KEY_HEADER), self.admin_key)
         if unregister and self.staging is not None:
             self.staging.recheck()
         try:
