@@ -277,7 +277,7 @@ def test_other_clients_are_served_while_a_gzip_bomb_is_checked(srv):
     first, last = min(a[0] for a in answers), max(a[1] for a in answers)
     during = [lat for start, lat in latencies if first <= start <= last]
     assert len(during) >= 5, (latencies, first, last)
-    assert max(during) < 1.0, during  # before: each bomb held the loop ~1.5 s, others waited up to 5.5 s
+    assert max(during) < 2.0, during  # before: each bomb held the loop for its whole check (10-15 s here)
 
 
 # -- the gateway's own regions ---------------------------------------------------------------------------------
