@@ -5,8 +5,9 @@ Each client connection gets its own connection to Triton's gRPC port, and every 
 the `grpc-message` of Triton's trailers, scrubbed of server paths, tracebacks and internal region names
 (`grpc_trailers`: only that non-indexed field is replaced, so the HPACK tables stay in step). The
 relay reads only what its checks need: the request header blocks (decoded with `hpack` to learn each
-stream's method) and, for the methods it checks (ModelInfer, and the version of the model-level calls),
-the request message. A checked stream's DATA frames are passed on as they arrive (and kept, as views of
+stream's method and whether it carries the admin key) and, for the methods it checks (ModelInfer, the
+version of the model-level calls, the region name of shared-memory register and unregister calls), the
+request message. A checked stream's DATA frames are passed on as they arrive (and kept, as views of
 what was read, for the check), except one that may complete the message (and the first, before the
 message's size is known), which is held until whole: when the message is whole it is checked
 (`grpc_checks.check_model_infer`, on the pieces where they lie) and the frame is passed on, or the stream is

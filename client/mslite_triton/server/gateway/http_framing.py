@@ -4,8 +4,10 @@ Triton 2.51's HTTP server (libevhtp) drops the connection on many framing errors
 body-size limit and answers 500 for bodies it cannot parse. This front reads each request itself (request
 line, headers within 64 KiB, Content-Length or chunked body within the cap: 413 before the body is read),
 checks `/v2/models/<m>[/versions/<v>]/infer` bodies (`kserve_json`), and forwards the same bytes over a
-pooled keep-alive connection; every other endpoint (health, metadata, config, statistics, repository,
-shared memory, logging, trace) goes through unchecked, headers included, so the admin key reaches Triton.
+pooled keep-alive connection. Every other endpoint (generate, health, metadata, config, statistics,
+repository, shared memory, logging, trace) goes through as it came, headers included, so the admin key
+reaches Triton; only its body is read first for what Triton's JSON reader would die of (`check_json_body`),
+and a shared-memory call may not name the gateway's regions (`check_region_call`).
 """
 
 from __future__ import annotations
