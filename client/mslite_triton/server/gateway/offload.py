@@ -4,7 +4,9 @@ A 30 KB gzip body may inflate to 30 MiB of JSON, whose check takes seconds of CP
 would stall every other client for as long; in a thread it would too, since Python's JSON reader holds the
 GIL for the whole document. So a body that is compressed, or whose JSON is over OFFLOAD_BYTES, is checked
 in a worker process (spawned on first use, `workers` of them): only the body goes there, and only the
-verdict comes back. The request then goes to Triton as it came.
+verdict comes back. The request then goes to Triton as it came. At most `max_pending` such checks wait
+or run at once; beyond, a request is refused as overload (503 kLiteServiceDeny), so a flood of them
+cannot keep the others waiting for minutes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from mslite_triton.server.gateway.admission import SERVICE_DENY, Overloaded
 from mslite_triton.server.gateway.http_framing import HttpError
 from mslite_triton.server.gateway.rules import Refusal
 
@@ -38,8 +41,10 @@ def _verdict(check: Callable[..., Any], *args: Any) -> tuple[int, str] | None:
 class Offload:
     """A small pool of worker processes for long checks; `close()` is safe to call twice."""
 
-    def __init__(self, workers: int = 1) -> None:
+    def __init__(self, workers: int = 1, *, max_pending: int = 8) -> None:
         self.workers = workers
+        self.max_pending = max_pending
+        self.pending = 0
         self._pool: ProcessPoolExecutor | None = None
 
     async def check(self, check: Callable[..., Any], *args: Any) -> None:
@@ -47,17 +52,26 @@ class Offload:
 
         Raises:
             Refusal: the check refused the request (its status and message).
+            Overloaded: `max_pending` checks are waiting or running already.
             HttpError: 503 when the worker died (the pool is made again for the next request).
         """
+        if self.pending >= self.max_pending:
+            raise Overloaded(
+                f"{SERVICE_DENY}: the server is busy checking {self.pending} large or compressed requests; "
+                "retry later"
+            )
         if self._pool is None:
             # spawned, not forked: a fork of the running event loop and its sockets is not safe
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pending += 1
         try:
             verdict = await asyncio.get_running_loop().run_in_executor(self._pool, _verdict, check, *args)
         except BrokenProcessPool:
             log.warning("a check's worker process died; starting another for the next request")
             self.close()
             raise HttpError(503, "the server could not check this request (its checker restarted); retry") from None
+        finally:
+            self.pending -= 1
         if verdict is not None:
             status, message = verdict
             raise Refusal(message, status=status, too_large=status == 413)
