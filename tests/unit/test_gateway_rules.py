@@ -102,3 +102,6 @@ def test_what_is_checked_off_the_loop():
     assert needs_offload(_post(b"/x", b" " * 2000), 1 << 10)
     small_header = _post(b"/x", b"{}" + bytes(1 << 20), (b"inference-header-content-length", b"2"))
     assert not needs_offload(small_header, 1 << 10)  # the binary part is not parsed
+    upload = _post(b"/v2/repository/models/m/load", b'{"parameters":{"file:1/model.onnx":"' + b"A" * 4096 + b'"}}')
+    assert not needs_offload(upload, 1 << 10, infer=False)  # it cannot nest deeply: not parsed at all
+    assert needs_offload(_post(b"/x", b"[1]," * 1000), 1 << 10, infer=False)

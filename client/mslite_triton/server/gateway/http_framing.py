@@ -278,13 +278,17 @@ def decoded_body(req: Request, cap: int) -> bytes:
     return req.body
 
 
-def needs_offload(req: Request, limit: int) -> bool:
-    """Whether checking `req`'s body may take long: compressed (it may inflate ~1000-fold), or JSON over `limit`."""
+def needs_offload(req: Request, limit: int, *, infer: bool = True) -> bool:
+    """Whether checking `req`'s body may take long: compressed (it may inflate ~1000-fold), or JSON over `limit`.
+
+    Only its JSON counts: an inference request's header part, and for other routes (`infer` False) only a
+    body that may nest deeply (`few_brackets`), since nothing else of theirs is parsed.
+    """
     if (req.header(b"content-encoding") or b"identity").lower() not in (b"identity", b""):
         return True
-    length = req.header(b"inference-header-content-length")
+    length = req.header(b"inference-header-content-length") if infer else None
     json_bytes = int(length) if length is not None and length.isdigit() and len(length) <= 19 else len(req.body)
-    return json_bytes > limit
+    return json_bytes > limit and (infer or not few_brackets(req.body))
 
 
 def check_json_body(req: Request, version: bytes | None, cap: int) -> None:
@@ -299,7 +303,7 @@ def check_json_body(req: Request, version: bytes | None, cap: int) -> None:
     if version is not None:
         check_http_version(urllib.parse.unquote(version.decode("latin-1")))
     body = decoded_body(req, cap)
-    if not body:
+    if few_brackets(body):  # it cannot nest deeply: a model upload's base64, most bodies
         return
     try:
         json.loads(body.decode("utf-8", "replace"))  # bytes that are not UTF-8 do not hide what follows them
@@ -308,8 +312,20 @@ def check_json_body(req: Request, version: bytes | None, cap: int) -> None:
     except ValueError as e:
         # Triton's reader (another parser) may read further than Python's did: it answers in its own words
         # only when the body cannot nest deeply at all
-        if body.count(b"[") + body.count(b"{") > _NESTING_LIMIT:
-            raise Refusal(f"request JSON could not be parsed: {str(e)[:200]}") from None
+        raise Refusal(f"request JSON could not be parsed: {str(e)[:200]}") from None
+
+
+def few_brackets(body: bytes) -> bool:
+    """Whether `body` holds too few '[' and '{' to nest past the limit (memchr passes: ~0.4 ms a MiB)."""
+    seen = 0
+    for opener in (b"[", b"{"):
+        at = body.find(opener)
+        while at >= 0:
+            seen += 1
+            if seen > _NESTING_LIMIT:
+                return False
+            at = body.find(opener, at + 1)
+    return True
 
 
 def check_region_call(req: Request) -> bool:

@@ -270,7 +270,7 @@ class HttpFront:
                     match = GENERATE_ROUTE.fullmatch(path)
             if infer is None and (match is not None or req.body):  # every other body Triton parses
                 version = match.group(2) if match else None
-                if self._offloaded(req):
+                if self._offloaded(req, infer=False):
                     await self._check_off_loop(check_json_body, req, version, self.cap)
                 else:
                     check_json_body(req, version, self.cap)
@@ -308,8 +308,8 @@ class HttpFront:
         await writer.drain()
         return not close
 
-    def _offloaded(self, req: Request) -> bool:
-        return self.offload is not None and needs_offload(req, OFFLOAD_BYTES)
+    def _offloaded(self, req: Request, *, infer: bool = True) -> bool:
+        return self.offload is not None and needs_offload(req, OFFLOAD_BYTES, infer=infer)
 
     async def _check_off_loop(self, check: Callable[..., Any], *args: Any) -> None:
         assert self.offload is not None

@@ -57,8 +57,7 @@ class Offload:
         """
         if self.pending >= self.max_pending:
             raise Overloaded(
-                f"{SERVICE_DENY}: the server is busy checking {self.pending} large or compressed requests; "
-                "retry later"
+                f"{SERVICE_DENY}: the server is busy checking {self.pending} large or compressed requests; retry later"
             )
         if self._pool is None:
             # spawned, not forked: a fork of the running event loop and its sockets is not safe
