@@ -372,3 +372,6 @@ def test_refusals_triton_gives_too_come_in_its_words(srv):
     request.raw_input_contents.append(np.ones(4, np.float32).tobytes())
     code, details = _grpc_call(srv.grpc_port, "ModelInfer", request.SerializeToString())
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "would read it as version 1" in details
+    request.model_version = "x" * 50_000  # echoed cut short: the answer must fit one HTTP/2 frame
+    code, details = _grpc_call(srv.grpc_port, "ModelInfer", request.SerializeToString())
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("failed to get model version")

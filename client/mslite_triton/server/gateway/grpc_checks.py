@@ -240,8 +240,8 @@ def read_model_infer(
         elif inp.HasField("contents"):
             if raw:
                 raise Refusal(  # Triton's own words
-                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
-                    f"'{req.model_name}'"
+                    f"contents field must not be specified when using raw_input_contents for '{name[:200]}' for "
+                    f"model '{req.model_name[:200]}'"
                 )
             budget.add(name, shape, datatype, count * size)
             values = sum(len(getattr(inp.contents, f)) for f in _CONTENT_FIELDS)

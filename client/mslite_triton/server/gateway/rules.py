@@ -47,6 +47,7 @@ _DIGITS = re.compile(r"[0-9]+")
 # What std::stol reads: blanks (isspace), an optional sign, decimal digits.
 _STOL_PREFIX = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+", re.ASCII)
 _LONG_MAX = (1 << 63) - 1
+_SHOWN_CHARS = 200  # of a client's text echoed in Triton's words
 
 
 class Refusal(Exception):
@@ -89,14 +90,15 @@ def check_grpc_version(version: str) -> None:
     if version == "" or (_DIGITS.fullmatch(version) and len(version) <= MAX_VERSION_DIGITS):
         return
     lead = _STOL_PREFIX.match(version)
-    value = int(lead.group(0)) if lead else None
+    value = int(lead.group(0)) if lead and len(lead.group(0)) <= 4000 else None  # int() stops at 4300 digits
+    shown = version[:_SHOWN_CHARS]  # the whole answer must fit in one HTTP/2 frame
     if value is None or not -_LONG_MAX - 1 <= value <= _LONG_MAX:
         raise Refusal(
-            f"failed to get model version from specified version string '{version}' (details: stol), "
+            f"failed to get model version from specified version string '{shown}' (details: stol), "
             "version should be an integral value > 0"
         )
     if value < 0:
-        raise Refusal(f"invalid model version specified '{version}' , version should be an integral value > 0")
+        raise Refusal(f"invalid model version specified '{shown}' , version should be an integral value > 0")
     raise Refusal(
         f"model version {version[:40]!r} is not valid: it must be a decimal integer (digits only, at most "
         f"{MAX_VERSION_DIGITS}); the server would read it as version {value}"
