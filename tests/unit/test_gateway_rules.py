@@ -105,3 +105,11 @@ def test_what_is_checked_off_the_loop():
     upload = _post(b"/v2/repository/models/m/load", b'{"parameters":{"file:1/model.onnx":"' + b"A" * 4096 + b'"}}')
     assert not needs_offload(upload, 1 << 10, infer=False)  # it cannot nest deeply: not parsed at all
     assert needs_offload(_post(b"/x", b"[1]," * 1000), 1 << 10, infer=False)
+
+
+def test_a_refusal_with_a_huge_name_still_fits_a_clients_metadata_limit():
+    from mslite_triton.server.gateway.grpc_frames import trailers_only
+
+    for char in ("x", "\u00e9", "\U0001f600"):
+        answer = trailers_only(1, 3, f"input '{char * 100_000}': needs the admin key")
+        assert len(answer) < 16 << 10
