@@ -78,5 +78,10 @@ class Offload:
     def close(self) -> None:
         """Stop the workers (a check in progress is dropped)."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if pool is None:
+            return
+        # shutdown() lets a check in progress finish (seconds, for a bomb) and the interpreter's exit waits
+        # for it; Python 3.14's terminate_workers() is what this does
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
