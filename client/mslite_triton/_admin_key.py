@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
 
 HEADER = "mslite-key"
+GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"  # Triton matches gRPC metadata with its own prefix
 RESTRICTED = "model-repository,shared-memory,logging,trace"
 
 

@@ -100,8 +100,7 @@ class Transport:
         self._ssl = parsed.scheme == "https"
         self._timeout_s = timeout_s if timeout_s is not None else float(os.environ.get("MSLITE_TRITON_TIMEOUT_S", 120))
         self._retry_s = retry_s if retry_s is not None else float(os.environ.get("MSLITE_TRITON_RETRY_S", 30))
-        # Triton matches gRPC metadata against the restricted key with its own prefix
-        header = _admin_key.HEADER if self.protocol == "http" else f"triton-grpc-protocol-{_admin_key.HEADER}"
+        header = _admin_key.HEADER if self.protocol == "http" else _admin_key.GRPC_HEADER
         self._headers = {header: key} if key else None
         self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
         self._local = threading.local()

@@ -148,11 +148,12 @@ def test_tritonclient_shared_memory_register_infer_unregister(gw, protocol):
         client.register_system_shared_memory(name, "/" + name, 64, headers=key)
         item = mod.InferInput("x", [2, 4], "FP32")
         item.set_shared_memory(name, 32)
-        np.testing.assert_array_equal(client.infer("tiny", [item]).as_numpy("y"), x * 2 + 1)
+        # naming a region in a request needs the key too, through the gateway (Triton itself does not ask)
+        np.testing.assert_array_equal(client.infer("tiny", [item], headers=key).as_numpy("y"), x * 2 + 1)
         item = mod.InferInput("x", [2, 4], "FP32")
         item.set_shared_memory(name, 16)  # shape says 32 bytes
         with pytest.raises(InferenceServerException, match="byte size mismatch"):
-            client.infer("tiny", [item])
+            client.infer("tiny", [item], headers=key)
     finally:
         try:
             client.unregister_system_shared_memory(name, headers=key)
@@ -296,7 +297,6 @@ def test_http_requests_wait_out_a_server_restart(gw):
         stop.set()
         thread.join()
     assert len(statuses) > 10 and set(statuses) == {200}, statuses
-
 
 
 def test_triton_unreachable_is_503_and_unavailable(tmp_path):

@@ -3,7 +3,8 @@
 Triton 2.51 answers INTERNAL for bytes that are not a ModelInferRequest, serves batch dims read modulo 2^32
 and versions like '1abc', and takes messages of any size. The relay (`grpc_relay`) hands every ModelInfer
 message to `check_model_infer` (parsed with `tritonclient.grpc.service_pb2` and checked with the shared
-rules) and the model-level calls' messages to their version check, before Triton has the whole message.
+rules), the model-level calls' messages to their version check and the shared-memory register and
+unregister calls' to their region check, before Triton has the whole message.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from mslite_triton.server.gateway.rules import (
     byte_size_mismatch,
     check_bool_bytes,
     check_datatype,
+    check_grpc_version,
+    check_own_region,
     check_region_name,
-    check_version,
     element_count,
 )
 
@@ -161,9 +163,9 @@ def _split_raw_contents(data: Pieces) -> tuple[bytes, list[memoryview | Spread]]
     return b"".join(head), raw
 
 
-def check_model_infer(data: bytes | memoryview | Pieces, cap: int) -> str:
+def check_model_infer(data: bytes | memoryview | Pieces, cap: int, *, keyed: bool = False) -> str:
     """Check a serialized ModelInferRequest as Triton will read it; returns the model's name (`read_model_infer`)."""
-    return str(read_model_infer(data, cap)[0].model_name)
+    return str(read_model_infer(data, cap, keyed=keyed)[0].model_name)
 
 
 def staged_model_infer(req: Any, raw: Sequence[bytes | memoryview | Spread], region: str, view: memoryview) -> bytes:
@@ -189,8 +191,10 @@ def staged_model_infer(req: Any, raw: Sequence[bytes | memoryview | Spread], reg
     return bytes(req.SerializeToString())
 
 
-def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, Sequence[bytes | memoryview | Spread]]:
-    """Check a serialized ModelInferRequest as Triton will read it.
+def read_model_infer(
+    data: bytes | memoryview | Pieces, cap: int, *, keyed: bool = False
+) -> tuple[Any, Sequence[bytes | memoryview | Spread]]:
+    """Check a serialized ModelInferRequest as Triton will read it (`keyed`: it came with the admin key).
 
     `data` may be the pieces it arrived in (`Pieces`). The tensor bytes of a large message are not copied: a
     scan of the top-level fields sets raw_input_contents aside and protobuf parses the rest; a small message,
@@ -201,7 +205,8 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
 
     Raises:
         Refusal: unparsable bytes, a bad version, datatype or dim, raw contents not matching the inputs'
-            shapes, BOOL bytes other than 0/1, or more tensor data than `cap` (too_large).
+            shapes, BOOL bytes other than 0/1, more tensor data than `cap` (too_large), or a shared-memory
+            region named without the key (`check_region_name`).
     """
     raw: Sequence[bytes | memoryview | Spread]
     message = data if isinstance(data, Pieces) else Pieces([data])
@@ -215,7 +220,7 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
     else:
         req = _parse(pb.ModelInferRequest, message.join())
         raw = req.raw_input_contents
-    check_version(req.model_version, allow_empty=True)
+    check_grpc_version(req.model_version)
     budget = SizeBudget(cap)
     used = 0
     for inp in req.inputs:
@@ -224,7 +229,7 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
         count = element_count(name, shape)
         params = inp.parameters
         if "shared_memory_region" in params:
-            check_region_name(f"input '{name}'", params["shared_memory_region"].string_param)
+            check_region_name(f"input '{name}'", params["shared_memory_region"].string_param, keyed=keyed)
             byte_size = params["shared_memory_byte_size"] if "shared_memory_byte_size" in params else None
             if byte_size is None or byte_size.WhichOneof("parameter_choice") != "int64_param":
                 raise Refusal(f"input '{name}' uses shared memory but has no integer shared_memory_byte_size")
@@ -234,7 +239,10 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
                 raise byte_size_mismatch(name, req.model_name, count * size, nbytes)
         elif inp.HasField("contents"):
             if raw:
-                raise Refusal(f"input '{name}': 'contents' cannot be given together with raw_input_contents")
+                raise Refusal(  # Triton's own words
+                    f"contents field must not be specified when using raw_input_contents for '{name[:200]}' for "
+                    f"model '{req.model_name[:200]}'"
+                )
             budget.add(name, shape, datatype, count * size)
             values = sum(len(getattr(inp.contents, f)) for f in _CONTENT_FIELDS)
             if values != count:
@@ -254,7 +262,8 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
                 check_bool_bytes(name, bytes(tensor))
     for out in req.outputs:
         if "shared_memory_region" in out.parameters:
-            check_region_name(f"output '{out.name}'", out.parameters["shared_memory_region"].string_param)
+            region = out.parameters["shared_memory_region"].string_param
+            check_region_name(f"output '{out.name}'", region, keyed=keyed)
     if used != len(raw):
         raise Refusal(
             f"the request holds {len(raw)} raw_input_contents for {used} inputs: "
@@ -263,12 +272,32 @@ def read_model_infer(data: bytes | memoryview | Pieces, cap: int) -> tuple[Any, 
     return req, raw
 
 
-def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces], None]:
+def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces, bool], None]:
     """The check of a model-level call's message: a valid message of `kind` whose `field` is a valid version."""
 
-    def check(data: bytes | Pieces) -> None:
+    def check(data: bytes | Pieces, keyed: bool) -> None:
         message = data.join() if isinstance(data, Pieces) else data
-        check_version(getattr(_parse(kind, message), field), allow_empty=True)
+        check_grpc_version(getattr(_parse(kind, message), field))
         return None
 
     return check
+
+
+def check_unregister(data: bytes | Pieces, keyed: bool) -> None:
+    """A shared-memory unregister call may not name one of the gateway's regions (an empty name: all others).
+
+    Raises:
+        Refusal: a name with the gateway's prefix, or bytes that are no SystemSharedMemoryUnregisterRequest.
+    """
+    message = data.join() if isinstance(data, Pieces) else data
+    check_own_region(_parse(pb.SystemSharedMemoryUnregisterRequest, message).name, "unregistered")
+
+
+def check_register(data: bytes | Pieces, keyed: bool) -> None:
+    """A shared-memory register call may not take a name of the gateway's (Triton would then read its tensors there).
+
+    Raises:
+        Refusal: a name with the gateway's prefix, or bytes that are no SystemSharedMemoryRegisterRequest.
+    """
+    message = data.join() if isinstance(data, Pieces) else data
+    check_own_region(_parse(pb.SystemSharedMemoryRegisterRequest, message).name, "registered")

@@ -20,12 +20,22 @@ SETTINGS_HEADER_TABLE_SIZE = 0x1
 CANCEL, NO_ERROR = 0x8, 0x0
 # gRPC status codes
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 8, 12, 14, 13
+NOT_FOUND, PERMISSION_DENIED = 5, 7
+_CODE_OF_STATUS = {403: PERMISSION_DENIED, 404: NOT_FOUND, 413: RESOURCE_EXHAUSTED}
+
+
+def grpc_code(http_status: int) -> int:
+    """The gRPC status code of a refusal the HTTP front answers with `http_status` (as Triton maps them)."""
+    return _CODE_OF_STATUS.get(http_status, INVALID_ARGUMENT)
+
+
 U32 = struct.Struct(">I")
 _HEADER = struct.Struct(">HBBBI")  # a frame header: length (16 + 8 bits), type, flags, stream id
 MIN_MAX_FRAME_SIZE = 16384  # every HTTP/2 peer accepts frames this large
 # What the splitter does with a frame: forward it as it arrives (PASS), forward it and keep its pieces too
 # (TAP), hold it until whole (COLLECT), or drop it (DROP).
 PASS, COLLECT, DROP, TAP = 0, 1, 2, 3
+_MAX_MESSAGE_CHARS = 4000  # of a refusal's message (ASCII): its trailers stay within 16 KiB
 _JOIN_BELOW_BYTES = 64 << 10  # `write` copies pieces below this into one
 Parts = Sequence[Any]  # bytes or memoryviews, in order
 
@@ -76,6 +86,10 @@ def trailers_only(stream: int, code: int, message: str) -> bytes:
     """A gRPC answer with no message: status and message in one HEADERS frame that ends the stream."""
     block = _literal(b":status", b"200") + _literal(b"content-type", b"application/grpc")
     block += _literal(b"grpc-status", str(code).encode())
+    # clients drop metadata over 16 KiB; percent-encoding makes 3 bytes of each byte past ASCII (up to 4 a char)
+    limit = _MAX_MESSAGE_CHARS if message.isascii() else _MAX_MESSAGE_CHARS // 4
+    if len(message) > limit:
+        message = message[:limit] + "..."
     block += _literal(b"grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~").encode())
     return frame(HEADERS, END_STREAM | END_HEADERS, stream, block)
 

@@ -5,8 +5,9 @@ Each client connection gets its own connection to Triton's gRPC port, and every 
 the `grpc-message` of Triton's trailers, scrubbed of server paths, tracebacks and internal region names
 (`grpc_trailers`: only that non-indexed field is replaced, so the HPACK tables stay in step). The
 relay reads only what its checks need: the request header blocks (decoded with `hpack` to learn each
-stream's method) and, for the methods it checks (ModelInfer, and the version of the model-level calls),
-the request message. A checked stream's DATA frames are passed on as they arrive (and kept, as views of
+stream's method and whether it carries the admin key) and, for the methods it checks (ModelInfer, the
+version of the model-level calls, the region name of shared-memory register and unregister calls), the
+request message. A checked stream's DATA frames are passed on as they arrive (and kept, as views of
 what was read, for the check), except one that may complete the message (and the first, before the
 message's size is known), which is held until whole: when the message is whole it is checked
 (`grpc_checks.check_model_infer`, on the pieces where they lie) and the frame is passed on, or the stream is
@@ -33,6 +34,8 @@ from mslite_triton.server.gateway.grpc_checks import (
     VERSIONED,
     Pieces,
     check_model_infer,
+    check_register,
+    check_unregister,
     check_versioned,
     read_model_infer,
     staged_model_infer,
@@ -67,6 +70,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     WINDOW_UPDATE,
     Frames,
     frame,
+    grpc_code,
     joined,
     trailers_only,
     unpadded,
@@ -75,7 +79,7 @@ from mslite_triton.server.gateway.grpc_frames import (
 from mslite_triton.server.gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
 from mslite_triton.server.gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_triton.server.gateway.rules import Refusal, holds_key
 from mslite_triton.server.gateway.staging import Staging
 
 log = logging.getLogger(__name__)
@@ -92,9 +96,16 @@ class GrpcRelay:
     """Accepts client connections (`factory` for loop.create_server) and relays them to Triton's gRPC port."""
 
     def __init__(
-        self, upstream: tuple[str, int], *, max_request_bytes: int, admission: Admission, staging: Staging | None
+        self,
+        upstream: tuple[str, int],
+        *,
+        max_request_bytes: int,
+        admission: Admission,
+        staging: Staging | None,
+        admin_key: str | None = None,
     ) -> None:
         self.upstream = upstream
+        self.admin_key = admin_key
         self.staging = staging
         self.cap = max_request_bytes
         self.admission = admission
@@ -102,9 +113,16 @@ class GrpcRelay:
         self.connections: set[_ClientSide] = set()
         self.closing = False
         self.infer_path = f"/{SERVICE}/ModelInfer".encode()
-        self.checks: dict[bytes, Check] = {self.infer_path: lambda data: check_model_infer(data, self.cap)}
+        self.checks: dict[bytes, Check] = {
+            self.infer_path: lambda data, keyed: check_model_infer(data, self.cap, keyed=keyed)
+        }
         for name, (kind, field) in VERSIONED.items():
             self.checks[f"/{SERVICE}/{name}".encode()] = check_versioned(kind, field)
+        # the gateway's own regions are not the clients' to register or unregister; after any unregister
+        # call (one without a name unregisters them all) staging checks its registrations again
+        self.unregister_path = f"/{SERVICE}/SystemSharedMemoryUnregister".encode()
+        self.checks[self.unregister_path] = check_unregister
+        self.checks[f"/{SERVICE}/SystemSharedMemoryRegister".encode()] = check_register
         self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
         # calls whose message may be sent on changed (`model_control`): held until whole, then rewritten
         self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
@@ -338,7 +356,7 @@ class _ClientSide(asyncio.Protocol):
 
     def _headers(self, sid: int, block: bytes) -> None:
         try:
-            path, encoding = self.headers.read(block)
+            path, encoding, key = self.headers.read_call(block)
         except hpack.HPACKError:
             self.close()  # what Triton would do too: the connection's compression state is lost
             return
@@ -353,7 +371,19 @@ class _ClientSide(asyncio.Protocol):
         elif self.relay.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
         elif path in self.relay.checks:
-            self.streams[sid] = Stream(self.relay.checks[path], encoding, stageable=path == self.relay.infer_path)
+            answered = None
+            staging = self.relay.staging
+            keyed = holds_key(key, self.relay.admin_key)
+            if path == self.relay.unregister_path and keyed and staging is not None:
+                staging.recheck()  # now, and again once Triton has answered (a staged request may come between)
+                answered = staging.recheck
+            self.streams[sid] = Stream(
+                self.relay.checks[path],
+                encoding,
+                stageable=path == self.relay.infer_path,
+                keyed=keyed,
+                answered=answered,
+            )
         elif path in self.relay.rewrites:
             self.streams[sid] = Stream(_no_check, encoding, rewrite=self.relay.rewrites[path])
         elif path in self.relay.streaming:
@@ -412,13 +442,13 @@ class _ClientSide(asyncio.Protocol):
                 stream.done = True
                 return False
             if stream.region is None:
-                model = stream.check(stream.message(self.relay.cap))
+                model = stream.check(stream.message(self.relay.cap), stream.keyed)
             else:
-                req, raw = read_model_infer(stream.message(self.relay.cap), self.relay.cap)
+                req, raw = read_model_infer(stream.message(self.relay.cap), self.relay.cap, keyed=stream.keyed)
                 model = str(req.model_name)
                 staged = staged_model_infer(req, raw, stream.region.name, stream.region.view)
         except Refusal as e:
-            self.refuse(sid, RESOURCE_EXHAUSTED if e.too_large else INVALID_ARGUMENT, e.message)
+            self.refuse(sid, grpc_code(e.status), e.message)
             return False
         if model is not None:
             try:
@@ -472,6 +502,8 @@ class _ClientSide(asyncio.Protocol):
                 self.relay.staging.give_back(stream.region)
             else:  # sent, then reset or cut off: Triton may still read the region
                 self.relay.staging.abandon(stream.region)
+        if answered and stream.answered is not None:
+            stream.answered()
         if stream.charged:
             self.relay.admission.give_bytes(stream.charged)
         if stream.model is not None:
@@ -479,7 +511,14 @@ class _ClientSide(asyncio.Protocol):
 
 
 async def start_relay(
-    host: str, port: int, upstream: str, *, max_request_bytes: int, admission: Admission, staging: Staging | None
+    host: str,
+    port: int,
+    upstream: str,
+    *,
+    max_request_bytes: int,
+    admission: Admission,
+    staging: Staging | None,
+    admin_key: str | None = None,
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
     """Listen on host:port and relay to `upstream` (host:port of Triton's gRPC endpoint).
 
@@ -488,12 +527,16 @@ async def start_relay(
     """
     up_host, _, up_port = upstream.rpartition(":")
     relay = GrpcRelay(
-        (up_host, int(up_port)), max_request_bytes=max_request_bytes, admission=admission, staging=staging
+        (up_host, int(up_port)),
+        max_request_bytes=max_request_bytes,
+        admission=admission,
+        staging=staging,
+        admin_key=admin_key,
     )
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay
 
 
-def _no_check(data: bytes | Pieces) -> None:
+def _no_check(data: bytes | Pieces, keyed: bool) -> None:
     """The check of a call the relay only rewrites (`GrpcRelay.rewrites`): Triton checks its message."""
     return None

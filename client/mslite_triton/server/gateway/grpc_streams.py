@@ -12,13 +12,15 @@ from typing import Any
 
 import hpack
 
+from mslite_triton._admin_key import GRPC_HEADER
 from mslite_triton.server.gateway.grpc_checks import Pieces
 from mslite_triton.server.gateway.rules import Refusal, inflate_bounded
 from mslite_triton.server.gateway.staging import Region
 
 PREFIX = 5  # a gRPC message's prefix: compressed flag (1 byte), length (4 bytes)
 _KNOWN_BLOCKS = 64
-Check = Callable[["bytes | Pieces"], "str | None"]
+_KEY_HEADER = GRPC_HEADER.encode()
+Check = Callable[["bytes | Pieces", bool], "str | None"]  # (message, keyed) -> the model it counts for
 
 
 class Stream:
@@ -36,6 +38,8 @@ class Stream:
         "stageable",
         "region",
         "rewrite",
+        "keyed",
+        "answered",
     )
 
     def __init__(
@@ -45,8 +49,12 @@ class Stream:
         *,
         stageable: bool = False,
         rewrite: Callable[[bytes], bytes | None] | None = None,
+        keyed: bool = True,
+        answered: Callable[[], None] | None = None,
     ) -> None:
         self.check = check
+        self.keyed = keyed  # the call came with the admin key (or the server has none)
+        self.answered = answered  # what to do once Triton answered the call
         self.stageable = stageable  # a ModelInfer call, whose tensors may go to Triton through shared memory
         self.region: Region | None = None  # where they go, once chosen (`staging`)
         # the message to send Triton instead of the client's (None: the client's): held until whole, as staged
@@ -103,7 +111,7 @@ def inflate(encoding: bytes, data: bytes, cap: int) -> bytes:
 
 
 class RequestHeaders:
-    """The client's header blocks, decoded (HPACK) for each call's `:path` and `grpc-encoding`.
+    """The client's header blocks, decoded (HPACK) for each call's `:path`, `grpc-encoding` and admin key.
 
     The decoder must see every block, in order, to keep its dynamic table in step with the client's. A block
     of only indexed fields leaves the table as it is, so until a block of another kind comes, the same bytes
@@ -113,7 +121,7 @@ class RequestHeaders:
 
     def __init__(self) -> None:
         self.decoder = hpack.Decoder()
-        self.known: dict[bytes, tuple[bytes, bytes]] = {}
+        self.known: dict[bytes, tuple[bytes, bytes, bytes]] = {}
 
     def allow_table_size(self, size: int) -> None:
         """The largest dynamic table the client may use (Triton's setting, which the client obeys)."""
@@ -121,7 +129,11 @@ class RequestHeaders:
         self.known.clear()  # the next block must be read by the decoder (it starts with a size update)
 
     def read(self, block: bytes) -> tuple[bytes, bytes]:
-        """(:path, grpc-encoding) of one request header block (b"" where absent).
+        """(:path, grpc-encoding) of one request header block (b"" where absent); see `read_call`."""
+        return self.read_call(block)[:2]
+
+    def read_call(self, block: bytes) -> tuple[bytes, bytes, bytes]:
+        """(:path, grpc-encoding, admin key) of one request header block (b"" where absent).
 
         Raises:
             hpack.HPACKError: the block does not decode; the connection's compression state is lost.
@@ -129,17 +141,19 @@ class RequestHeaders:
         known = self.known.get(block)
         if known is not None:
             return known
-        path = encoding = b""
+        path = encoding = key = b""
         for name, value in self.decoder.decode(block, raw=True):
             if name == b":path":
                 path = value
             elif name == b"grpc-encoding":
                 encoding = value
+            elif name == _KEY_HEADER:
+                key = value
         if not only_indexed(block):
             self.known.clear()  # the block may have changed the table the known ones point into
         elif len(self.known) < _KNOWN_BLOCKS:
-            self.known[block] = (path, encoding)
-        return path, encoding
+            self.known[block] = (path, encoding, key)
+        return path, encoding, key
 
 
 def only_indexed(block: bytes) -> bool:

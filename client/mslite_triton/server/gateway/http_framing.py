@@ -4,8 +4,10 @@ Triton 2.51's HTTP server (libevhtp) drops the connection on many framing errors
 body-size limit and answers 500 for bodies it cannot parse. This front reads each request itself (request
 line, headers within 64 KiB, Content-Length or chunked body within the cap: 413 before the body is read),
 checks `/v2/models/<m>[/versions/<v>]/infer` bodies (`kserve_json`), and forwards the same bytes over a
-pooled keep-alive connection; every other endpoint (health, metadata, config, statistics, repository,
-shared memory, logging, trace) goes through unchecked, headers included, so the admin key reaches Triton.
+pooled keep-alive connection. Every other endpoint (generate, health, metadata, config, statistics,
+repository, shared memory, logging, trace) goes through as it came, headers included, so the admin key
+reaches Triton; only its body is read first for what Triton's JSON reader would die of (`check_json_body`),
+and a shared-memory call may not name the gateway's regions (`check_region_call`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
 from mslite_triton.server.gateway.deadlines import within
 from mslite_triton.server.gateway.kserve_json import check_infer_request
-from mslite_triton.server.gateway.rules import Refusal, check_version, inflate_bounded
+from mslite_triton.server.gateway.rules import Refusal, check_http_version, check_own_region, inflate_bounded
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,13 @@ _GOOD_LINE = _TOKEN_CHARS + rb":[\x09\x20-\x7e\x80-\xff]*"
 _GOOD_LINES = re.compile(rb"(?:%s(?:\r\n%s)*)?" % (_GOOD_LINE, _GOOD_LINE))
 _BAD_TARGET = re.compile(rb"[\x00-\x20\x7f]")
 INFER_ROUTE = re.compile(rb"/v2/models/([^/]+)(?:/versions/([^/]*))?/infer")
+# Inference by other names: a JSON body Triton turns into an inference request.
+GENERATE_ROUTE = re.compile(rb"/v2/models/([^/]+)(?:/versions/([^/]*))?/generate(?:_stream)?")
+# Shared-memory calls that name one region; and the one that unregisters them all.
+REGION_ROUTE = re.compile(rb"/v2/systemsharedmemory/region/([^/]+)/(register|unregister)")
+UNREGISTER_ALL = b"/v2/systemsharedmemory/unregister"
+# Python's JSON reader stops at its recursion limit (1000 levels); Triton 2.51's recurses until it crashes.
+_NESTING_LIMIT = 900
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"proxy-connection", b"expect"}
     | {b"content-length", b"trailer"}
@@ -91,7 +100,7 @@ class Request:
 
 def error_response(status: int, message: str, *, close: bool) -> bytes:
     """A Triton-style JSON error answer."""
-    body = json.dumps({"error": message}).encode()
+    body = json.dumps({"error": message}, separators=(",", ":")).encode()  # as Triton writes it
     head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
     head += f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
     return head.encode() + body
@@ -220,23 +229,19 @@ async def _read_chunked(req: Request, reader: asyncio.StreamReader, cap: int, ad
 
 
 def check_infer(
-    req: Request, model: bytes, version: bytes | None, cap: int
+    req: Request, model: bytes, version: bytes | None, cap: int, keyed: bool = False
 ) -> tuple[dict[str, Any], memoryview | None]:
     """Refuse an inference request Triton would mis-serve, answer 500 to, or die of (Refusal).
+
+    `keyed`: the request came with the admin key (it may name shared-memory regions).
 
     Returns:
         The JSON header, and the binary tensor data as it lies in `req.body` (None when there is none, or
         when the body is compressed).
     """
     if version is not None:
-        check_version(urllib.parse.unquote(version.decode("latin-1")), allow_empty=False)
-    body = req.body
-    encoding = (req.header(b"content-encoding") or b"identity").lower()
-    if encoding in (b"gzip", b"deflate"):
-        # zlib or gzip header, told apart by zlib
-        body = inflate_bounded(body, cap, wbits=zlib.MAX_WBITS | 32, what="body", form="gzip/deflate")
-    elif encoding not in (b"identity", b""):
-        raise HttpError(415, f"Content-Encoding '{encoding.decode('latin-1')[:20]}': use gzip, deflate or identity")
+        check_http_version(urllib.parse.unquote(version.decode("latin-1")))
+    body = decoded_body(req, cap)
     length = req.header(b"inference-header-content-length")
     if length is None:
         if not body:
@@ -244,7 +249,7 @@ def check_infer(
         header, payload = body, None
     else:
         text = length.decode("latin-1")[:24]
-        if not length.isdigit():
+        if not length.isdigit() or len(length) > 19:  # int() refuses numbers of over 4300 digits
             raise Refusal(f"Inference-Header-Content-Length '{text}' is not a byte count")
         n = int(length)
         if not 0 < n <= len(body):
@@ -252,8 +257,91 @@ def check_infer(
                 f"Inference-Header-Content-Length {text} is not within the body's {len(body)} bytes (0 excluded)"
             )
         header, payload = body[:n], memoryview(body)[n:]
-    doc = check_infer_request(header, urllib.parse.unquote(model.decode("latin-1")), payload=payload, cap=cap)
+    model_name = urllib.parse.unquote(model.decode("latin-1"))
+    doc = check_infer_request(header, model_name, payload=payload, cap=cap, keyed=keyed)
     return doc, payload if body is req.body else None
+
+
+def decoded_body(req: Request, cap: int) -> bytes:
+    """The body, inflated (at most `cap` bytes) when its Content-Encoding is gzip or deflate.
+
+    Raises:
+        Refusal: invalid compressed data, or over `cap` inflated.
+        HttpError: 415 for another Content-Encoding.
+    """
+    encoding = (req.header(b"content-encoding") or b"identity").lower()
+    if encoding in (b"gzip", b"deflate"):
+        # zlib or gzip header, told apart by zlib
+        return inflate_bounded(req.body, cap, wbits=zlib.MAX_WBITS | 32, what="body", form="gzip/deflate")
+    if encoding not in (b"identity", b""):
+        raise HttpError(415, f"Content-Encoding '{encoding.decode('latin-1')[:20]}': use gzip, deflate or identity")
+    return req.body
+
+
+def needs_offload(req: Request, limit: int, *, infer: bool = True) -> bool:
+    """Whether checking `req`'s body may take long: compressed (it may inflate ~1000-fold), or JSON over `limit`.
+
+    Only its JSON counts: an inference request's header part, and for other routes (`infer` False) only a
+    body that may nest deeply (`few_brackets`), since nothing else of theirs is parsed.
+    """
+    if (req.header(b"content-encoding") or b"identity").lower() not in (b"identity", b""):
+        return True
+    length = req.header(b"inference-header-content-length") if infer else None
+    json_bytes = int(length) if length is not None and length.isdigit() and len(length) <= 19 else len(req.body)
+    return json_bytes > limit and (infer or not few_brackets(req.body))
+
+
+def check_json_body(req: Request, version: bytes | None, cap: int) -> None:
+    """Refuse a JSON body nested deeper than Triton's reader survives (every route but /infer: `check_infer`).
+
+    Anything else wrong with it is left to Triton, which names it in its own words.
+
+    Raises:
+        Refusal: nested too deeply; a generate route's version Triton's route would not take (404).
+        HttpError: 415 for a Content-Encoding other than gzip and deflate.
+    """
+    if version is not None:
+        check_http_version(urllib.parse.unquote(version.decode("latin-1")))
+    body = decoded_body(req, cap)
+    if few_brackets(body):  # it cannot nest deeply: a model upload's base64, most bodies
+        return
+    try:
+        json.loads(body.decode("utf-8", "replace"))  # bytes that are not UTF-8 do not hide what follows them
+    except RecursionError:
+        raise Refusal("request JSON is nested too deeply") from None
+    except ValueError as e:
+        # Triton's reader (another parser) may read further than Python's did: it answers in its own words
+        # only when the body cannot nest deeply at all
+        raise Refusal(f"request JSON could not be parsed: {str(e)[:200]}") from None
+
+
+def few_brackets(body: bytes) -> bool:
+    """Whether `body` holds too few '[' and '{' to nest past the limit (memchr passes: ~0.4 ms a MiB)."""
+    seen = 0
+    for opener in (b"[", b"{"):
+        at = body.find(opener)
+        while at >= 0:
+            seen += 1
+            if seen > _NESTING_LIMIT:
+                return False
+            at = body.find(opener, at + 1)
+    return True
+
+
+def check_region_call(req: Request) -> bool:
+    """A shared-memory call that names one of the gateway's regions is refused; True for an unregister call.
+
+    Raises:
+        Refusal: it registers or unregisters a region with the gateway's prefix.
+    """
+    path = req.target.split(b"?", 1)[0]
+    if path == UNREGISTER_ALL:
+        return True
+    match = REGION_ROUTE.fullmatch(path)
+    if match is None:
+        return False
+    check_own_region(urllib.parse.unquote(match.group(1).decode("latin-1")), match.group(2).decode() + "ed")
+    return match.group(2) == b"unregister"
 
 
 def stage_body(doc: dict[str, Any], region: str, offset: int) -> bytes:

@@ -15,18 +15,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mslite_triton._admin_key import HEADER as ADMIN_HEADER
 from mslite_triton._error_table import scrub_json_error
 from mslite_triton.server.gateway.admission import Admission, Overloaded
 from mslite_triton.server.gateway.deadlines import within
 from mslite_triton.server.gateway.http_framing import (
+    GENERATE_ROUTE,
     INFER_ROUTE,
     LINGER_BYTES,
     LINGER_S,
     HttpError,
     Request,
     check_infer,
+    check_json_body,
+    check_region_call,
     client_head,
     error_response,
+    needs_offload,
     parse_head,
     read_body,
     read_head,
@@ -35,12 +40,14 @@ from mslite_triton.server.gateway.http_framing import (
     upstream_head,
 )
 from mslite_triton.server.gateway.model_control import LOAD_ROUTE, http_load_body
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_triton.server.gateway.offload import OFFLOAD_BYTES, Offload
+from mslite_triton.server.gateway.rules import Refusal, holds_key
 from mslite_triton.server.gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 
 _INFER_PREFIX = b"/v2/models/"
+_KEY_HEADER = ADMIN_HEADER.encode()
 
 
 @dataclass
@@ -117,7 +124,10 @@ class Upstream:
         While Triton is away (the supervisor restarts it in a few seconds), the request waits and is sent
         again for up to `retry_s`: always when it could not be delivered, and when Triton dropped it
         unanswered only if it is `idempotent` (GET, inference), which is what a direct client would retry.
-        On a new connection `prepare` runs first (a staged request's region registered with this Triton).
+        A request that is not goes on a new connection of its own: on a pooled one, a connection the server
+        dropped while idle and a server that died of the request look the same, and only the first may be
+        sent again. On a new connection `prepare` runs first (a staged request's region registered with this
+        Triton).
 
         Raises:
             HttpError: 503 when Triton cannot be reached, 502 when it breaks off, 504 past the timeout.
@@ -125,16 +135,18 @@ class Upstream:
         deadline, delay = time.monotonic() + self.retry_s, 0.05
         while True:
             try:
-                return await self._attempt(head, body, prepare)
+                return await self._attempt(head, body, prepare, idempotent)
             except _Unanswered as e:
                 if (e.sent and not idempotent) or time.monotonic() + delay > deadline:
                     raise HttpError(e.status, e.message) from None
             await asyncio.sleep(delay)
             delay = min(1.0, delay * 2)
 
-    async def _attempt(self, head: bytes, body: bytes, prepare: Callable[[], Awaitable[bool]] | None) -> Response:
+    async def _attempt(
+        self, head: bytes, body: bytes, prepare: Callable[[], Awaitable[bool]] | None, idempotent: bool
+    ) -> Response:
         for _ in range(2):
-            fresh = not self._idle
+            fresh = not self._idle or not idempotent
             if fresh:
                 try:
                     conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20), 10)
@@ -184,9 +196,13 @@ class HttpFront:
         admission: Admission,
         staging: Staging | None = None,
         idle_timeout_s: float = 75.0,
+        admin_key: str | None = None,
+        offload: Offload | None = None,
     ) -> None:
         self.upstream = upstream
         self.staging = staging
+        self.admin_key = admin_key
+        self.offload = offload
         self.cap = max_request_bytes
         self.admission = admission
         self.idle_timeout_s = idle_timeout_s
@@ -239,24 +255,36 @@ class HttpFront:
             close = connection == b"close" or (req.version == b"HTTP/1.0" and connection != b"keep-alive")
             if req.method == b"HEAD":
                 raise HttpError(405, "method HEAD is not served; use GET")
-            match = None
+            match = infer = None
+            doc: dict[str, Any] | None = None
+            payload: memoryview | None = None
             if req.method == b"POST" and req.target.startswith(_INFER_PREFIX):
-                match = INFER_ROUTE.fullmatch(req.target.split(b"?", 1)[0])
-                if match:
-                    doc, payload = check_infer(req, match.group(1), match.group(2), self.cap)
-            if match is None:
-                body = None
-                if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
-                    body = http_load_body(req.body)  # an override that names no backend keeps ours
-                if body is None:
-                    resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=req.method == b"GET")
+                path = req.target.split(b"?", 1)[0]
+                match = infer = INFER_ROUTE.fullmatch(path)
+                if infer:
+                    keyed = holds_key(req.header(_KEY_HEADER), self.admin_key)
+                    if self._offloaded(req):  # checked elsewhere; sent to Triton as it came
+                        await self._check_off_loop(check_infer, req, infer.group(1), infer.group(2), self.cap, keyed)
+                    else:
+                        doc, payload = check_infer(req, infer.group(1), infer.group(2), self.cap, keyed)
                 else:
-                    resp = await self.upstream.exchange(upstream_head(req, body), body, idempotent=False)
+                    match = GENERATE_ROUTE.fullmatch(path)
+            if infer is None and (match is not None or req.body):  # every other body Triton parses
+                version = match.group(2) if match else None
+                if self._offloaded(req, infer=False):
+                    await self._check_off_loop(check_json_body, req, version, self.cap)
+                else:
+                    check_json_body(req, version, self.cap)
+            if match is None:
+                resp = await self._relay(req)
             else:
                 model = urllib.parse.unquote(match.group(1).decode("latin-1"))
                 self.admission.enter(model)
                 try:
-                    resp = await self._infer(req, doc, payload)
+                    if doc is None:  # generate, or checked off the loop
+                        resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+                    else:
+                        resp = await self._infer(req, doc, payload)
                 finally:
                     self.admission.leave(model)
         except Overloaded as e:
@@ -266,7 +294,7 @@ class HttpFront:
             return True
         except Refusal as e:
             self.refused += 1
-            writer.write(error_response(413 if e.too_large else 400, e.message, close=False))
+            writer.write(error_response(e.status, e.message, close=False))
             await writer.drain()
             return True
         except HttpError as e:
@@ -280,6 +308,35 @@ class HttpFront:
         writer.writelines((client_head(status_line, resp.headers, len(body), close), body))
         await writer.drain()
         return not close
+
+    def _offloaded(self, req: Request, *, infer: bool = True) -> bool:
+        return self.offload is not None and needs_offload(req, OFFLOAD_BYTES, infer=infer)
+
+    async def _check_off_loop(self, check: Callable[..., Any], *args: Any) -> None:
+        assert self.offload is not None
+        await self.offload.check(check, *args)
+
+    async def _relay(self, req: Request) -> Response:
+        """Any request but inference: relayed as it is, but for shared-memory calls and load overrides.
+
+        A load override that names no backend gets ours (`model_control`).
+
+        After a keyed unregister call (without a name: every region, the gateway's too) staging checks its
+        registrations again before it next uses one; a call that changes state is never sent twice.
+        """
+        unregister = check_region_call(req) and holds_key(req.header(_KEY_HEADER), self.admin_key)
+        if unregister and self.staging is not None:
+            self.staging.recheck()
+        head, body = upstream_head(req), req.body
+        if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
+            rewritten = http_load_body(req.body)  # an override that names no backend keeps ours
+            if rewritten is not None:
+                head, body = upstream_head(req, rewritten), rewritten
+        try:
+            return await self.upstream.exchange(head, body, idempotent=req.method == b"GET")
+        finally:
+            if unregister and self.staging is not None:
+                self.staging.recheck()  # again: a staged request may have checked them in between
 
     async def _infer(self, req: Request, doc: dict[str, Any], payload: memoryview | None) -> Response:
         """Forward a checked inference request: its tensor data through shared memory when large (`staging`)."""

@@ -105,7 +105,9 @@ def _typed(where: str, value: Any, kind: type) -> Any:
     return value
 
 
-def check_infer_request(header: bytes, model: str, *, payload: memoryview | None, cap: int) -> dict[str, Any]:
+def check_infer_request(
+    header: bytes, model: str, *, payload: memoryview | None, cap: int, keyed: bool = False
+) -> dict[str, Any]:
     """Check an inference request's JSON header (and, for binary data, what follows it).
 
     A client sends the same header again and again (binary data keeps the tensors out of it): a short one
@@ -116,6 +118,7 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
         model: the model name from the URL, for messages.
         payload: the binary tensor data after the header, or None without Inference-Header-Content-Length.
         cap: the most bytes of tensor data one request may declare.
+        keyed: the request came with the admin key (it may name shared-memory regions).
 
     Returns:
         The parsed header, shared with later requests that send the same: not to be changed.
@@ -123,10 +126,10 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
     Raises:
         Refusal: the first problem found, named.
     """
-    key = (header, payload is not None, cap) if len(header) <= _KNOWN_HEADER_BYTES else None
+    key = (header, payload is not None, cap, keyed) if len(header) <= _KNOWN_HEADER_BYTES else None
     known = _known_headers.get(key) if key is not None else None
     if known is None:
-        known = _check_header(header, model, has_payload=payload is not None, cap=cap)
+        known = _check_header(header, model, has_payload=payload is not None, cap=cap, keyed=keyed)
         if key is not None:
             if len(_known_headers) >= _KNOWN_HEADERS:
                 del _known_headers[next(iter(_known_headers))]  # the oldest
@@ -148,10 +151,10 @@ def check_infer_request(header: bytes, model: str, *, payload: memoryview | None
 _KNOWN_HEADERS = 256
 _KNOWN_HEADER_BYTES = 4096
 _Checked = tuple[dict[str, Any], int, tuple[tuple[str, int, int], ...]]
-_known_headers: dict[tuple[bytes, bool, int], _Checked] = {}
+_known_headers: dict[tuple[bytes, bool, int, bool], _Checked] = {}
 
 
-def _check_header(header: bytes, model: str, *, has_payload: bool, cap: int) -> _Checked:
+def _check_header(header: bytes, model: str, *, has_payload: bool, cap: int, keyed: bool) -> _Checked:
     """The header parsed and checked; the binary data's total size, and where BOOL inputs lie in it."""
     doc = parse_header(header)
     if "id" in doc:
@@ -165,13 +168,13 @@ def _check_header(header: bytes, model: str, *, has_payload: bool, cap: int) -> 
     binary_total = 0
     bools: list[tuple[str, int, int]] = []  # BOOL inputs in the binary part: name, offset, size
     for i, item in enumerate(inputs):
-        nbytes = _check_input(i, item, model, budget, has_payload)
+        nbytes = _check_input(i, item, model, budget, has_payload, keyed)
         if nbytes and item["datatype"] == "BOOL":
             bools.append((item["name"], binary_total, nbytes))
         binary_total += nbytes
     if "outputs" in doc:
         for j, out in enumerate(_typed("request 'outputs'", doc["outputs"], list)):
-            _check_output(j, out)
+            _check_output(j, out, keyed)
     return doc, binary_total, tuple(bools)
 
 
@@ -191,7 +194,7 @@ def _check_request_parameters(params: dict[str, Any]) -> None:
             raise Refusal(f"{where} must be a string, an integer or a boolean, got {json.dumps(value)[:40]}")
 
 
-def _check_input(i: int, item: Any, model: str, budget: SizeBudget, has_payload: bool) -> int:
+def _check_input(i: int, item: Any, model: str, budget: SizeBudget, has_payload: bool, keyed: bool) -> int:
     """Check one input; returns its binary_data_size (0 when its data is not in the binary part)."""
     if type(item) is not dict:
         raise Refusal(f"request 'inputs'[{i}] must be an object, got {json.dumps(item)[:40]}")
@@ -230,7 +233,8 @@ def _check_input(i: int, item: Any, model: str, budget: SizeBudget, has_payload:
             raise byte_size_mismatch(name, model, needed, nbytes)
         return nbytes
     if region is not None:
-        check_region_name(f"input '{name}'", _typed(f"shared_memory_region of input '{name}'", region, str))
+        region = _typed(f"shared_memory_region of input '{name}'", region, str)
+        check_region_name(f"input '{name}'", region, keyed=keyed)
         if "shared_memory_byte_size" not in params:
             raise Refusal(f"input '{name}' uses shared memory but has no shared_memory_byte_size")
         nbytes = _uint(f"shared_memory_byte_size of input '{name}'", params["shared_memory_byte_size"])
@@ -282,7 +286,7 @@ def _check_json_data(name: str, datatype: str, shape: list[int], count: int, dat
             raise Refusal(f"input '{name}': a value in 'data' is out of range for {datatype} [{low}, {high}]")
 
 
-def _check_output(j: int, out: Any) -> None:
+def _check_output(j: int, out: Any, keyed: bool) -> None:
     if type(out) is not dict:
         raise Refusal(f"request 'outputs'[{j}] must be an object, got {json.dumps(out)[:40]}")
     if "name" not in out:
@@ -296,7 +300,7 @@ def _check_output(j: int, out: Any) -> None:
         elif key in ("classification", "shared_memory_byte_size", "shared_memory_offset"):
             _uint(where, value)
         elif key == "shared_memory_region":
-            check_region_name(f"output '{name}'", _typed(where, value, str))
+            check_region_name(f"output '{name}'", _typed(where, value, str), keyed=keyed)
 
 
 __all__ = ["ELEMENT_SIZE", "check_infer_request", "parse_header"]

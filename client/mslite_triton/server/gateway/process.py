@@ -34,6 +34,7 @@ from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, D
 from mslite_triton.server.gateway.grpc_relay import start_relay
 from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
 from mslite_triton.server.gateway.http_front import HttpFront, Upstream
+from mslite_triton.server.gateway.offload import Offload
 from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 from mslite_triton.server.gateway.staging import Staging
 from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
@@ -176,7 +177,16 @@ async def serve(args: argparse.Namespace) -> None:
     admission = Admission(
         max_inflight_per_model=args.max_inflight_per_model, max_inflight_bytes=args.max_inflight_bytes
     )
-    front = HttpFront(upstream, max_request_bytes=args.max_request_bytes, admission=admission, staging=staging)
+    admin_key = os.environ.get(ADMIN_KEY_ENV) or None
+    offload = Offload()
+    front = HttpFront(
+        upstream,
+        max_request_bytes=args.max_request_bytes,
+        admission=admission,
+        staging=staging,
+        admin_key=admin_key,
+        offload=offload,
+    )
     http_server = await asyncio.start_server(
         front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
     )
@@ -188,6 +198,7 @@ async def serve(args: argparse.Namespace) -> None:
             max_request_bytes=args.max_request_bytes,
             admission=admission,
             staging=staging,
+            admin_key=admin_key,
         )
     except OSError as e:
         raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
@@ -197,6 +208,7 @@ async def serve(args: argparse.Namespace) -> None:
     http_server.close()
     grpc_server.close()
     await asyncio.gather(front.drain_and_close(args.grace_s), relay.drain_and_close(args.grace_s))
+    offload.close()
     if staging is not None:
         log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
         await staging.close()

@@ -10,10 +10,13 @@ problem; the fronts turn it into HTTP 400/413 or gRPC INVALID_ARGUMENT/RESOURCE_
 
 from __future__ import annotations
 
+import hmac
 import re
 import zlib
 from collections.abc import Sequence
 
+from mslite_triton._admin_key import GRPC_HEADER as GRPC_ADMIN_HEADER
+from mslite_triton._admin_key import HEADER as ADMIN_HEADER
 from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
 
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
@@ -36,28 +39,70 @@ ELEMENT_SIZE: dict[str, int] = {
 MAX_DIM = (1 << 31) - 1  # Triton 2.51 wraps batch dims >= 2^32; 2^31 keeps every dim a positive int32
 MAX_VERSION_DIGITS = 18  # < 2^63: Triton parses versions as int64
 DEFAULT_MAX_REQUEST_BYTES = 64 << 20
+REGION_NEEDS_KEY = (
+    f"naming a shared-memory region needs the admin key (HTTP header '{ADMIN_HEADER}', gRPC metadata "
+    f"'{GRPC_ADMIN_HEADER}'); without it, send the tensor data in the request"
+)
 _DIGITS = re.compile(r"[0-9]+")
+# What std::stol reads: blanks (isspace), an optional sign, decimal digits.
+_STOL_PREFIX = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+", re.ASCII)
+_LONG_MAX = (1 << 63) - 1
+_SHOWN_CHARS = 200  # of a client's text echoed in Triton's words
 
 
 class Refusal(Exception):
-    """A request the gateway answers itself: a client error (`too_large` = over the size cap)."""
+    """A request the gateway answers itself: a client error (`too_large` = over the size cap).
 
-    def __init__(self, message: str, *, too_large: bool = False) -> None:
+    `status` is the HTTP status of the answer (413 when `too_large`, else 400 unless given: 403 for a
+    request that needs the admin key, 404 where Triton itself answers 404); the gRPC front maps it to a
+    status code (`grpc_code`).
+    """
+
+    def __init__(self, message: str, *, too_large: bool = False, status: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.too_large = too_large
+        self.status = status if status is not None else 413 if too_large else 400
 
 
-def check_version(version: str, *, allow_empty: bool) -> None:
-    """A model version is empty (latest, where allowed) or a decimal integer below 2^63.
+def check_http_version(version: str) -> None:
+    """The version in an HTTP inference URL: digits, as Triton's own route takes them.
 
     Raises:
-        Refusal: anything else ('1.0', '+1', ' 1', '1abc', '-1', 20 digits).
+        Refusal: not digits (Triton's route does not match: its 404 'Not Found'), or digits Triton
+            cannot take as one version (`check_grpc_version`).
     """
-    if version == "" and allow_empty:
+    if not (version.isascii() and version.isdigit()):
+        raise Refusal("Not Found", status=404)
+    check_grpc_version(version)
+
+
+def check_grpc_version(version: str) -> None:
+    """A model version: empty (latest) or a decimal integer below 2^63, of at most MAX_VERSION_DIGITS digits.
+
+    Triton 2.51 reads it with `std::stol`: what stol cannot read, and negative values, Triton refuses
+    itself, and those get Triton's own words here; what stol reads only in part ('1abc', '+1', ' 1',
+    '1.0' are served as version 1) is refused in ours.
+
+    Raises:
+        Refusal: anything else.
+    """
+    if version == "" or (_DIGITS.fullmatch(version) and len(version) <= MAX_VERSION_DIGITS):
         return
-    if not (_DIGITS.fullmatch(version) and len(version) <= MAX_VERSION_DIGITS):
-        raise Refusal(f"model version {version[:40]!r} is not valid: it must be a decimal integer (digits only)")
+    lead = _STOL_PREFIX.match(version)
+    value = int(lead.group(0)) if lead and len(lead.group(0)) <= 4000 else None  # int() stops at 4300 digits
+    shown = version[:_SHOWN_CHARS]  # the whole answer must fit in one HTTP/2 frame
+    if value is None or not -_LONG_MAX - 1 <= value <= _LONG_MAX:
+        raise Refusal(
+            f"failed to get model version from specified version string '{shown}' (details: stol), "
+            "version should be an integral value > 0"
+        )
+    if value < 0:
+        raise Refusal(f"invalid model version specified '{shown}' , version should be an integral value > 0")
+    raise Refusal(
+        f"model version {version[:40]!r} is not valid: it must be a decimal integer (digits only, at most "
+        f"{MAX_VERSION_DIGITS}); the server would read it as version {value}"
+    )
 
 
 def check_datatype(name: str, datatype: object) -> int:
@@ -118,14 +163,40 @@ def byte_size_mismatch(name: str, model: str, expected: int, got: int) -> Refusa
     return Refusal(f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {got}")
 
 
-def check_region_name(name: str, region: str) -> None:
-    """A client's request may name its own shared-memory regions, never the gateway's staging regions.
+def check_region_name(name: str, region: str, *, keyed: bool) -> None:
+    """A request may name the gateway's staging regions never, and other shared-memory regions with the key.
+
+    Triton lets any request that names a registered region read and write it (only registering needs the
+    key), and region names can be guessed: without the key, naming one is refused before Triton looks
+    it up, so the answer says nothing about which regions exist.
 
     Raises:
-        Refusal: a region name with the gateway's prefix (reading or writing another request's tensors).
+        Refusal: a region name with the gateway's prefix (400), or any region without the admin key (403).
     """
     if region.startswith(GATEWAY_REGION_PREFIX):
         raise Refusal(f"{name}: shared-memory regions named '{GATEWAY_REGION_PREFIX}...' are the server's own")
+    if not keyed:
+        raise Refusal(f"{name}: {REGION_NEEDS_KEY}", status=403)
+
+
+def holds_key(sent: bytes | None, admin_key: str | None) -> bool:
+    """Whether a request came with the admin key: `sent` (the header's value) is it, or the server has none."""
+    if not admin_key:
+        return True
+    return sent is not None and hmac.compare_digest(sent, admin_key.encode())
+
+
+def check_own_region(region: str, what: str) -> None:
+    """A shared-memory call may not register or unregister one of the gateway's staging regions by name.
+
+    Raises:
+        Refusal: `region` has the gateway's prefix.
+    """
+    if region.startswith(GATEWAY_REGION_PREFIX):
+        raise Refusal(
+            f"shared-memory region '{region[:80]}' is the server's own (names '{GATEWAY_REGION_PREFIX}...'): "
+            f"it cannot be {what} by clients"
+        )
 
 
 def check_bool_bytes(name: str, data: bytes | bytearray | memoryview) -> None:

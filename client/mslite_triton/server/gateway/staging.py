@@ -17,7 +17,10 @@ STAGE_MIN_BYTES or more; smaller ones go as they are.
 - Registrations die with tritonserver. The pool holds an idle connection to Triton; when it breaks, the
   registrations are checked (one status call) before the next region is used, and a request sent on a
   new connection first makes sure its region is known (HTTP: `Upstream.exchange(prepare=...)`).
-- Clients cannot name these regions: the request checks refuse the prefix (`rules.check_region_name`).
+- Clients cannot name these regions: the request checks refuse the prefix (`rules.check_region_name`), and
+  shared-memory calls that register or unregister one by name (`rules.check_own_region`). An unregister
+  call without a name (all regions, ours too) passes: the registrations are checked again (`recheck`)
+  before the next region is used.
 - The gateway unregisters and removes its regions when it stops; the launcher's supervisor does it for a
   gateway that was killed (`shm_sweep`).
 """
@@ -128,6 +131,10 @@ class Staging:
                 writer.close()
             self._stale = True
             await asyncio.sleep(_WATCH_RETRY_S)
+
+    def recheck(self) -> None:
+        """A client unregistered shared memory (perhaps all of it, ours too): check ours before the next use."""
+        self._stale = True
 
     def take(self, nbytes: int) -> Region | None:
         """A free region of at least `nbytes` that Triton knows, at once; else None, and one is made ready."""
