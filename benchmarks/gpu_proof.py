@@ -82,7 +82,7 @@ class Proof:
 
 def providers(device: str, precision: str = "enforce_fp32") -> list[Any]:
     """The provider list a served worker of `device` uses (the backend's own choice, options included)."""
-    from mslite_triton_backend.mslite_backend.providers import choose
+    from mslite_backend.providers import choose
 
     return choose("GPU" if device == "gpu" else "CPU", 0, 0, {}, gpu_precision=precision).providers()
 

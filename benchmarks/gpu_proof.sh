@@ -40,6 +40,7 @@ fi
 # this checkout's client and backend, ahead of any installed copy
 ln -s "$ROOT/client/mslite_triton" "$SHIM/mslite_triton"
 ln -s "$ROOT/backend/mslite" "$SHIM/mslite_triton_backend"
+ln -s "$ROOT/backend/mslite/mslite_backend" "$SHIM/mslite_backend"
 if [ -n "${TRITON_WHEEL_ROOT:-}" ]; then
   # an unpacked nvidia-pytriton wheel (the GPU set-up): only its tritonserver folder and libraries are used
   mkdir -p "$SHIM/pytriton" && touch "$SHIM/pytriton/__init__.py"

@@ -13,7 +13,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
-from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
+from mslite_backend.protocol import ADMIN_KEY_ENV
 
 HEADER = "mslite-key"
 RESTRICTED = "model-repository,shared-memory,logging,trace"

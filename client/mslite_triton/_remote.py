@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from mslite_triton_backend.mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
-from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_INPUT
+from mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
+from mslite_backend.protocol import WEIGHTS_INPUT
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config

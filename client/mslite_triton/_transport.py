@@ -26,8 +26,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from mslite_triton_backend.mslite_backend.owned_files import owner_pid, sweep_dead_owners
-from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_backend.owned_files import owner_pid, sweep_dead_owners
+from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 
 from . import _admin_key
 from ._error_table import classify, clean_message

@@ -18,8 +18,8 @@ from mslite_triton._transport import ModelInfo, TensorInfo
 from mslite_triton._weights import declared_weights, read_weight_names, update_weights, weight_sections
 from mslite_triton.context import Context
 from mslite_triton.errors import InvalidInputError, PermissionDeniedError
-from mslite_triton_backend.mslite_backend.errors import UpdateDenied
-from mslite_triton_backend.mslite_backend.protocol import (
+from mslite_backend.errors import UpdateDenied
+from mslite_backend.protocol import (
     FILE_PARAMETER,
     FILE_REFUSED,
     PROOF_PARAMETER,
@@ -27,7 +27,7 @@ from mslite_triton_backend.mslite_backend.protocol import (
     UPLOAD_PREFIX,
     WEIGHTS_INPUT,
 )
-from mslite_triton_backend.mslite_backend.update_auth import UpdateGuard
+from mslite_backend.update_auth import UpdateGuard
 
 WHO = "build_from_file failed"
 

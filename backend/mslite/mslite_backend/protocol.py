@@ -1,7 +1,7 @@
 """The wire contract: names and rules the client and the backend must agree on, defined once.
 
 The backend uses this module inside Triton; the client imports it as
-`mslite_triton_backend.mslite_backend.protocol`. It imports nothing heavy (no numpy, no onnx), so both
+`mslite_backend.protocol`. It imports nothing heavy (no numpy, no onnx), so both
 sides can load it anywhere. The Java client keeps copies of some names; a unit test checks them here.
 """
 

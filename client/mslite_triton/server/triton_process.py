@@ -21,7 +21,7 @@ from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError
 from mslite_triton.server.config import ServerConfig
 from mslite_triton.server.ports import LOOPBACK
-from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV
+from mslite_backend.protocol import WEIGHTS_OWNER_ENV
 
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 
@@ -64,8 +64,12 @@ def compose_workspace(workspace: Path) -> Path:
     for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(src / "backends" / "python" / name, python_dir / name)
     shutil.copy2(stub, python_dir / "triton_python_backend_stub")
-    backend_src = Path(str(resources.files("mslite_triton_backend")))
-    shutil.copytree(backend_src, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # backend/mslite is model.py (package `mslite_triton_backend`) beside the runtime package `mslite_backend`,
+    # each located where it is installed; an editable install's backend/mslite already holds the runtime.
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "mslite_backend")
+    shutil.copytree(Path(str(resources.files("mslite_triton_backend"))), backends / "mslite", ignore=skip)
+    runtime = Path(str(resources.files("mslite_backend")))
+    shutil.copytree(runtime, backends / "mslite" / "mslite_backend", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     caches = workspace / "caches" / "local"
     caches.mkdir(parents=True)
     shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)

@@ -36,7 +36,7 @@ from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
 from mslite_triton.server.gateway.http_front import HttpFront, Upstream
 from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 from mslite_triton.server.gateway.staging import Staging
-from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
+from mslite_backend.protocol import ADMIN_KEY_ENV
 
 log = logging.getLogger(__name__)
 READY = "ready"

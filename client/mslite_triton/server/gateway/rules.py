@@ -14,7 +14,7 @@ import re
 import zlib
 from collections.abc import Sequence
 
-from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
 ELEMENT_SIZE: dict[str, int] = {
