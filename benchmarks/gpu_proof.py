@@ -10,7 +10,7 @@ Steps (each one recorded, and a failing step does not stop the next):
 3. perf_analyzer over gRPC at concurrency 1, 8, 32, then the same with `--shared-memory system`;
 4. a Python client loop at concurrency 8 that times every request (batch 1, then mixed batch sizes),
    since perf_analyzer reports no maximum;
-5. seed 003's batch split on the GPU: a batch-2 predict split over 2 workers of a batch-1 model
+5. the multi-card sample's batch split on the GPU: a batch-2 predict split over 2 workers of a batch-1 model
    (`ModelParallelRunner`) against the two slices one after the other on 1 worker, and the sample's
    master / child-process flow (`ParallelPredictUtils`), both checked against in-process outputs.
 
@@ -360,7 +360,7 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     return result
 
 
-# --- seed 003's batch split --------------------------------------------------------------------------------
+# --- the multi-card sample's batch split --------------------------------------------------------------------------------
 
 
 def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
@@ -412,7 +412,7 @@ def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str,
 
 
 def _one_device_parallel_predict() -> Any:
-    """`ParallelPredictUtils` whose children all run on device 0: seed 003's two cores of one card, on one GPU.
+    """`ParallelPredictUtils` whose children all run on device 0: the multi-card sample's two cores of one card, on one GPU.
 
     The library's children bind child i to device i (one card each); this machine has one GPU.
     """
@@ -512,7 +512,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--model", required=True, help="MobileNetV2 ONNX (dynamic batch)")
-    parser.add_argument("--model-bs1", required=True, help="the same model with its batch fixed to 1 (seed 003)")
+    parser.add_argument("--model-bs1", required=True, help="the same model with its batch fixed to 1 (the multi-card sample)")
     parser.add_argument("--perf-analyzer", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seconds", type=float, default=6.0, help="each in-process and client-loop measurement")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU proof in one command: MobileNetV2 served by 2 KIND_GPU workers against in-process ONNX Runtime CUDA
-# (outputs, throughput, latency, perf_analyzer over gRPC and shared memory, seed 003's batch split). Every
+# (outputs, throughput, latency, perf_analyzer over gRPC and shared memory, the multi-card sample's batch split). Every
 # result goes to $OUT (summary.json, log.txt, latencies.csv, tritonserver.log, device.txt); the bars are
 # printed at the end. The measuring itself is benchmarks/gpu_proof.py.
 #
@@ -76,7 +76,7 @@ if [ ! -f "$MODEL_BS1" ]; then
 import sys, onnx
 m = onnx.load(sys.argv[1])
 for v in (m.graph.input[0], m.graph.output[0]):
-    v.type.tensor_type.shape.dim[0].dim_value = 1  # the batch fixed to 1, as seed 003's converter does
+    v.type.tensor_type.shape.dim[0].dim_value = 1  # the batch fixed to 1, as the multi-card sample's converter does
 onnx.save(m, sys.argv[2])
 PYEOF
 fi

@@ -136,7 +136,7 @@ def rounds_table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="mslite-triton benchmark (issue 4)")
+    p = argparse.ArgumentParser(description="mslite-triton serving benchmark")
     p.add_argument("--quick", action="store_true", help="short windows and fewer concurrency levels (~2 min)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""Issue 7's soak: MobileNetV2 at 16 concurrent clients for 10 minutes; errors, exactness and RSS of server + workers.
+"""The soak: MobileNetV2 at 16 concurrent clients for 10 minutes; errors, exactness and RSS of server + workers.
 
     .venv/bin/python -m benchmarks.soak [--duration-s 600] [--clients 16] [--protocol grpc|http|both]
     make soak        # this, then the long bad-input campaign (benchmarks/badinput/)
@@ -12,7 +12,7 @@ RSS is VmRSS of the server and every process below it (the python-backend worker
 `--sample-s`. The baseline is taken under the same load once the warm-up has lasted `--warmup-s` and the last
 three samples agree within 2 % (at most `--max-warmup-s`): ORT's arena, the allocators and the python backend's
 shared memory (which grows with the batch sizes the batcher forms) take tens of seconds to reach their working
-size. Bar (issue 7): 0 errors, RSS growth < 5 % from that baseline to the end.
+size. Bar (reliability): 0 errors, RSS growth < 5 % from that baseline to the end.
 Prints a line per sample and a summary; writes `soak.json` into `--out` (default benchmarks/results/).
 Exit code 1 when the bar is missed.
 """

@@ -1,4 +1,4 @@
-"""Issue 5's benchmark: `make bench-weights`, or `.venv/bin/python -m benchmarks.weights [--mb 200] [--quick]`.
+"""The shared-weights benchmark: `make bench-weights`, or `.venv/bin/python -m benchmarks.weights [--mb 200] [--quick]`.
 
 One embedded tritonserver, models uploaded through the library (`ModelParallelRunner`), one at a time where
 memory is measured. Prints each step, then the figures and the bars; writes `weights.json` into `--out`

@@ -1,4 +1,4 @@
-"""Issue 7's bad-input campaign: `python -m benchmarks.badinput` (see `__main__`), and the test suite's fast version.
+"""The bad-input campaign: `python -m benchmarks.badinput` (see `__main__`), and the test suite's fast version.
 
 tests/integration/test_bad_input.py runs the same generator on ~11,000 cases against the session server.
 

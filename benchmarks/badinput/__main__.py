@@ -1,4 +1,4 @@
-"""Issue 7's bad-input campaign: seeded malformed requests over HTTP and gRPC, and the bar every answer must meet.
+"""The bad-input campaign: seeded malformed requests over HTTP and gRPC, and the bar every answer must meet.
 
     .venv/bin/python -m benchmarks.badinput [--duration-s 300] [--requests N] [--seed 7] [--threads 4]
     .venv/bin/python -m benchmarks.badinput --replay 1234 [--seed 7]    # one case, sent and printed

@@ -1,4 +1,4 @@
-"""Issue 7, bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
+"""Bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
 
 The generator, the bar and the known gaps of Triton 2.51 live in the `benchmarks/badinput/` package, whose
 long version is `python -m benchmarks.badinput`. Case `i` of seed 7 is replayed alone with

@@ -195,7 +195,7 @@ class BackendConfig:
     def merges_for(self, kind: str) -> bool:
         """Whether the requests of one `execute` are concatenated into one run on a worker of `kind`.
 
-        On CPU, ONNX Runtime's cost per image does not fall with the batch (on the issue's machine batch 8
+        On CPU, ONNX Runtime's cost per image does not fall with the batch (on the reference machine batch 8
         was 15 % slower per image than batch 1), so by default each request runs alone; accelerators merge.
         """
         if not self.batched:

@@ -4,7 +4,7 @@ Sharing (CPU): ONNX Runtime memory-maps external data, but its kernels repack Ma
 into private heap buffers, so N workers hold N copies. Instead, the model is optimized once per machine
 with its prepacked blobs saved into the external-data file
 (`session.save_external_prepacked_constant_initializers`); every worker then maps that file, getting
-prepacked speed and one physical copy (measurements: `shared/reference/ort_notes.md`). The file is
+prepacked speed and one physical copy (docs/weights.md). The file is
 built in a cache directory keyed by the model's content, the ONNX Runtime version, the CPU flags (packed
 layouts depend on the ISA) and the settings that change the optimized graph; the first worker builds it
 under a lock into a temporary directory and renames it into place, the others wait and load it. Anything
