@@ -360,7 +360,7 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     return result
 
 
-# --- the multi-card sample's batch split --------------------------------------------------------------------------------
+# --- the multi-card sample's batch split ----------------------------------------------------------------------
 
 
 def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
@@ -412,7 +412,8 @@ def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str,
 
 
 def _one_device_parallel_predict() -> Any:
-    """`ParallelPredictUtils` whose children all run on device 0: the multi-card sample's two cores of one card, on one GPU.
+    """`ParallelPredictUtils` whose children all run on device 0: the multi-card sample's two cores
+    of one card, on one GPU.
 
     The library's children bind child i to device i (one card each); this machine has one GPU.
     """
@@ -435,9 +436,11 @@ def _one_device_parallel_predict() -> Any:
     return OneDevice
 
 
-def seed_003_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
+def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
     """The sample's master and one child process per device (here: two on the one GPU), over pipes."""
-    os.environ["MSLITE_TRITON_URL"] = url
+    from mslite_backend.settings import URL_ENV
+
+    os.environ[URL_ENV] = url
     x = images(2, seed=3)
     s = session(model_bs1, device)
     name = s.get_inputs()[0].name
@@ -502,7 +505,7 @@ def verdict(r: dict[str, Any]) -> dict[str, Any]:
     check("max_latency_s", max(v["max_ms"] for v in loops) / 1e3 if loops else None, lambda v: v <= 0.5)
     outputs = steps.get("served_outputs")
     check("max_abs_diff", outputs["max_abs_diff"] if outputs else None, lambda v: v <= 1e-5)
-    for key in ("batch_split", "seed_003_flow"):
+    for key in ("batch_split", "multicard_flow"):
         if steps.get(key):
             check(f"{key}_max_abs_diff", steps[key]["max_abs_diff"], lambda v: v <= 1e-5)
     return bars
@@ -512,7 +515,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--model", required=True, help="MobileNetV2 ONNX (dynamic batch)")
-    parser.add_argument("--model-bs1", required=True, help="the same model with its batch fixed to 1 (the multi-card sample)")
+    parser.add_argument(
+        "--model-bs1", required=True, help="the same model with its batch fixed to 1 (the multi-card sample)"
+    )
     parser.add_argument("--perf-analyzer", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seconds", type=float, default=6.0, help="each in-process and client-loop measurement")
@@ -579,7 +584,7 @@ def main() -> None:
         proof.step("latency_loop_batch1", latency_loop, url, args.seconds, False, log)
         proof.step("latency_loop_mixed", latency_loop, url, args.seconds, True, log)
         proof.step("batch_split", batch_split, server.grpc_url, args.model_bs1, args.device, args.rounds)
-        proof.step("seed_003_flow", seed_003_flow, server.grpc_url, args.model_bs1, args.device, args.rounds)
+        proof.step("multicard_flow", multicard_flow, server.grpc_url, args.model_bs1, args.device, args.rounds)
         for name in VARIANTS:
             proof.step(
                 f"variant_{name}_c8", perf_analyzer, args.perf_analyzer, pa_env, url, 8, False, args.interval_ms, name

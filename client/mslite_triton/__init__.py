@@ -4,7 +4,8 @@
 """
 
 import logging as _logging
-import os as _os
+
+from mslite_backend import settings as _settings
 
 from .context import Context
 from .converter import Converter, FmkType, LiteInfer
@@ -13,12 +14,13 @@ from .model_group import ModelGroup, ModelGroupFlag
 from .runner import ModelParallelRunner
 from .tensor import DataType, Format, ModelType, Tensor, TensorMeta
 
-# MSLITE_TRITON_LOG=info shows what the library does for you: the embedded server it starts, the models it loads.
-if _os.environ.get("MSLITE_TRITON_LOG"):
+# A level in `settings.LOG_ENV` (info) shows what the library does for you: the embedded server it starts, the
+# models it loads.
+if _level := _settings.log_level():
     _handler = _logging.StreamHandler()
     _handler.setFormatter(_logging.Formatter("mslite_triton: %(message)s"))
     _logging.getLogger(__name__).addHandler(_handler)
-    _logging.getLogger(__name__).setLevel(_os.environ["MSLITE_TRITON_LOG"].upper())
+    _logging.getLogger(__name__).setLevel(_level)
 
 # One name per line, in MindSpore Lite's order where it has one, so exports are added without churn.
 __all__ = [

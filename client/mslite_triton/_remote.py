@@ -144,8 +144,8 @@ class RemoteModel:
     def predict(self, arrays: list[np.ndarray]) -> list[Tensor]:
         """Run one predict (arrays in model input order); outputs in model output order.
 
-        A model with a fixed leading batch b and no Triton batch dimension (as converted for MindSpore Lite's multi-card sample's
-        multi-card inference) takes k x b samples as k requests sent at once, which the server's
+        A model with a fixed leading batch b and no Triton batch dimension (as MindSpore Lite's multi-card
+        sample converts one) takes k x b samples as k requests sent at once, which the server's
         workers run in parallel; the outputs are concatenated in order.
         """
         names = [t.name for t in self.info.outputs]

@@ -1,4 +1,4 @@
-"""perf_analyzer, Triton's C++ load generator, drives the server over gRPC and HTTP (the C++ face of the concurrent-inference API)."""
+"""perf_analyzer, Triton's C++ load generator, drives the server over gRPC and HTTP (the C++ face of the API)."""
 
 from __future__ import annotations
 

@@ -11,13 +11,6 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_triton import _weights
-from mslite_triton._model_config import WorkerPlan, build_model_config
-from mslite_triton._remote import RemoteModel
-from mslite_triton._transport import ModelInfo, TensorInfo
-from mslite_triton._weights import declared_weights, read_weight_names, update_weights, weight_sections
-from mslite_triton.context import Context
-from mslite_triton.errors import InvalidInputError, PermissionDeniedError
 from mslite_backend.errors import UpdateDenied
 from mslite_backend.protocol import (
     FILE_PARAMETER,
@@ -28,6 +21,13 @@ from mslite_backend.protocol import (
     WEIGHTS_INPUT,
 )
 from mslite_backend.update_auth import UpdateGuard
+from mslite_triton import _weights
+from mslite_triton._model_config import WorkerPlan, build_model_config
+from mslite_triton._remote import RemoteModel
+from mslite_triton._transport import ModelInfo, TensorInfo
+from mslite_triton._weights import declared_weights, read_weight_names, update_weights, weight_sections
+from mslite_triton.context import Context
+from mslite_triton.errors import InvalidInputError, PermissionDeniedError
 
 WHO = "build_from_file failed"
 

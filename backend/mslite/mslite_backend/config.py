@@ -18,6 +18,7 @@ from .protocol import (
     VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
 )
+from .settings import MODEL_MAX_REQUEST_BYTES
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
 _ALIASES = {
@@ -42,7 +43,6 @@ _SINGLE_KEYS = (
 )
 DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
 DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
 # Weights: sharing (bool) under either name; the updatable tensors under any of protocol.VARIABLE_WEIGHTS_KEYS.
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
@@ -106,7 +106,7 @@ class BackendConfig:
     variable_weights: tuple[str, ...] = ()
     batch_buckets: tuple[int, ...] = ()  # empty: GPU workers use DEFAULT_GPU_BUCKETS, CPU workers none
     merge_requests: bool | None = None  # None ("auto"): merge on accelerators, one run per request on CPU
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_request_bytes: int = MODEL_MAX_REQUEST_BYTES
     metrics: bool = True
     device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -186,7 +186,7 @@ class BackendConfig:
             variable_weights=variable_weights(name, params),
             batch_buckets=get.one("batch_buckets", _buckets, ()),
             merge_requests=get.one("merge_requests", _auto_boolean, None),
-            max_request_bytes=get.one("max_request_bytes", int, DEFAULT_MAX_REQUEST_BYTES),
+            max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
             metrics=get.one("metrics", _boolean, True),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
             warnings=warnings,

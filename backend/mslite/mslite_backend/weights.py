@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from .build_cache import CACHE_ENV, ensure_built, shared_cache_root
+from .build_cache import ensure_built
 from .config import BackendConfig, InstanceInfo
 from .errors import ModelLoadError
 from .graph import GraphIO, GraphTensor, read_graph_io
+from .settings import shared_cache_root, weights_cache
 
 MIN_SHARED_BYTES = 1 << 20  # below this, per-worker copies cost less than the optimized file's load
 CACHE_DIR_NAME = ".mslite-cache"
@@ -243,10 +244,10 @@ def _cpu_flags() -> str:
 def cache_root(version_dir: str) -> str:
     """Where built models go.
 
-    `MSLITE_TRITON_WEIGHTS_CACHE` when set, else beside the model when its directory is writable (so it
+    `settings.WEIGHTS_CACHE_ENV` when set, else beside the model when its directory is writable (so it
     goes away with an uploaded model), else a per-user directory under the temporary directory.
     """
-    if not os.environ.get(CACHE_ENV) and os.access(version_dir, os.W_OK):
+    if weights_cache() is None and os.access(version_dir, os.W_OK):
         return os.path.join(version_dir, CACHE_DIR_NAME)  # hidden: never part of the content key
     return shared_cache_root()
 

@@ -35,7 +35,6 @@ ELEMENT_SIZE: dict[str, int] = {
 }
 MAX_DIM = (1 << 31) - 1  # Triton 2.51 wraps batch dims >= 2^32; 2^31 keeps every dim a positive int32
 MAX_VERSION_DIGITS = 18  # < 2^63: Triton parses versions as int64
-DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 _DIGITS = re.compile(r"[0-9]+")
 
 
