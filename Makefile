@@ -33,7 +33,7 @@ demo: models
 test: system-packages models
 	$(PY) -m ruff check .
 	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -25,8 +25,8 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 from benchmarks import bars, paired  # noqa: E402
 from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
 from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402
-from benchmarks.tools import ToolsError, ensure_tools  # noqa: E402
 from mslite_backend.settings import SHM_ENV  # noqa: E402
+from tests.support.tools import ToolsError, ensure_tools  # noqa: E402
 
 
 class Progress:

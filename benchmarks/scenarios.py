@@ -20,11 +20,12 @@ from typing import Any
 
 from mslite_backend.settings import SHM_ENV
 from mslite_triton._model_config import local_cores, plan_workers
+from tests.support.processes import model_worker_pids
+from tests.support.tools import Tools
 
 from . import inprocess, paired
 from .perf import PerfSettings, measure
-from .serving import BenchServer, ModelSpec, compose_repository, find_peer_backend, peer_ort_version, worker_pids
-from .tools import Tools
+from .serving import BenchServer, ModelSpec, compose_repository, find_peer_backend, peer_ort_version
 
 ROOT = Path(__file__).resolve().parent.parent
 MOBILENET = "mobilenetv2"
@@ -265,7 +266,7 @@ class Bench:
             for name in names:
                 spec = next(s for s in model_specs(self.plan) if s.name == name)
                 want = 0 if spec.backend == "onnxruntime" else spec.workers  # the C++ backend runs in-process
-                pids = worker_pids(self.server.pid, name)
+                pids = model_worker_pids(self.server.pid, name)
                 if len(pids) != want:
                     raise RuntimeError(f"{name}: expected {want} worker processes, found {len(pids)}")
                 batcher = self.server.batcher(name)

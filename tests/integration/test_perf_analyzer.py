@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def perf_analyzer():
-    from benchmarks.tools import ToolsError, ensure_tools
+    from tests.support.tools import ToolsError, ensure_tools
 
     try:
         return ensure_tools(ROOT)  # a separate tools venv with tritonclient 2.40's binary (docs/tuning.md)

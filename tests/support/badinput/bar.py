@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchmarks.badinput.cases import Case
+from tests.support.badinput.cases import Case
 
 OK_STATUSES = ("200", "OK")
 GRPC_CLIENT_ERRORS = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED", "UNIMPLEMENTED"})
