@@ -119,7 +119,9 @@ class TritonPythonModel:
             self.runtime = ModelRuntime.load(version_dir, cfg, self.instance)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(str(e)) from None
-        self.output_names = [t["name"] for t in model_config.get("output", [])]
+        # In name order (by bytes, as std::map orders them): the order in which Triton's C++ ONNX Runtime
+        # backend answers, whichever outputs were requested and in whatever order
+        self.output_names = sorted(t["name"] for t in model_config.get("output", []))
         self._single_output = self.output_names[0] if len(self.output_names) == 1 else None
         self._batched = cfg.batched
         for note in self.runtime.notes:
@@ -319,11 +321,15 @@ class TritonPythonModel:
         if isinstance(result, BackendError):
             code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(result), "INTERNAL"))
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(result)), code))
-        # with one output there is nothing to choose (and Triton checks requested names before we run)
-        wanted = (
-            self.output_names if len(self.output_names) == 1 else request.requested_output_names() or self.output_names
-        )
-        tensors = [pb_utils.Tensor(name, result[name]) for name in wanted if name in result]
+        # with one output there is nothing to choose (and Triton checks requested names before we run); the
+        # requested names are a set, whose order differs in every worker: the outputs go in `output_names` order
+        names = self.output_names
+        requested = request.requested_output_names() if len(names) > 1 else None
+        tensors = [
+            pb_utils.Tensor(name, result[name])
+            for name in names
+            if name in result and (not requested or name in requested)
+        ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def finalize(self) -> None:

@@ -80,7 +80,18 @@ class RemoteModel:
     weights_input: TensorInfo | None = None  # present when the model has updatable weights
 
     def __post_init__(self) -> None:
-        """Hide the weights-update input: it is not one of the model's inputs."""
+        """Refuse string tensors; hide the weights-update input: it is not one of the model's inputs.
+
+        Raises:
+            RuntimeError: the model has a string (BYTES) input or output.
+        """
+        for kind, tensors in (("input", self.info.inputs), ("output", self.info.outputs)):
+            for t in tensors:
+                if t.datatype == "BYTES":  # MindSpore Lite's DataType has no string type to give it
+                    raise RuntimeError(
+                        f"model '{self.info.name}': {kind} '{t.name}' is a string (BYTES) tensor, and a MindSpore "
+                        "Lite Tensor holds numbers only; call this model with Triton's own clients (tritonclient)"
+                    )
         found = next((t for t in self.info.inputs if t.name == WEIGHTS_INPUT), None)
         if found is not None:
             self.weights_input = found

@@ -142,6 +142,52 @@ def variable_seq() -> onnx.ModelProto:
     )
 
 
+def string_identity() -> onnx.ModelProto:
+    """Strings in, the same strings out (Triton's ``simple_identity``).
+
+    Input ``INPUT0`` ``[N, T]`` string; output ``OUTPUT0`` ``[N, T]`` string. Exercises BYTES tensors
+    both ways: every byte of every element must come back.
+    """
+    return _model(
+        "string_identity",
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        [_vi("INPUT0", TensorProto.STRING, ["N", "T"])],
+        [_vi("OUTPUT0", TensorProto.STRING, ["N", "T"])],
+    )
+
+
+def string_to_int() -> onnx.ModelProto:
+    """Decimal strings in, their values out (Triton's ``simple_string`` parses its strings likewise).
+
+    Input ``INPUT0`` ``[N, 4]`` string; output ``OUTPUT0`` ``[N, 4]`` int32 (a Cast from string).
+    """
+    return _model(
+        "string_to_int",
+        [helper.make_node("Cast", ["INPUT0"], ["OUTPUT0"], to=TensorProto.INT32)],
+        [_vi("INPUT0", TensorProto.STRING, ["N", 4])],
+        [_vi("OUTPUT0", TensorProto.INT32, ["N", 4])],
+    )
+
+
+#: The outputs of :func:`six_outputs`, in graph order (not name order); ``x + i`` for the i-th.
+SIX_OUTPUTS = ("OUTPUT3", "out_b", "OUTPUT0", "Zeta", "alpha", "OUTPUT10")
+
+
+def six_outputs() -> onnx.ModelProto:
+    """One input, six outputs named out of order (graph order is neither sorted nor reversed).
+
+    Input ``INPUT0`` ``[N, 4]`` float32; output ``SIX_OUTPUTS[i]`` is ``INPUT0 + i``. Exercises the
+    order of the outputs in a response.
+    """
+    return _model(
+        "six_outputs",
+        [helper.make_node("Add", ["INPUT0", f"c{i}"], [name]) for i, name in enumerate(SIX_OUTPUTS)],
+        [_vi("INPUT0", TensorProto.FLOAT, ["N", 4])],
+        [_vi(name, TensorProto.FLOAT, ["N", 4]) for name in SIX_OUTPUTS],
+        [numpy_helper.from_array(np.array([i], dtype=np.float32), name=f"c{i}") for i in range(len(SIX_OUTPUTS))],
+    )
+
+
 def small_classifier(seed: int = 0) -> onnx.ModelProto:
     """MobileNetV2's inputs and outputs (names, dtypes, shapes) in 12 KB: uploads under the HTTP limit.
 

@@ -477,3 +477,69 @@ def test_request_size_cap(tmp_path: Path) -> None:
     assert not isinstance(small, RequestError)
     (big,) = rt.execute([{"tokens": np.ones((1, 1025), np.float32)}])
     assert isinstance(big, RequestError) and "4100 bytes exceeds max_request_bytes 4096" in str(big)
+
+
+# --- string (BYTES) tensors --------------------------------------------------------------------
+
+# UTF-8 text of every kind: embedded and trailing NULs, empty strings, multi-byte characters
+TEXTS = [b"hello", b"he\x00llo", b"", "\u00e9\u20ac\U0001f600".encode(), b"\x00", b"end\x00"]
+
+
+def _strings(rows: list[list[bytes]]) -> np.ndarray:
+    array = np.empty((len(rows), len(rows[0])), dtype=object)
+    array[:] = rows
+    return array
+
+
+def test_strings_round_trip_byte_for_byte(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.string_identity())
+    assert runtime.plain_run() is None  # strings are converted on every run
+    sent = _strings([TEXTS[:3], TEXTS[3:]])
+    got = _ok(runtime.execute([{"INPUT0": sent}])[0])["OUTPUT0"]
+    assert got.dtype == object and got.shape == (2, 3)
+    assert [type(v) for v in got.flat] == [bytes] * 6
+    assert got.tolist() == sent.tolist()
+
+
+def test_merged_string_requests_are_split_back(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.string_identity(), merge_requests="true")
+    requests = [{"INPUT0": _strings([[t, t + b"!"]] * n)} for t, n in zip(TEXTS, (2, 1, 3, 1))]
+    calls = _count_runs(runtime)
+    results = runtime.execute(requests)
+    assert len(calls) == 1 and calls[0]["INPUT0"].shape == (7, 2)
+    for feeds, result in zip(requests, results):
+        assert _ok(result)["OUTPUT0"].tolist() == feeds["INPUT0"].tolist()
+
+
+def test_a_string_that_is_not_utf8_fails_alone_naming_its_element(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.string_identity(), merge_requests="true")
+    good = {"INPUT0": _strings([[b"a", b"b"]])}
+    bad = {"INPUT0": _strings([[b"ok", b"ok"], [b"ok", b"x\xff"]])}
+    results = runtime.execute([good, bad, good])
+    assert _ok(results[0])["OUTPUT0"].tolist() == [[b"a", b"b"]]
+    assert _ok(results[2])["OUTPUT0"].tolist() == [[b"a", b"b"]]
+    assert isinstance(results[1], RequestError)
+    message = str(results[1])
+    assert "input 'INPUT0'" in message and "element 3" in message and "UTF-8" in message and "0xff" in message
+
+
+def test_strings_cast_to_numbers(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.string_to_int())
+    sent = _strings([[b"1", b"-20", b"300", b"0"], [b"7", b"8", b"9", b"2147483647"]])
+    got = _ok(runtime.execute([{"INPUT0": sent}])[0])["OUTPUT0"]
+    assert got.dtype == np.int32 and got.tolist() == [[1, -20, 300, 0], [7, 8, 9, 2147483647]]
+
+
+def test_a_string_output_that_is_not_utf8_is_a_clear_failure(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Expand", ["c", "shape"], ["OUTPUT0"]), helper.make_node("Shape", ["x"], ["shape"])],
+        "bad_text",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, ["N"])],
+        initializer=[helper.make_tensor("c", TensorProto.STRING, [1], [b"\xff\xfe"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    runtime = _load(tmp_path, model, warmup="false")  # the warm-up run would fail the load the same way
+    result = runtime.execute([{"x": np.zeros(2, np.float32)}])[0]
+    assert isinstance(result, InferenceFailure)
+    assert "not valid UTF-8" in str(result)

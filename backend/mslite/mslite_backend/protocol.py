@@ -15,6 +15,8 @@ from typing import Any
 from .settings import ADMIN_KEY_ENV as ADMIN_KEY_ENV
 from .settings import WEIGHTS_OWNER_ENV as WEIGHTS_OWNER_ENV
 
+BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "mslite"`) and its folder in Triton's
+
 # -- the dynamic batcher ------------------------------------------------------------------------------
 DEFAULT_MAX_BATCH_SIZE = 64  # auto-complete's max_batch_size for models whose tensors all have a dynamic first dim
 CPU_PREFERRED_BATCH = (2,)  # requests Triton hands a CPU worker per `execute` (each still runs alone)

@@ -19,6 +19,7 @@ from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .mindir import resolve
 from .providers import apply_env
 from .session import OrtSession, providers_for
+from .strings import from_ort, placeholder, to_ort
 from .weight_store import WeightStore, launcher_owner, store_directory
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
 
@@ -57,6 +58,10 @@ class ModelRuntime:
         self._expected = {s.name: (_numpy_dtype(cfg, s), _merged_dims(cfg, s, graph_dims[s.name])) for s in cfg.inputs}
         self._required = {s.name for s in cfg.inputs if not s.optional}
         self._bool_inputs = {name for name, (dtype, _) in self._expected.items() if dtype == np.bool_}
+        # BYTES tensors: converted for ONNX Runtime on every run (`strings`); models without any skip it
+        self._string_inputs = {name for name, (dtype, _) in self._expected.items() if dtype == np.object_}
+        self._string_outputs = {t.name for t in io.outputs if t.data_type == "TYPE_STRING"}
+        self._strings = bool(self._string_inputs or self._string_outputs)
         # (name, dtype, shape) of every input of requests that passed: the checks depend on nothing else,
         # except BOOL contents, which are checked on every request
         self._accepted: set[tuple] = set()
@@ -119,7 +124,7 @@ class ModelRuntime:
             feeds = {}
             for name, (dtype, dims) in self._expected.items():
                 shape = ([batch] if self.cfg.batched else []) + [d if d >= 0 else 1 for d in dims]
-                feeds[name] = np.zeros(shape, dtype=dtype)
+                feeds[name] = placeholder(shape) if name in self._string_inputs else np.zeros(shape, dtype=dtype)
             self.run(feeds, weights)
 
     def validate(self, feeds: Feeds) -> None:
@@ -150,10 +155,12 @@ class ModelRuntime:
         A request whose `layout` is in the set passes `validate` as it is: `run(self.output_names, feeds,
         None)` is then all `execute` would do with it, and its exceptions go through `session.failure`.
         None when a run needs more: updatable weights, buckets or a session per bucket, merging, BOOL
-        inputs (checked on every request), or a provider other than the CPU's.
+        inputs (checked on every request), strings (converted on every run), or a provider other than the CPU's.
         """
         direct = self.session.direct
         if direct is None or not self._one_session or self.weights is not None or self.merge or self._bool_inputs:
+            return None
+        if self._strings:
             return None
         return direct, self._accepted
 
@@ -208,8 +215,19 @@ class ModelRuntime:
         session = self.session
         if self.bucket_sessions:
             session = self.bucket_sessions.get(next(iter(feeds.values())).shape[0], session)
+        if self._strings:
+            return self._run_strings(session, feeds, weights)
         outputs = session.run(self.output_names, {**feeds, **weights} if weights else feeds)
         return dict(zip(self.output_names, outputs))
+
+    def _run_strings(
+        self, session: OrtSession, feeds: Feeds, weights: dict[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
+        """`_run_once` for a model with string tensors: `bytes` to `str` for ONNX Runtime, and back."""
+        where = f"model '{self.cfg.model_name}'"
+        feeds = {name: to_ort(where, name, a) if name in self._string_inputs else a for name, a in feeds.items()}
+        outputs = session.run(self.output_names, {**feeds, **weights} if weights else feeds)
+        return {name: from_ort(a) if name in self._string_outputs else a for name, a in zip(self.output_names, outputs)}
 
     def execute(self, requests: list[Feeds]) -> list[Result]:
         """Validate and run a batch of requests; one result (outputs or error) per request, in order.
@@ -220,7 +238,7 @@ class ModelRuntime:
         if len(requests) == 1 or not self.merge:  # CPU: each request runs alone, so no grouping (once per request)
             # Without buckets or updatable weights, a run is the session's run and nothing else: called here
             # directly, one Python frame fewer per request (2-4 us of worker CPU per tiny request, near the noise).
-            direct = self._one_session and not weights
+            direct = self._one_session and not weights and not self._strings
             session_run, names = self.session.run, self.output_names
             out: list[Result] = []
             for feeds in requests:

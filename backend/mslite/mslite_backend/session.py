@@ -108,6 +108,11 @@ class OrtSession:
 
 def failure(e: Exception) -> RequestError | InferenceFailure:
     """The backend error of an exception ONNX Runtime raised while running (`OrtSession.run`)."""
+    if isinstance(e, UnicodeDecodeError):  # ONNX Runtime decodes string outputs as UTF-8 (see `strings`)
+        return InferenceFailure(
+            "inference failed: the model returned a string that is not valid UTF-8, which this backend cannot "
+            "take from ONNX Runtime"
+        )
     kind = type(e).__name__
     msg = client_message(str(e))
     if kind in ("InvalidArgument", "InvalidProtobuf") or "INVALID_ARGUMENT" in str(e):

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
+EXIT_POLL_S = 0.25  # how often a stop looks at an exiting tritonserver's log
 
 
 class EmbeddedServer:
@@ -262,7 +263,7 @@ class EmbeddedServer:
                     if wait_s > 0:
                         proc.send_signal(signal.SIGTERM)
                 try:
-                    code = proc.wait(timeout=wait_s)
+                    code = self._wait_exit(proc, wait_s)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     code = proc.wait()
@@ -275,6 +276,27 @@ class EmbeddedServer:
                 self._upload_copies.clear()
             self.cleanup_shm()
             return code
+
+    def _wait_exit(self, proc: subprocess.Popen[bytes], wait_s: float) -> int:
+        """`proc.wait(wait_s)`, given up early when Triton's exit waits on nothing (`triton_process.exit_stalled`).
+
+        Raises:
+            subprocess.TimeoutExpired: the server is still running.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return proc.wait(timeout=max(0.0, min(EXIT_POLL_S, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+                # every worker is gone, and Triton still counts live models: those never unload
+                if triton_process.exit_stalled(self.log_path) and not workers_of(proc.pid):
+                    log.warning(
+                        "tritonserver's exit waits on models whose load failed (Triton keeps some failed loads "
+                        "among its live models); stopping it now instead of after its exit timeout"
+                    )
+                    raise
 
     def note_model_dirs(self, model_dirs: Iterable[str]) -> None:
         """Remember the upload copies among the model directories of this server's workers (removed after it exits)."""

@@ -24,6 +24,9 @@ from mslite_triton.server.config import ServerConfig
 from mslite_triton.server.ports import LOOPBACK
 
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
+# What Triton logs once a second while its exit waits for models to finish unloading
+_EXIT_WAIT = re.compile(rb"Timeout \d+: Found (\d+) live models and (\d+) in-flight non-inference requests")
+STALLED_EXIT_LINES = 3  # seconds of Triton's exit countdown without progress before a stop calls it stalled
 
 
 def triton_dir() -> Path:
@@ -168,3 +171,22 @@ def log_tail(log_path: Path, lines: int = 30) -> str:
     errors = [line for line in text if _ERROR_LINE.search(line)][:10]
     tail = [line for line in text[-lines:] if line not in errors]
     return "\n".join(errors + (["..."] if errors and tail else []) + tail)
+
+
+def exit_stalled(log_path: Path) -> bool:
+    """Whether Triton's exit is waiting on models that will not finish unloading.
+
+    Triton 2.51 keeps some failed loads among its live models for good (a reload of a model that was
+    serving, with a config override that does not load, for one; a failed upload with an override too):
+    its exit then counts them every second until the exit timeout runs out, although nothing is left to
+    unload. True when the last
+    `STALLED_EXIT_LINES` lines of that countdown all count the same number of live models (not 0) and no
+    request in flight; the caller also checks that no worker process is left, and may then kill the server.
+    """
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            counts = _EXIT_WAIT.findall(f.read())[-STALLED_EXIT_LINES:]
+    except OSError:
+        return False
+    return len(counts) == STALLED_EXIT_LINES and len(set(counts)) == 1 and counts[0][0] != b"0" and counts[0][1] == b"0"

@@ -31,6 +31,7 @@ from mslite_triton.server.gateway.admission import Admission, Overloaded
 from mslite_triton.server.gateway.grpc_checks import (
     SERVICE,
     VERSIONED,
+    Pieces,
     check_model_infer,
     check_versioned,
     read_model_infer,
@@ -73,6 +74,7 @@ from mslite_triton.server.gateway.grpc_frames import (
 )
 from mslite_triton.server.gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
+from mslite_triton.server.gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
 from mslite_triton.server.gateway.rules import Refusal
 from mslite_triton.server.gateway.staging import Staging
 
@@ -104,6 +106,8 @@ class GrpcRelay:
         for name, (kind, field) in VERSIONED.items():
             self.checks[f"/{SERVICE}/{name}".encode()] = check_versioned(kind, field)
         self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
+        # calls whose message may be sent on changed (`model_control`): held until whole, then rewritten
+        self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
 
     def factory(self) -> asyncio.Protocol:
         """A protocol instance for one accepted client connection."""
@@ -266,7 +270,7 @@ class _ClientSide(asyncio.Protocol):
                 self.refuse(sid, UNAVAILABLE, e.message)
                 return DROP
             stream.charged += length
-            if stream.region is None and not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
+            if not stream.held and not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
                 stream.got += length  # all message bytes, and not the last: they go on as they arrive
                 self.frames.tap = stream.parts
                 return TAP
@@ -302,7 +306,7 @@ class _ClientSide(asyncio.Protocol):
                 out.append(raw)
                 out += parts
             else:
-                staged = sid in self.streams and self.streams[sid].region is not None and not flags & END_STREAM
+                staged = sid in self.streams and self.streams[sid].held and not flags & END_STREAM
                 self._credit(sum(len(p) for p in parts), sid if staged else 0)
             return
         payload = joined(parts) if parts else b""
@@ -350,6 +354,8 @@ class _ClientSide(asyncio.Protocol):
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
         elif path in self.relay.checks:
             self.streams[sid] = Stream(self.relay.checks[path], encoding, stageable=path == self.relay.infer_path)
+        elif path in self.relay.rewrites:
+            self.streams[sid] = Stream(_no_check, encoding, rewrite=self.relay.rewrites[path])
         elif path in self.relay.streaming:
             self.refuse(
                 sid,
@@ -360,11 +366,15 @@ class _ClientSide(asyncio.Protocol):
     def _data(self, sid: int, flags: int, parts: list[Any]) -> bool:
         """Whether this (whole, checked-stream) DATA frame goes on to Triton."""
         stream = self.streams[sid]
+        first = stream.got == 0
         if flags & PADDED:
             stream.add(unpadded(joined(parts), flags) if parts else b"")
         else:
             for part in parts:
                 stream.add(part)
+        if first and stream.rewrite is not None and stream.size > MAX_REWRITTEN_BYTES:
+            self.finish(sid)  # an upload with its files: it goes through as it comes, unread (`model_control`)
+            return True
         cap = self.relay.cap
         if stream.size > cap or (stream.size < 0 and stream.got > cap):
             self.refuse(
@@ -380,7 +390,7 @@ class _ClientSide(asyncio.Protocol):
         if flags & END_STREAM:
             self.refuse(sid, INVALID_ARGUMENT, "the request ended before its message did")
             return False
-        return stream.region is None  # a staged stream's bytes stay here
+        return not stream.held  # a staged or rewritten stream's bytes stay here
 
     def _choose_region(self, stream: Stream) -> None:
         """Once the message's size is known: a large uncompressed one goes to Triton through shared memory."""
@@ -395,6 +405,12 @@ class _ClientSide(asyncio.Protocol):
             return False
         staged = b""
         try:
+            if stream.rewrite is not None:
+                data = stream.message(self.relay.cap)
+                data = data.join() if isinstance(data, Pieces) else data
+                self._send_message(sid, flags, stream.rewrite(data) or data)
+                stream.done = True
+                return False
             if stream.region is None:
                 model = stream.check(stream.message(self.relay.cap))
             else:
@@ -422,13 +438,17 @@ class _ClientSide(asyncio.Protocol):
                 f"{_STAGED_MAX_BYTES} bytes; send large tensors as raw_input_contents",
             )
             return False
-        message = b"\0" + U32.pack(len(staged)) + staged  # in place of the client's: Triton reads the region
+        self._send_message(sid, flags, staged)  # in place of the client's: Triton reads the region
+        return False
+
+    def _send_message(self, sid: int, flags: int, body: bytes) -> None:
+        """Send Triton `body` as stream `sid`'s (uncompressed) message, in place of the client's held DATA."""
+        message = b"\0" + U32.pack(len(body)) + body
         self.debt += len(message)
         last = len(message) - 1
         for a in range(0, len(message), MIN_MAX_FRAME_SIZE):
             end = flags & END_STREAM if a + MIN_MAX_FRAME_SIZE > last else 0
             self.frames.out.append(frame(DATA, end, sid, message[a : a + MIN_MAX_FRAME_SIZE]))
-        return False
 
     # -- ends of streams --
     def refuse(self, sid: int, code: int, message: str) -> None:
@@ -472,3 +492,8 @@ async def start_relay(
     )
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay
+
+
+def _no_check(data: bytes | Pieces) -> None:
+    """The check of a call the relay only rewrites (`GrpcRelay.rewrites`): Triton checks its message."""
+    return None

@@ -24,12 +24,33 @@ Check = Callable[["bytes | Pieces"], "str | None"]
 class Stream:
     """A checked request stream: its message's bytes so far."""
 
-    __slots__ = ("check", "parts", "got", "size", "charged", "model", "encoding", "done", "stageable", "region")
+    __slots__ = (
+        "check",
+        "parts",
+        "got",
+        "size",
+        "charged",
+        "model",
+        "encoding",
+        "done",
+        "stageable",
+        "region",
+        "rewrite",
+    )
 
-    def __init__(self, check: Check, encoding: bytes, *, stageable: bool = False) -> None:
+    def __init__(
+        self,
+        check: Check,
+        encoding: bytes,
+        *,
+        stageable: bool = False,
+        rewrite: Callable[[bytes], bytes | None] | None = None,
+    ) -> None:
         self.check = check
         self.stageable = stageable  # a ModelInfer call, whose tensors may go to Triton through shared memory
         self.region: Region | None = None  # where they go, once chosen (`staging`)
+        # the message to send Triton instead of the client's (None: the client's): held until whole, as staged
+        self.rewrite = rewrite
         self.parts: list[Any] = []  # bytes or memoryviews of what was read, none empty
         self.got = 0
         self.size = -1  # the message's length, once its 5-byte prefix has arrived
@@ -50,6 +71,11 @@ class Stream:
     def cannot_complete(self, length: int) -> bool:
         """Whether `length` more bytes of message leave it still unfinished (its size known)."""
         return self.size >= 0 and self.got + length < PREFIX + self.size
+
+    @property
+    def held(self) -> bool:
+        """Whether the client's DATA stays here (staged or rewritten), Triton getting the relay's own frames."""
+        return self.region is not None or self.rewrite is not None
 
     @property
     def whole(self) -> bool:

@@ -35,6 +35,7 @@ from mslite_triton.server.gateway.http_framing import (
     stage_body,
     upstream_head,
 )
+from mslite_triton.server.gateway.model_control import LOAD_ROUTE, http_load_body
 from mslite_triton.server.gateway.rules import Refusal
 from mslite_triton.server.gateway.staging import Staging
 
@@ -245,7 +246,13 @@ class HttpFront:
                 if match:
                     doc, payload = check_infer(req, match.group(1), match.group(2), self.cap)
             if match is None:
-                resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=req.method == b"GET")
+                body = None
+                if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
+                    body = http_load_body(req.body)  # an override that names no backend keeps ours
+                if body is None:
+                    resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=req.method == b"GET")
+                else:
+                    resp = await self.upstream.exchange(upstream_head(req, body), body, idempotent=False)
             else:
                 model = urllib.parse.unquote(match.group(1).decode("latin-1"))
                 self.admission.enter(model)
