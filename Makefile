@@ -1,10 +1,14 @@
 # The README's commands. Everything runs from one virtualenv, created and reused here.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# [tune] (Model Analyzer, for tests/integration/test_tune.py) adds about 600 MB and changes none of the others' pins.
-# The stamp names the extras, so adding one reinstalls an existing venv.
+# Each command installs what it needs into the one venv: the demo the server (about 410 MiB installed), the
+# tests everything (about 3.4 GiB: [mindir] is MindSpore, about 2.6 GiB, for tests/integration/test_mindir.py;
+# [tune] is Model Analyzer, about 350 MiB, for tests/integration/test_tune.py; neither changes the others' pins).
+# A stamp names its extras, so adding one reinstalls an existing venv.
+DEMO_EXTRAS := server
 EXTRAS := server,test,mindir,tune
 comma := ,
+DEMO_STAMP := $(VENV)/.installed-$(subst $(comma),-,$(DEMO_EXTRAS))
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test unit lint models serve bench clean system-packages
@@ -13,13 +17,13 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 system-packages:
 	@sh scripts/check_system.sh
 
-$(STAMP): pyproject.toml
+$(VENV)/.installed-%: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q -e '.[$(subst -,$(comma),$*)]'
 	@touch $@
 
-models: $(STAMP)
+models: $(DEMO_STAMP)
 	$(PY) model_repository/generate_models.py
 	@mkdir -p examples/model
 	@cp -p model_repository/mobilenetv2/1/model.onnx examples/model/mobilenetv2.onnx
@@ -30,7 +34,7 @@ demo: models
 	cd examples && MSLITE_TRITON_LOG=info ../$(PY) quick_start_parallel_python.py
 
 ## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
-test: system-packages models
+test: system-packages $(STAMP) models
 	$(PY) -m ruff check .
 	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests
@@ -38,11 +42,17 @@ test: system-packages models
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
+## The server on the README's ports; e.g. `make serve HTTP_PORT=9000 GRPC_PORT=9001 METRICS_PORT=9002`,
+## SERVE_ARGS for any other `mslite-triton serve` option (`--help` lists them).
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
 serve: models
-	$(VENV)/bin/mslite-triton serve --model-repository model_repository
+	$(VENV)/bin/mslite-triton serve --model-repository model_repository --http-port $(HTTP_PORT) \
+		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(SERVE_ARGS)
 
-## The serving benchmark (not part of `make test`; ~13 min, BENCH_ARGS=--quick ~2 min): benchmarks/results/.
-bench: models
+## The serving benchmark (not part of `make test`; ~30 min with the C++ backend, BENCH_ARGS=--quick ~2.5 min; exits 3 when a bar falls short): benchmarks/results/.
+bench: $(STAMP) models
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 ## The shared-weights benchmark: 4 workers sharing a 200 MiB model, batch-32 latency, a live update under load (~3 min).
@@ -70,12 +80,12 @@ compose-config:
 ## MobileNetV2 at 16 clients for 10 min (SOAK_ARGS, e.g. --duration-s 120), then the long bad-input campaign for
 ## 5 min (CAMPAIGN_ARGS, e.g. --duration-s 60), whose last request is the one that aborts Triton 2.51.
 .PHONY: soak
-soak: models
+soak: $(STAMP) models
 	$(PY) -m benchmarks.soak $(SOAK_ARGS)
 	$(PY) -m benchmarks.badinput $(CAMPAIGN_ARGS)
 
 ## Healing under predicting clients (not part of `make test`; ~3 min, CHAOS_ARGS=--rounds 3 for more):
 ## SIGKILL of a worker, the gateway, tritonserver, and a hung tritonserver under `serve`; the auto-started server.
 .PHONY: chaos
-chaos: models
+chaos: $(STAMP) models
 	$(PY) benchmarks/chaos.py heal $(CHAOS_ARGS)

@@ -2,14 +2,19 @@
 
 The bars compare backends served side by side in one server (ours, the naive python backend, Triton's C++
 ONNX Runtime backend when given): medians of alternated rounds, each round's value printed as the spread.
-The ratios to the in-process ceiling stay as information (`information`): no server reaches it on 2 cores.
+The ratios to the in-process ceiling stay as information (`information`): the serving path costs CPU the
+in-process run does not pay, so they are not bars; their verdicts read "above" / "below", never PASS.
+
+A bar's verdict: PASS (its median meets the target), FALL SHORT (it does not), MISSING (a step failed, so
+there is no figure), SKIPPED (not measured in this run, e.g. no C++ backend). The run's exit status is
+`exit_status`: 3 when a bar fell short or is missing, so a script or CI sees it.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from mslite_backend.settings import SHM_ENV
@@ -18,6 +23,12 @@ from . import paired
 from .paired import Round
 
 PASS, SHORT, MISSING, SKIPPED = "PASS", "FALL SHORT", "MISSING", "SKIPPED"
+ABOVE, BELOW = "above (information)", "below (information)"  # the information rows' verdicts: not bars
+BARS_MISSED = 3  # the exit status of a run in which a bar fell short or is missing (1: a step failed)
+LEGEND = (
+    "verdicts: PASS = the median of the rounds meets the target; FALL SHORT = it does not; MISSING = no figure "
+    "(a step failed); SKIPPED = not measured in this run. A FALL SHORT or MISSING bar makes the run exit 3."
+)
 NO_PEER = "no --peer-backends: the C++ backend was not measured"
 
 
@@ -188,7 +199,13 @@ def information(results: dict[str, Any]) -> list[Bar]:
         verdict = PASS if r >= 1.6 else SHORT
         detail = f"{scale_num:.0f} vs {scale_den:.0f} img/s (sweep)"
         bars.append(Bar("2 workers x 1 thread vs 1 x 1, throughput at c=8", r, target, verdict, detail))
-    return bars
+    as_information = {PASS: ABOVE, SHORT: BELOW}
+    return [replace(b, verdict=as_information.get(b.verdict, b.verdict)) for b in bars]
+
+
+def exit_status(computed: list[Bar]) -> int:
+    """0, or BARS_MISSED when a bar fell short or has no figure (SKIPPED bars were not asked for)."""
+    return BARS_MISSED if any(b.verdict in (SHORT, MISSING) for b in computed) else 0
 
 
 def context_rows(results: dict[str, Any]) -> list[tuple[str, str]]:

@@ -15,22 +15,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+# backend, protocol, label, colour, line style, marker: no two series share a colour or a marker
 SERIES = (
-    ("mslite", "grpc", "mslite gRPC", "C0", "-"),
-    ("mslite", "shm", "mslite shm", "C0", "--"),
-    ("naive", "grpc", "naive gRPC", "C1", "-"),
-    ("naive", "shm", "naive shm", "C1", "--"),
+    ("mslite", "grpc", "mslite gRPC", "C0", "-", "o"),
+    ("mslite", "shm", "mslite shm", "C2", "--", "s"),
+    ("naive", "grpc", "naive gRPC", "C1", "-", "^"),
+    ("naive", "shm", "naive shm", "C3", "--", "v"),
 )
 
 
 def draw(results: dict[str, Any], path: str) -> None:
     fig, (ax_t, ax_50, ax_99) = plt.subplots(1, 3, figsize=(16, 4.8))
-    for backend, proto, label, color, style in SERIES:
+    for backend, proto, label, color, style, marker in SERIES:
         points = sorted(results["served"][backend][proto], key=lambda p: p["concurrency"])
         if not points:
             continue
         xs = [p["concurrency"] for p in points]
-        kw = {"color": color, "linestyle": style, "marker": "o", "label": label}
+        kw = {"color": color, "linestyle": style, "marker": marker, "label": label}
         ax_t.plot(xs, [p["infer_s"] for p in points], **kw)
         ax_50.plot(xs, [p["p50_ms"] for p in points], **kw)
         ax_99.plot(xs, [p["p99_ms"] for p in points], **kw)

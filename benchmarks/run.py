@@ -138,7 +138,9 @@ def rounds_table(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="mslite-triton serving benchmark")
-    p.add_argument("--quick", action="store_true", help="short windows and fewer concurrency levels (~2 min)")
+    p.add_argument(
+        "--quick", action="store_true", help="short windows and fewer concurrency levels (about 2.5 min on 2 cores)"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="output folder")
     p.add_argument(
         "--peer-backends",
@@ -230,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot failed: {plot.stderr[-800:]}")
     png = f", {args.out / 'results.png'}" if plot is not None and plot.returncode == 0 else " (no sweep: no plot)"
     print(f"wrote {args.out / 'results.json'}{png}, {args.out / 'table.txt'} ({progress.elapsed_s:.0f} s in all)")
-    return 1 if results["errors"] else 0
+    if results["errors"]:
+        return 1
+    status = bars.exit_status(computed)
+    if status:
+        missed = [b.name for b in computed if b.verdict in (bars.SHORT, bars.MISSING)]
+        print(f"{len(missed)} bar(s) fell short or are missing: exit status {status}")
+    return status
 
 
 def _report(results: dict[str, Any], computed: list[bars.Bar], info: list[bars.Bar]) -> str:
@@ -251,6 +259,7 @@ def _report(results: dict[str, Any], computed: list[bars.Bar], info: list[bars.B
         "",
         f"bars (medians of {meta['compare_rounds']} alternated round(s), each round's value in parentheses):",
         bars.bars_table(computed),
+        bars.LEGEND,
         "",
         "the C++ ONNX Runtime backend (information):",
     ]
@@ -261,7 +270,10 @@ def _report(results: dict[str, Any], computed: list[bars.Bar], info: list[bars.B
             "MobileNetV2 in-process rounds (levels from the sweep; ms unless noted):",
             rounds_table(results),
             "",
-            "information, not bars (the in-process ceiling, which no server reaches on 2 cores; the client):",
+            "information, not bars: ratios to the in-process ceiling (each round's own in-process figure; the plot's "
+            "dotted line is their median), and the client's figures. Serving costs CPU the in-process run does not "
+            "pay, so a served figure is expected below the ceiling; one above it means that round's in-process "
+            "measurement ran slow (a busy machine), not that serving is free:",
             bars.bars_table(info),
         ]
         parts += [f"  {name}: {value}" for name, value in bars.context_rows(results)]

@@ -14,7 +14,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from mslite_backend.affinity import config_with_instance, worker_index
-from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
+from mslite_backend.config import BackendConfig, InstanceInfo, declared_resized_inputs, declared_variable_weights
 from mslite_backend.errors import (
     BackendError,
     ConfigError,
@@ -64,7 +64,7 @@ class TritonPythonModel:
         filename = config.get("default_model_filename") or "model.onnx"
         try:
             directory, filename = onnx_source(pb_utils.get_model_dir(), filename)  # MindIR: converted once
-            io = read_graph_io(f"{directory}/{filename}")
+            io = read_graph_io(f"{directory}/{filename}", declared_resized_inputs(config), str(config.get("name")))
             updatable = declared_variable_weights(config)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(f"model '{config.get('name')}': {e}") from None

@@ -60,3 +60,34 @@ def test_peer_backend_folder_or_backends_directory(tmp_path: Path) -> None:
     (folder / "libonnxruntime.so.1.19.2").write_bytes(b"")
     assert find_peer_backend(tmp_path) == folder == find_peer_backend(folder)
     assert peer_ort_version(folder) == "1.19.2"
+
+
+def test_a_bar_that_falls_short_or_is_missing_makes_the_run_fail() -> None:
+    computed = bars.compute(_results(peer=False))  # one bar falls short (tiny c=1), the C++ ones are skipped
+    assert bars.exit_status(computed) == bars.BARS_MISSED == 3
+    passing = [b for b in computed if b.verdict in (bars.PASS, bars.SKIPPED)]
+    assert passing and bars.exit_status(passing) == 0
+    assert bars.exit_status([bars.Bar("x", None, ">= 1.00 x", bars.MISSING, "not measured")]) == 3
+    assert "FALL SHORT" in bars.LEGEND and "exit 3" in bars.LEGEND
+
+
+def test_information_rows_never_read_as_bars() -> None:
+    one = {"round": 1, "grpc": {"infer_s": 115.0}, "ceiling": {"img_s": 100.0}, "shm": {"infer_s": 50.0}}
+    results = {"rounds": {"mobilenet": [one], "client": []}, "scaling": {"2x1": None, "1x1": None}}
+    found = {b.name: b for b in bars.information(results)}
+    assert found["Served MobileNetV2 gRPC, best of c=4/8/16 vs in-process ceiling"].verdict == bars.ABOVE
+    assert found["Served MobileNetV2 shm, best of c=4/8/16 vs in-process ceiling"].verdict == bars.BELOW
+    assert not {b.verdict for b in found.values()} & {bars.PASS, bars.SHORT}
+
+
+def test_plot_series_are_told_apart_by_colour_and_marker() -> None:
+    import ast
+
+    tree = ast.parse((Path(bars.__file__).parent / "plot.py").read_text())
+    series = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SERIES"
+    )
+    colours, markers = [s[3] for s in series], [s[5] for s in series]
+    assert len(set(colours)) == len(series) and len(set(markers)) == len(series)

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import numpy as np
 
 from ._checkparam import check_isinstance
+from ._error_table import load_reason
 from ._model_config import merge_sections, parse_config_file
-from .errors import InferenceError, InvalidInputError, ModelLoadError, NotFoundError, PermissionDeniedError
+from ._remote import RemoteModel
+from .errors import (
+    InferenceError,
+    InvalidInputError,
+    ModelLoadError,
+    NotFoundError,
+    PermissionDeniedError,
+    ServerUnavailableError,
+    ServiceDenyError,
+)
 from .tensor import Tensor
 
 
@@ -49,11 +58,6 @@ def load_sections(config_path: str, overrides: dict[str, dict[str, str]] | None,
     return merge_sections(from_file, overrides)
 
 
-# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
-_LOAD_WRAPPING = re.compile(
-    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
-    r"|model '[^']*': )+"
-)
 _REPHRASED = (ModelLoadError, NotFoundError, PermissionDeniedError, InvalidInputError, InferenceError)
 _OWN_PREFIX = "build_from_file failed! Error is "
 
@@ -65,7 +69,7 @@ def build_failed(e: Exception, who: str) -> Exception:
     exceptions that are not build failures come back unchanged.
     """
     if isinstance(e, _REPHRASED):
-        reason = _LOAD_WRAPPING.sub("", str(e).removeprefix(_OWN_PREFIX))
+        reason = load_reason(str(e).removeprefix(_OWN_PREFIX))
         return type(e)(f"{who}! Error is {e.status}: {reason}")
     if type(e) is RuntimeError and str(e).startswith(_OWN_PREFIX):  # raised before anything was sent
         return RuntimeError(f"{who}! Error is {str(e).removeprefix(_OWN_PREFIX)}")
@@ -89,3 +93,36 @@ def fill_outputs(outputs: list[Tensor], results: list[Tensor]) -> list[Tensor]:
         target.shape = result.shape
         target.set_data_from_numpy(result.get_data_to_numpy())
     return outputs
+
+
+_PREDICT_FAILED = "predict failed!"
+
+
+def predict_failed(e: RuntimeError) -> RuntimeError:
+    """A failed predict as MindSpore Lite words it: `predict failed! Error is <status>: <our reason>`.
+
+    The exception keeps its class. An unreachable server keeps its own message (it says what to start),
+    and so does a message that already carries the prefix.
+    """
+    if str(e).startswith(_PREDICT_FAILED) or isinstance(e, (ServerUnavailableError, ServiceDenyError)):
+        return e
+    return type(e)(f"{_PREDICT_FAILED} Error is {getattr(e, 'status', 'kLiteError')}: {e}")
+
+
+def resized_remote(remote: RemoteModel, shapes: dict[str, list[int]], who: str) -> RemoteModel:
+    """The model built again with `shapes` (input name -> full shape) in dims its file fixes.
+
+    Raises:
+        RuntimeError: `<who>! Error is ...`: the model was bound with `triton://` (its shapes are the
+            server's), or the graph cannot run at the new shapes (the server's reason).
+    """
+    if remote.rebuild is None:
+        shown = ", ".join(f"'{n}' {s}" for n, s in shapes.items())
+        raise RuntimeError(
+            f"{who}! Error is kLiteNotSupport: a model bound with triton:// keeps the shapes of its server config; "
+            f"it cannot take input {shown}"
+        )
+    try:
+        return remote.rebuild(shapes)
+    except RuntimeError as e:
+        raise build_failed(e, who) from None

@@ -56,9 +56,10 @@ _INTERNAL_REGION = re.compile(
 def scrub(text: str) -> str:
     """A server message as any client may see it: no traceback, server path or worker's shared-memory region.
 
+    Nor Triton's advice to model authors: whoever sends a request did not write the model's config.
     The gateway applies it to Triton's error answers; the client library to every message it raises.
     """
-    text = _TRACEBACK.sub("", text or "")
+    text = _AUTHOR_ADVICE.sub("", _TRACEBACK.sub("", text or ""))
     text = _POOL_KEY.sub(r"\1", text)  # the wording of later Triton releases
     text = _INTERNAL_REGION.sub("'<internal region>'", text)
     return _PATH.sub("<path>", text)
@@ -76,9 +77,21 @@ def scrub_json_error(body: bytes) -> bytes:
     return body if cleaned == doc["error"] else json.dumps({**doc, "error": cleaned}).encode()
 
 
+# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
+_LOAD_WRAPPING = re.compile(
+    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
+    r"|model '[^']*': )+"
+)
+
+
+def load_reason(text: str) -> str:
+    """A load failure's reason without Triton's wrapping (`load failed for model 'm': ... Internal: ...`)."""
+    return _LOAD_WRAPPING.sub("", text)
+
+
 def clean_message(text: str) -> str:
     """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
-    text = _AUTHOR_ADVICE.sub("", scrub(text)).strip()
+    text = scrub(text).strip()
     return re.sub(r"^\[request id: [^\]]*\]\s*", "", text)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from mslite_backend.protocol import (
     MAX_QUEUE_DELAY_KEY,
     MAX_QUEUE_SIZE_KEY,
     PREFERRED_BATCH_SIZE_KEY,
+    RESIZED_INPUTS_PARAMETER,
     batcher_defaults,
     queue_policy,
 )
@@ -74,6 +76,15 @@ def plan_workers(
             threads = cores // workers if cores >= workers else cores  # MindSpore Lite's rule
     if workers == 0:
         workers = max(1, cores // threads)
+    if workers * threads > cores and context.target[0] == "cpu":
+        log.warning(
+            "workers_num %d x thread_num %d = %d threads on %d cores: the workers will wait for each other "
+            "(MindSpore Lite's guidance: workers x threads should not exceed the cores)",
+            workers,
+            threads,
+            workers * threads,
+            cores,
+        )
     inter = context.cpu.inter_op_parallel_num or 1
     return WorkerPlan(workers=workers, thread_num=threads, inter_op_parallel_num=inter)
 
@@ -118,6 +129,7 @@ def build_model_config(
     sections: dict[str, dict[str, str]] | None = None,
     batchable: bool = False,
     light: bool = False,
+    resized: dict[str, list[int]] | None = None,
 ) -> dict[str, Any]:
     """The Triton model config (JSON dict) for one build.
 
@@ -132,6 +144,9 @@ def build_model_config(
 
     Worker i runs on device `device_ids[i % len(device_ids)]` (`parallel.device_ids`, else the target's
     `device_id`).
+
+    `resized` (input name -> full shape) asks the backend to make the fixed dims those shapes change
+    symbolic, and to run the shapes once at load (`protocol.RESIZED_INPUTS_PARAMETER`).
     """
     target = context.target[0]
     params: dict[str, Any] = {
@@ -154,6 +169,8 @@ def build_model_config(
             params["ascend_precision_mode"] = context.ascend.precision_mode
     else:
         groups = [{"kind": "KIND_CPU", "count": 1} for _ in per_worker]
+    if resized:
+        params[RESIZED_INPUTS_PARAMETER] = json.dumps(resized, sort_keys=True)
     if context.cpu.thread_affinity_core_list:
         params["thread_affinity_core_list"] = ",".join(str(c) for c in context.cpu.thread_affinity_core_list)
     sections = dict(sections or {})

@@ -13,7 +13,8 @@ from mslite_backend.protocol import is_light, sample_values
 # field numbers in onnx.proto
 _MODEL_GRAPH = 7
 _GRAPH_NODE, _GRAPH_INITIALIZER, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
-_NODE_OP_TYPE, _NODE_ATTRIBUTE, _ATTRIBUTE_TENSOR = 4, 5, 5
+_NODE_INPUT, _NODE_OP_TYPE, _NODE_ATTRIBUTE, _ATTRIBUTE_TENSOR = 1, 4, 5, 5
+_ATTRIBUTE_NAME, _ATTRIBUTE_INTS = 1, 8
 _VALUE_NAME, _VALUE_TYPE = 1, 2
 _TYPE_TENSOR, _TENSOR_SHAPE, _SHAPE_DIM, _DIM_VALUE = 1, 2, 1, 1
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME = 1, 2, 8
@@ -167,3 +168,48 @@ def metadata_props(data: bytes) -> dict[str, str]:
         return props
     except (ValueError, IndexError, UnicodeDecodeError):
         return {}
+
+
+# ONNX defines these operators on channels-first (NCHW) data: a 4-D graph input they read directly is NCHW
+_CHANNELS_FIRST = frozenset(
+    {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+     "BatchNormalization", "InstanceNormalization", "LRN", "SpaceToDepth", "DepthToSpace"}
+)  # fmt: skip
+_NHWC_TO_NCHW = [0, 3, 1, 2]  # the Transpose an NHWC model starts with, to feed those operators
+
+
+def input_layouts(data: bytes) -> dict[str, str]:
+    """`NCHW` or `NHWC` for each 4-D graph input whose layout the graph tells; inputs it does not tell are left out.
+
+    An input read directly by a channels-first operator (Conv, pooling, ...) is NCHW; one read by a
+    Transpose with perm [0, 3, 1, 2] is NHWC. Anything unreadable gives {}.
+    """
+    try:
+        graph = _sub(memoryview(data), _MODEL_GRAPH)[0]
+        weights = {_name(t, _TENSOR_NAME) for t in _sub(graph, _GRAPH_INITIALIZER)}
+        images = {
+            _name(v, _VALUE_NAME)
+            for v in _sub(graph, _GRAPH_INPUT)
+            if _name(v, _VALUE_NAME) not in weights and len(_dims(v) or ()) == 4
+        }
+        found: dict[str, str] = {}
+        for node in _sub(graph, _GRAPH_NODE):
+            op = _name(node, _NODE_OP_TYPE)
+            for value in _sub(node, _NODE_INPUT):
+                name = bytes(value).decode()
+                if name not in images or name in found:
+                    continue
+                if op in _CHANNELS_FIRST:
+                    found[name] = "NCHW"
+                elif op == "Transpose" and _perm(node) == _NHWC_TO_NCHW:
+                    found[name] = "NHWC"
+        return found
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return {}
+
+
+def _perm(node: memoryview) -> list[int]:
+    for attribute in _sub(node, _NODE_ATTRIBUTE):
+        if _name(attribute, _ATTRIBUTE_NAME) == "perm":
+            return _varints(attribute, _ATTRIBUTE_INTS)
+    return []

@@ -11,21 +11,28 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
-from mslite_backend.protocol import WEIGHTS_INPUT
+from mslite_backend.protocol import (
+    BATCHING_SECTION,
+    DEFAULT_MAX_BATCH_SIZE,
+    MAX_BATCH_SIZE_KEY,
+    WEIGHTS_INPUT,
+)
 
 from . import _endpoint
 from ._model_config import WorkerPlan, build_model_config
-from ._onnx_io import has_dynamic_batch, is_light_model
+from ._onnx_io import has_dynamic_batch, input_layouts, is_light_model
 from ._transport import ModelInfo, TensorInfo, Transport
 from .context import Context
-from .tensor import Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
+from .errors import ModelLoadError, MSLiteError, NotFoundError
+from .tensor import Format, Tensor, TensorMeta, from_triton_dtype, to_numpy_dtype
 
 BIND_PREFIX = "triton://"
 log = logging.getLogger(__name__)
@@ -78,6 +85,12 @@ class RemoteModel:
     transport: Transport
     info: ModelInfo
     weights_input: TensorInfo | None = None  # present when the model has updatable weights
+    # the model as its user knows it: the file name without directory, or NAME of triton://NAME
+    display_name: str = ""
+    # input name -> "NHWC" / "NCHW" where the ONNX graph tells (`_onnx_io.input_layouts`); others read NCHW
+    layouts: dict[str, str] = field(default_factory=dict)
+    # builds the same model again with inputs resized to shapes the file fixes (None: bound with triton://)
+    rebuild: Callable[[dict[str, list[int]]], RemoteModel] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Refuse string tensors; hide the weights-update input: it is not one of the model's inputs.
@@ -98,22 +111,42 @@ class RemoteModel:
             self.info = replace(self.info, inputs=tuple(t for t in self.info.inputs if t.name != WEIGHTS_INPUT))
 
     @classmethod
-    def build(cls, path: str, context: Context, plan: WorkerPlan, sections: dict[str, dict[str, str]]) -> RemoteModel:
+    def build(
+        cls,
+        path: str,
+        context: Context,
+        plan: WorkerPlan,
+        sections: dict[str, dict[str, str]],
+        resized: dict[str, list[int]] | None = None,
+    ) -> RemoteModel:
         """Upload (or reuse) a model built from `path`, or bind to `triton://<name>`.
+
+        `resized` (input name -> full shape) builds it with those inputs resized (`build_model_config`):
+        another server model, under its own name, so the one built before keeps serving.
 
         Raises:
             RuntimeError subclasses: server unreachable, load failure, unsupported file.
         """
         transport = _endpoint.transport(context.server_url)
         if path.startswith(BIND_PREFIX):
-            return cls(transport, transport.model_info(path[len(BIND_PREFIX) :]))
+            bound = path[len(BIND_PREFIX) :]
+            try:
+                info = transport.model_info(bound)
+            except NotFoundError:
+                reason = transport.load_failure(bound)
+                if not reason:
+                    raise
+                raise ModelLoadError(f"model '{bound}' failed to load on the server: {reason}") from None
+            return cls(transport, info, display_name=bound)
         files = read_model_files(path)
         try:
             # a MindIR model's graph is read on the server, after conversion: its auto-complete decides
             onnx_bytes = files.get("file:1/model.onnx")
             batchable = onnx_bytes is not None and has_dynamic_batch(onnx_bytes)
             light = onnx_bytes is not None and is_light_model(onnx_bytes, batched=batchable)
-            config = build_model_config("", context, plan, sections=sections, batchable=batchable, light=light)
+            config = build_model_config(
+                "", context, plan, sections=sections, batchable=batchable, light=light, resized=resized
+            )
         except ValueError as e:  # a bad config section: MindSpore Lite reports build errors as RuntimeError
             raise RuntimeError(f"build_from_file failed! Error is {e}") from e
         name = model_name(path, files, config)
@@ -123,7 +156,13 @@ class RemoteModel:
                      plan.thread_num)  # fmt: skip
         else:
             log.info("model '%s' already loaded at %s: reused", name, transport.url)
-        return cls(transport, transport.model_info(name))
+        return cls(
+            transport,
+            transport.model_info(name),
+            display_name=os.path.basename(path),
+            layouts=input_layouts(onnx_bytes) if onnx_bytes is not None else {},
+            rebuild=lambda shapes: cls.build(path, context, plan, sections, shapes),
+        )
 
     @property
     def batched(self) -> bool:
@@ -132,7 +171,7 @@ class RemoteModel:
 
     def input_tensors(self) -> list[Tensor]:
         """Fresh input tensors: name, dtype and shape, with a dynamic batch dimension shown as 1."""
-        return [_template(t, self.batched) for t in self.info.inputs]
+        return [_template(t, self.batched, self.layouts.get(t.name)) for t in self.info.inputs]
 
     def output_metas(self) -> tuple[TensorMeta, ...]:
         """The outputs as TensorMeta, batch dimension shown as 1."""
@@ -171,6 +210,16 @@ class RemoteModel:
             result = {n: np.concatenate([r[n] for r in results], axis=0) for n in names}
         return [Tensor._from_numpy(n, result[n]) for n in names]
 
+    def fixed_dims_changed(self, shapes: list[tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """Inputs given a shape of their rank that differs in a dim the model fixes: name -> those dims."""
+        changed = {}
+        for t, shape in zip(self.info.inputs, shapes):
+            if len(shape) == len(t.shape):
+                dims = tuple(i for i, (d, s) in enumerate(zip(t.shape, shape)) if d >= 0 and d != s)
+                if dims:
+                    changed[t.name] = dims
+        return changed
+
     def slices(self, arrays: list[np.ndarray]) -> int:
         """How many model-sized slices `arrays` hold along axis 0 (1: send as one request).
 
@@ -197,7 +246,33 @@ class RemoteModel:
 
     def _infer(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         names = [t.name for t in self.info.outputs]
-        return self.transport.infer(self.info.name, list(zip((t.name for t in self.info.inputs), arrays)), names)
+        try:
+            return self.transport.infer(self.info.name, list(zip((t.name for t in self.info.inputs), arrays)), names)
+        except MSLiteError as e:
+            e.args = (users_words(str(e), self.info.name, self.display_name),)  # same class, same attributes
+            raise
+
+
+_BATCH_LIMIT = re.compile(r"batch-size must be <= (\d+)( for '[^']*')?")
+
+
+def users_words(message: str, server_name: str, display_name: str) -> str:
+    """A server message about one model as its user can follow it.
+
+    The server's name of the model (`<file stem>_<hash>`) becomes the user's (the file name, or the
+    triton:// name), and a batch limit says where it comes from and how to raise it.
+    """
+    if display_name:
+        message = message.replace(f"'{server_name}'", f"'{display_name}'")
+    return _BATCH_LIMIT.sub(
+        lambda m: (
+            f"{m.group(0)}: the model's max_batch_size ({DEFAULT_MAX_BATCH_SIZE} unless its config says otherwise)"
+            f"; send fewer rows per predict, or raise it with [{BATCHING_SECTION}] {MAX_BATCH_SIZE_KEY}=N in the "
+            "build's config (config_path, config_dict, or context.parallel.config_info)"
+        ),
+        message,
+        count=1,
+    )
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -221,7 +296,9 @@ def present_shape(t: TensorInfo, batched: bool) -> list[int]:
     return shape
 
 
-def _template(t: TensorInfo, batched: bool) -> Tensor:
+def _template(t: TensorInfo, batched: bool, layout: str | None = None) -> Tensor:
     tensor = Tensor(shape=present_shape(t, batched), dtype=from_triton_dtype(t.datatype))
     tensor.name = t.name
+    if layout == "NHWC":  # else MindSpore Lite's default for a new tensor, NCHW
+        tensor.format = Format.NHWC
     return tensor

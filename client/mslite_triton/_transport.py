@@ -31,7 +31,7 @@ from mslite_backend.owned_files import owner_pid, sweep_dead_owners
 from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 
 from . import _admin_key
-from ._error_table import classify, clean_message
+from ._error_table import classify, clean_message, load_reason
 from .errors import (
     ExecutionTimeoutError,
     InferenceError,
@@ -226,6 +226,26 @@ class Transport:
     def unload_model(self, name: str) -> None:
         """Unload a model."""
         self._call(lambda c: c.client.unload_model(name, headers=self._headers))
+
+    def load_failure(self, name: str) -> str:
+        """Why the server's repository model `name` failed to load ("" when it did not, or cannot be told).
+
+        The repository index says, and it is an admin API: without the admin key the answer is "".
+        """
+
+        def index(conn: _Connection) -> Any:
+            if self.protocol == "grpc":
+                return conn.client.get_model_repository_index(headers=self._headers, as_json=True).get("models", [])
+            return conn.client.get_model_repository_index(headers=self._headers)
+
+        try:
+            rows = self._call(index)
+        except MSLiteError:  # no key, or an older server: the caller says what it knows without the reason
+            return ""
+        for row in rows or []:
+            if row.get("name") == name and row.get("state") == "UNAVAILABLE" and row.get("reason"):
+                return load_reason(clean_message(str(row["reason"])))
+        return ""
 
     def model_info(self, name: str) -> ModelInfo:
         """Inputs, outputs and max_batch_size of a loaded model."""

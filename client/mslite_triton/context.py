@@ -12,6 +12,8 @@ import os
 
 from ._checkparam import check_isinstance, check_list_of_element, check_non_negative_int
 
+__all__ = ["Context"]
+
 _LOG = logging.getLogger(__name__)
 
 _TARGETS = ["cpu", "gpu", "ascend"]

@@ -6,11 +6,18 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._build import build_failed, check_config_dict, fill_outputs, input_arrays, load_sections
+from ._build import (
+    build_failed,
+    check_config_dict,
+    fill_outputs,
+    input_arrays,
+    load_sections,
+    predict_failed,
+    resized_remote,
+)
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
@@ -19,10 +26,13 @@ from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel, detect_format
 from ._weights import check_weights, send_weights, weight_sections
 from .context import Context
+from .model_group import ModelGroup, ModelGroupFlag
+from .runner import ModelParallelRunner
 from .tensor import ModelType, Tensor, TensorMeta
 
-if TYPE_CHECKING:
-    from .model_group import ModelGroup
+# MindSpore Lite's `mindspore_lite.model` defines these five: ported code imports them from here too.
+# ModelType, ModelGroup and ModelParallelRunner live in modules of their own (none imports this one).
+__all__ = ["ModelType", "Model", "ModelParallelRunner", "ModelGroup", "ModelGroupFlag"]
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +151,8 @@ class Model:
 
         Raises:
             TypeError: `inputs` or `outputs` has the wrong type.
-            RuntimeError: wrong number of inputs, or the server failed (subclasses name the cause);
+            RuntimeError: wrong number of inputs; `predict failed! Error is <status>: <reason>` when an input
+                has no data or the server failed (subclasses name the cause);
                 `ServiceDenyError` (kLiteServiceDeny) when this Model already has `[runner] max_pending_predicts`
                 predicts in flight (1000 by default).
             InvalidInputError: the server rejected an input; a ValueError and a RuntimeError.
@@ -163,8 +174,11 @@ class Model:
             check_isinstance("outputs", outputs, list)
             for o in outputs:
                 check_isinstance("outputs element", o, Tensor)
-        with self._pending.slot():
-            results = remote.predict(input_arrays(tensors))
+        try:
+            with self._pending.slot():
+                results = remote.predict(input_arrays(tensors))
+        except RuntimeError as e:
+            raise predict_failed(e) from None
         if not results:
             raise RuntimeError("predict failed!")
         return fill_outputs(outputs, results) if outputs else results
@@ -180,12 +194,18 @@ class Model:
         return target
 
     def resize(self, inputs: list[Tensor], dims: list[list[int]]) -> None:
-        """Give the input tensors new shapes (needed for dynamic dimensions).
+        """Give the input tensors new shapes, as MindSpore Lite does for any model.
+
+        A size in a dim the ONNX file fixes builds the model again on the server with that dim made
+        symbolic (the graph's stale inner shapes dropped), and the new shapes are run once there: the
+        model built before keeps serving until this succeeds.
 
         Raises:
             TypeError: bad argument types (with the index of the offending element).
             ValueError: `inputs` and `dims` differ in length.
-            RuntimeError: a shape the model cannot take (rank, or a fixed dimension).
+            RuntimeError: `resize failed! Error is ...`: another rank, a graph that cannot run at the new
+                shape (e.g. a Reshape to a constant shape; the reason is ONNX Runtime's), or a model bound
+                with `triton://`.
         """
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
@@ -208,10 +228,16 @@ class Model:
         declared = {t.name: t.shape for t in remote.info.inputs}
         for t, d in zip(inputs, dims):
             want = declared.get(t.name)
-            if want is not None and (len(want) != len(d) or any(w >= 0 and w != v for w, v in zip(want, d))):
+            if want is not None and len(want) != len(d):
                 raise RuntimeError(
-                    f"resize failed! Error is input '{t.name}' accepts shape {list(want)}, got {list(d)}"
+                    f"resize failed! Error is kLiteInputParamInvalid: input '{t.name}' has {len(want)} dims "
+                    f"{list(want)}, got {list(d)}: a resize keeps the rank"
                 )
+        asked = {t.name: list(d) for t, d in zip(inputs, dims) if t.name in declared}
+        order = [t.name for t in remote.info.inputs]
+        if remote.fixed_dims_changed([tuple(asked.get(n, declared[n])) for n in order]):
+            # a dim the file fixes: the model is built again with those dims resizable (another server model)
+            self._remote = resized_remote(remote, asked, "resize failed")
         for t, d in zip(inputs, dims):
             t.shape = list(d)
 

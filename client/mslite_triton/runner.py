@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
-from ._build import build_failed, fill_outputs, input_arrays, load_sections
+from ._build import build_failed, fill_outputs, input_arrays, load_sections, predict_failed, resized_remote
 from ._checkparam import check_isinstance
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
@@ -13,6 +14,7 @@ from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel
 from ._weights import send_weights, weight_sections
 from .context import Context
+from .errors import InvalidInputError
 from .tensor import Tensor
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,9 @@ class ModelParallelRunner:
         self._remote: RemoteModel | None = None
         self._weight_aliases: dict[str, str] = {}
         self._pending = PendingLimit()
+        # the model built again for inputs given sizes its file fixes, by the (input, dims) that differ
+        self._resized: dict[tuple, RemoteModel] = {}
+        self._resize_lock = threading.Lock()
 
     def __str__(self) -> str:
         return f"model_path: {self.model_path_}."
@@ -86,10 +91,12 @@ class ModelParallelRunner:
 
         Raises:
             TypeError: `inputs` is not a list/tuple of Tensor, or `outputs` not a list.
-            RuntimeError: the server failed; `ServiceDenyError` (kLiteServiceDeny) at once, without asking the
-                server, when this runner already has `[runner] max_pending_predicts` predicts in flight (1000
-                by default), or when the server refuses for overload.
-            InvalidInputError: the server rejected an input; a ValueError and a RuntimeError.
+            RuntimeError: `predict failed! Error is <status>: <reason>`: an input without data, a graph that
+                cannot run at the given shape, or the server failed; `ServiceDenyError` (kLiteServiceDeny) at
+                once, without asking the server, when this runner already has `[runner] max_pending_predicts`
+                predicts in flight (1000 by default), or when the server refuses for overload.
+            InvalidInputError: a wrong number of inputs, or the server rejected an input; a ValueError and a
+                RuntimeError.
         """
         if not isinstance(inputs, (list, tuple)):
             raise TypeError(f"inputs must be list or tuple, but got {type(inputs)}.")
@@ -104,13 +111,38 @@ class ModelParallelRunner:
                     raise TypeError(f"outputs element must be Tensor, but got {type(t)} at index {i}.")
         if self._remote is None:
             raise RuntimeError("predict failed! Error is kLiteError: call build_from_file first")
-        if len(inputs) != len(self._remote.info.inputs):
-            raise RuntimeError(f"model input len:{len(self._remote.info.inputs)} not equal input len:{len(inputs)}!")
-        with self._pending.slot():
-            results = self._remote.predict(input_arrays(list(inputs)))
+        try:
+            arrays = input_arrays(list(inputs))
+            if len(arrays) != len(self._remote.info.inputs):  # MindSpore Lite's runner fails in its native run
+                raise InvalidInputError(
+                    f"the model has {len(self._remote.info.inputs)} input(s), the call gave {len(arrays)}"
+                )
+            remote = self._remote_for(arrays)
+            with self._pending.slot():
+                results = remote.predict(arrays)
+        except RuntimeError as e:
+            raise predict_failed(e) from None
         if not results:
             raise RuntimeError("predict failed!")
         return fill_outputs(outputs, results) if outputs else results
+
+    def _remote_for(self, arrays: list) -> RemoteModel:
+        """The model that serves these shapes: MindSpore Lite's workers resize to any shape the graph runs.
+
+        Sizes in dims the file fixes are served by the model built again with those dims resizable,
+        once per set of such dims (later sizes in the same dims reuse it).
+        """
+        remote = self._remote
+        assert remote is not None
+        changed = remote.fixed_dims_changed([a.shape for a in arrays])
+        if not changed or remote.slices(arrays) > 1:
+            return remote
+        key = tuple(sorted(changed.items()))
+        with self._resize_lock:
+            if key not in self._resized:
+                shapes = {t.name: list(a.shape) for t, a in zip(remote.info.inputs, arrays) if t.name in changed}
+                self._resized[key] = resized_remote(remote, shapes, "predict failed")
+            return self._resized[key]
 
     def update_weights(self, weights: list[list[Tensor]]) -> None:
         """Replace updatable weights in every worker, without reloading (as `Model.update_weights`).

@@ -17,6 +17,9 @@ from mslite_backend.dtypes import WIRE_TO_NUMPY
 
 from ._checkparam import check_device, check_isinstance, check_shape
 
+# MindSpore Lite's `mindspore_lite.tensor` names; ModelType is defined here but exported by `.model`, as there.
+__all__ = ["DataType", "Format", "Tensor", "TensorMeta"]
+
 
 class _NamedIntEnum(IntEnum):
     # Python 3.11 made str()/format() of an IntEnum print the bare number; MindSpore Lite's

@@ -8,7 +8,10 @@ import pytest
 
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.repository import build_repository
-from tests.support.server_checks import assert_never_healed
+from tests.support.server_checks import assert_never_healed, dead_workers, health_marks
+
+# the session server once started: each test's teardown checks it still has its first processes
+_SESSION: list[EmbeddedServer] = []
 
 
 @pytest.fixture(scope="session")
@@ -21,5 +24,24 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(repository: Path):
     with EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240)) as srv:
+        _SESSION.append(srv)
         yield srv
+        _SESSION.clear()
         assert_never_healed(srv)  # before the log goes with the workspace
+
+
+@pytest.fixture(autouse=True)
+def _session_server_did_not_heal():
+    """Fail the test during which the session server lost a process (its setup, module fixtures included).
+
+    The session teardown would report it too, but as an error of whichever test used the server last.
+    """
+    before = health_marks(_SESSION[0]) if _SESSION else (0, ())
+    yield
+    if _SESSION:
+        restarts, heals = health_marks(_SESSION[0])
+        new, dead = heals[len(before[1]) :], dead_workers(_SESSION[0])  # dead: not healed yet
+        assert restarts == before[0] and not new and not dead, (
+            f"the session server lost a process during this test: {restarts - before[0]} tritonserver restart(s), "
+            f"heals {list(new)}, dead workers not yet healed {dead}"
+        )

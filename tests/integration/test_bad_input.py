@@ -33,7 +33,7 @@ from tests.support.badinput.encoding import HttpRequest, grpc_request, http_bina
 from tests.support.badinput.memory import process_tree, tree_rss_kb
 from tests.support.badinput.models import fetch_specs
 from tests.support.badinput.sending import Sender, crash_probe, run_cases
-from tests.support.server_checks import assert_never_healed, log_alarms
+from tests.support.server_checks import assert_never_healed, dead_workers, health_marks, log_alarms
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,9 @@ def test_no_backend_error_or_crash_in_the_log(campaign):
 def test_server_serves_correct_results_afterwards(target, campaign):
     server = target
     assert server.is_running()
-    assert sorted(process_tree(server.process.pid)) == campaign.workers_before, "a worker died or was replaced"
+    assert sorted(process_tree(server.process.pid)) == campaign.workers_before, (
+        f"a worker died or was replaced: {health_marks(server)[1]} {dead_workers(server)}"  # how it ended
+    )
     rng = np.random.default_rng(SEED)
     for protocol in ("http", "grpc"):
         mod = httpclient if protocol == "http" else grpcclient

@@ -46,3 +46,7 @@ def test_readme_quick_start_runs(server, tmp_path: Path):
     (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x.reshape(1, 3, 224, 224)})
     printed = [float(v) for v in re.findall(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?", proc.stdout.split("]", 1)[1])]
     np.testing.assert_allclose(printed, expected.flatten()[:3], rtol=1e-5)
+    section = (ROOT / "README.md").read_text().split("## Quick start", 1)[1]
+    shown = re.search(r"It prints.*?```\n(.*?)```", section, re.S)
+    assert shown, "README's quick start shows no expected output"
+    assert proc.stdout.strip() == shown.group(1).strip()  # the output a reader is told to expect

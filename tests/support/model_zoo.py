@@ -120,6 +120,54 @@ def no_batch() -> onnx.ModelProto:
     )
 
 
+def fixed_image(*, reshape: bool = False) -> onnx.ModelProto:
+    """An image model whose input dims are all fixed, as many exported models are: ``[1, 8, 8, 3]`` (NHWC).
+
+    Exercises `Model.resize` to sizes the file does not declare. Output ``y`` ``[1, 3]``: the mean over
+    height and width, which any image size can run; with ``reshape``, a Reshape to the constant shape
+    ``[1, 192]`` first, which only 8 x 8 images can run.
+    """
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2], keepdims=0)]
+    initializers = []
+    if reshape:
+        nodes = [
+            helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+            helper.make_node("Reshape", ["flat", "image_shape"], ["image"]),
+            helper.make_node("ReduceMean", ["image"], ["y"], axes=[1, 2], keepdims=0),
+        ]
+        initializers = [
+            numpy_helper.from_array(np.array([1, 192], dtype=np.int64), name="flat_shape"),
+            numpy_helper.from_array(np.array([1, 8, 8, 3], dtype=np.int64), name="image_shape"),
+        ]
+    return _model(
+        "fixed_image_reshape" if reshape else "fixed_image",
+        nodes,
+        [_vi("x", TensorProto.FLOAT, [1, 8, 8, 3])],
+        [_vi("y", TensorProto.FLOAT, [1, 3])],
+        initializers,
+    )
+
+
+def image_conv(*, nhwc: bool) -> onnx.ModelProto:
+    """A 3x3 convolution of an 8 x 8 image given NHWC (a Transpose first, as exporters write it) or NCHW.
+
+    Exercises the format `get_inputs()` reports. Input ``image``; output ``y`` ``[1, 4, 6, 6]``.
+    """
+    shape = [1, 8, 8, 3] if nhwc else [1, 3, 8, 8]
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), name="w")
+    nodes = [helper.make_node("Conv", ["nchw" if nhwc else "image", "w"], ["y"])]
+    if nhwc:
+        nodes.insert(0, helper.make_node("Transpose", ["image"], ["nchw"], perm=[0, 3, 1, 2]))
+    graph = helper.make_graph(
+        nodes,
+        "image",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        initializer=[weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def variable_seq() -> onnx.ModelProto:
     """Two dynamic dimensions (batch and sequence length).
 

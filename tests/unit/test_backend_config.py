@@ -276,6 +276,7 @@ def test_every_known_key_is_accepted_without_warning() -> None:
         "ascend_device_ids": "0,1",
         "ascend_provider": "ge",
         "ascend_precision_mode": "enforce_fp16",
+        "resized_inputs": '{"x": [1, 4]}',
     }
     assert set(values) == KNOWN_KEYS
     assert _parse(values).warnings == ()

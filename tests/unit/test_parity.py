@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from pathlib import Path
@@ -13,10 +14,11 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_triton._build import build_failed
-from mslite_triton._error_table import classify
+from mslite_triton._error_table import classify, scrub_json_error
 from mslite_triton._model_config import parse_config_file, plan_workers
 from mslite_triton._onnx_io import metadata_props
 from mslite_triton._pending import DEFAULT_MAX_PENDING, PendingLimit, take_runner_section
+from mslite_triton._remote import users_words
 from mslite_triton.errors import InvalidInputError, ModelLoadError, ServerUnavailableError, ServiceDenyError
 
 URL = "grpc://127.0.0.1:8001"
@@ -260,3 +262,34 @@ def test_encrypted_models_are_refused_with_what_to_do(tmp_path: Path) -> None:
         mslite.Model().build_from_file(str(model_file), mslite.ModelType.MINDIR, dec_key=b"k" * 16, dec_mode="")
     with pytest.raises(RuntimeError, match=r"^build_from_file failed! Error is kLiteNotSupport: .*from the plain file"):
         mslite.Model().build_from_file(str(model_file), mslite.ModelType.MINDIR, dec_key=b"k" * 16)
+
+
+def test_gateway_answers_leave_out_triton_advice_for_model_authors() -> None:
+    body = json.dumps(
+        {
+            "error": "unexpected shape for input 'x'. Expected [-1,4], got [2,5]. NOTE: Setting a "
+            "non-zero max_batch_size in the model config requires a batch dimension"
+        }
+    ).encode()
+    assert json.loads(scrub_json_error(body)) == {
+        "error": "unexpected shape for input 'x'. Expected [-1,4], got [2,5]."
+    }
+
+
+@pytest.mark.parametrize(
+    ("server_text", "expected"),
+    [
+        (
+            "unexpected shape for input 'x' for model 'mobilenetv2_582088d16767'. Expected [-1,4], got [2,5].",
+            "unexpected shape for input 'x' for model 'mobilenetv2.onnx'. Expected [-1,4], got [2,5].",
+        ),
+        (
+            "inference request batch-size must be <= 64 for 'mobilenetv2_582088d16767'",
+            "inference request batch-size must be <= 64 for 'mobilenetv2.onnx': the model's max_batch_size (64 "
+            "unless its config says otherwise); send fewer rows per predict, or raise it with [dynamic_batching] "
+            "max_batch_size=N in the build's config (config_path, config_dict, or context.parallel.config_info)",
+        ),
+    ],
+)
+def test_server_messages_name_the_users_model_and_the_batch_limits_origin(server_text: str, expected: str) -> None:
+    assert users_words(server_text, "mobilenetv2_582088d16767", "mobilenetv2.onnx") == expected

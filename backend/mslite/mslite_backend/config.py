@@ -15,9 +15,11 @@ from typing import Any
 
 from .errors import ConfigError
 from .protocol import (
+    RESIZED_INPUTS_PARAMETER,
     VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
 )
+from .resized import Shapes, declared_resized
 from .settings import MODEL_MAX_REQUEST_BYTES
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
@@ -40,6 +42,7 @@ _SINGLE_KEYS = (
     "ascend_device_ids",
     "ascend_provider",
     "ascend_precision_mode",
+    RESIZED_INPUTS_PARAMETER,
 )
 DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
 DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -109,6 +112,7 @@ class BackendConfig:
     max_request_bytes: int = MODEL_MAX_REQUEST_BYTES
     metrics: bool = True
     device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
+    resized_inputs: Shapes = ()  # inputs whose fixed dims the load makes symbolic (resized.free_dims)
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -189,6 +193,7 @@ class BackendConfig:
             max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
             metrics=get.one("metrics", _boolean, True),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
+            resized_inputs=declared_resized(name, params.get(RESIZED_INPUTS_PARAMETER)),
             warnings=warnings,
         )
 
@@ -263,6 +268,16 @@ def declared_variable_weights(model_config: dict[str, Any]) -> tuple[str, ...]:
     """
     params = {k: _param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
     return variable_weights(str(model_config.get("name", "?")), params)
+
+
+def declared_resized_inputs(model_config: dict[str, Any]) -> Shapes:
+    """The resized inputs a raw model config declares (for auto-complete, before the full parse).
+
+    Raises:
+        ConfigError: see `resized.declared_resized`.
+    """
+    raw = (model_config.get("parameters") or {}).get(RESIZED_INPUTS_PARAMETER)
+    return declared_resized(str(model_config.get("name", "?")), None if raw is None else _param_value(raw))
 
 
 def variable_weights(model: str, params: dict[str, str]) -> tuple[str, ...]:

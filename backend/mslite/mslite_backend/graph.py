@@ -12,6 +12,7 @@ from .errors import ModelLoadError
 from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE, sample_values
 from .protocol import batcher_defaults as protocol_batcher_defaults
 from .protocol import is_light as protocol_is_light
+from .resized import Shapes, free_dims
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,13 @@ def is_light(io: GraphIO, batched: bool) -> bool:
     return bool(io.inputs) and protocol_is_light(io.nodes, io.weight_bytes, values)
 
 
-def read_graph_io(path: str) -> GraphIO:
+def read_graph_io(path: str, resized: Shapes = (), model_name: str = "") -> GraphIO:
     """Read the I/O declarations of an ONNX file without loading external weights.
 
+    With `resized`, as the graph declares them once `resized.free_dims` has made those inputs resizable.
+
     Raises:
-        ModelLoadError: the file is missing or is not a valid ONNX model.
+        ModelLoadError: the file is missing or is not a valid ONNX model; a resize it cannot take.
     """
     import onnx  # lazily: only the auto-complete stub and tests need it
 
@@ -60,6 +63,8 @@ def read_graph_io(path: str) -> GraphIO:
         model = onnx.load(path, load_external_data=False)
     except Exception as e:  # onnx raises DecodeError, ValueError, ... depending on the damage
         raise ModelLoadError(f"model file '{name}' is not a valid ONNX model ({type(e).__name__})") from e
+    if resized:
+        free_dims(model, resized, model_name)
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
     constants = [a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.HasField("t")]

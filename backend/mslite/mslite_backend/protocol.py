@@ -110,6 +110,14 @@ def batcher_defaults(
     return fill
 
 
+# -- resized inputs ----------------------------------------------------------------------------------
+# `Model.resize` (and a runner predict) at a shape the ONNX file fixes: the client builds the model again with
+# this model parameter, a JSON object {input name: [full shape asked for]}. The backend makes every fixed dim
+# that differs from the asked size symbolic, drops the graph's stale inner shape annotations, and runs the
+# asked shapes once at load, so a graph that cannot take them (a fixed Reshape) fails the load with the reason.
+RESIZED_INPUTS_PARAMETER = "resized_inputs"
+
+
 # -- weights updates ----------------------------------------------------------------------------------
 # A weights update is an inference request that carries UPDATE_PARAMETER (the JSON manifest of the new
 # tensors: name, dtype, shape) and their bytes in the optional input WEIGHTS_INPUT, or, with FILE_PARAMETER,

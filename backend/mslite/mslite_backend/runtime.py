@@ -76,7 +76,8 @@ class ModelRuntime:
         apply_env(providers_for(instance, cfg))  # e.g. the Ascend device: before ONNX Runtime is imported
         version_dir, cfg = resolve(version_dir, cfg)  # a MindIR model: its cached ONNX conversion
         prepared = prepare_model(version_dir, cfg, instance)
-        io = prepared.io or read_graph_io(os.path.join(version_dir, cfg.model_filename))
+        path = os.path.join(version_dir, cfg.model_filename)
+        io = prepared.io or read_graph_io(path, cfg.resized_inputs, cfg.model_name)
         check_config_against_graph(cfg, io)
         cores = cores_for_worker(cfg, instance.index, sorted(os.sched_getaffinity(0)))
         if cores is not None:  # before the session exists, so ORT's threads start inside the slice
@@ -109,6 +110,7 @@ class ModelRuntime:
             bucket_sessions=per_bucket,
         )
         try:
+            runtime.probe_resized()
             if cfg.warmup:
                 runtime.warm_up()
         except BaseException:
@@ -126,6 +128,30 @@ class ModelRuntime:
                 shape = ([batch] if self.cfg.batched else []) + [d if d >= 0 else 1 for d in dims]
                 feeds[name] = placeholder(shape) if name in self._string_inputs else np.zeros(shape, dtype=dtype)
             self.run(feeds, weights)
+
+    def probe_resized(self) -> None:
+        """Run the resized inputs' shapes once (zeros), so a graph that cannot take them fails the load.
+
+        The other inputs get their own dims (1 where dynamic), with the resized inputs' batch when batched.
+
+        Raises:
+            ModelLoadError: ONNX Runtime's reason, naming the model and the shapes.
+        """
+        resized = dict(self.cfg.resized_inputs)
+        if not resized:
+            return
+        batch = [next(iter(resized.values()))[0]] if self.cfg.batched else []
+        feeds = {}
+        for name, (dtype, dims) in self._expected.items():
+            shape = resized.get(name) or (batch + [d if d >= 0 else 1 for d in dims])
+            feeds[name] = np.zeros(shape, dtype=dtype)
+        weights = self.weights.snapshot().arrays if self.weights is not None else None
+        try:
+            self.run(feeds, weights)
+        except BackendError as e:
+            shown = ", ".join(f"input '{n}' at shape {list(s)}" for n, s in resized.items())
+            reason = str(e).removeprefix("inference failed: ")
+            raise ModelLoadError(f"model '{self.cfg.model_name}': the graph cannot run {shown}: {reason}") from e
 
     def validate(self, feeds: Feeds) -> None:
         """Check one request's inputs: names, dtypes, ranks, fixed dims, batch size, BOOL values.

@@ -33,6 +33,7 @@ from .build_cache import ensure_built
 from .config import BackendConfig, InstanceInfo
 from .errors import ModelLoadError
 from .graph import GraphIO, GraphTensor, read_graph_io
+from .resized import free_dims
 from .settings import shared_cache_root, weights_cache
 
 MIN_SHARED_BYTES = 1 << 20  # below this, per-worker copies cost less than the optimized file's load
@@ -95,17 +96,20 @@ def prepare_model(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) 
         and instance.kind != "GPU"  # on GPU each worker keeps its own device copy
         and _files_size(version_dir) >= MIN_SHARED_BYTES
     )
-    if not share and not names:
+    resized = cfg.resized_inputs
+    if not share and not names and not resized:
         return PreparedModel(ModelSource(path))
     key = content_key(version_dir, cfg)
 
     def plain() -> ModelSource:
-        if not names:
+        if not names and not resized:
             return ModelSource(path)
         import onnx
 
         transformed = onnx.load(path, load_external_data=False)
         weights_to_inputs(transformed, names)
+        if resized:
+            free_dims(transformed, resized, cfg.model_name)
         return ModelSource(transformed.SerializeToString(), config_entries=((EXTERNAL_FOLDER_KEY, version_dir),))
 
     if share:
@@ -131,7 +135,7 @@ def describe(path: str, cfg: BackendConfig) -> tuple[GraphIO, tuple[WeightSpec, 
     """
     import onnx
 
-    io = read_graph_io(path)
+    io = read_graph_io(path, cfg.resized_inputs, cfg.model_name)
     if not cfg.variable_weights:
         return io, ()
     return io, updatable_specs(cfg.model_name, onnx.load(path, load_external_data=False), cfg.variable_weights)
@@ -203,7 +207,7 @@ def content_key(version_dir: str, cfg: BackendConfig) -> str:
     digest = hashlib.sha256()
     for part in (ort.__version__, platform.machine(), _cpu_flags(), str(cfg.graph_optimization_level)):
         digest.update(part.encode() + b"\0")
-    digest.update(f"{cfg.model_filename}\0{','.join(cfg.variable_weights)}\0".encode())
+    digest.update(f"{cfg.model_filename}\0{','.join(cfg.variable_weights)}\0{cfg.resized_inputs}\0".encode())
     buf = bytearray(1 << 20)  # one reused buffer: hashing must not grow the worker's heap
     view = memoryview(buf)
     for file in _files(version_dir):

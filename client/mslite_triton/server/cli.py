@@ -24,6 +24,8 @@ def _serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
+        triton_http_port=args.triton_http_port,
+        triton_grpc_port=args.triton_grpc_port,
         load_models=tuple(args.model) or ("*",),
         exit_timeout_s=args.exit_timeout_s,
         log_verbose=args.log_verbose,
@@ -35,8 +37,14 @@ def _serve(args: argparse.Namespace) -> int:
         max_inflight_bytes=args.max_inflight_mib << 20,
     )
     stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     server = EmbeddedServer(config)
     try:
         server.start()
@@ -70,8 +78,14 @@ def _serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
             server.stop()
             return 1
+    sys.stderr.write(
+        f"mslite-triton: {received[0] if received else 'stop'} received: stopping (requests in flight get up to "
+        f"{args.exit_timeout_s} s)\n"
+    )
+    sys.stderr.flush()
     code = server.stop()
     server.remove_workspace()
+    sys.stderr.write(f"mslite-triton: stopped (tritonserver exit code {code})\n")
     return 0 if code in (0, None) else 1
 
 
@@ -89,12 +103,40 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the embedded Triton server on a model repository")
     serve.add_argument("--model-repository", default="model_repository", help="model repository directory")
     serve.add_argument("--host", default=LOOPBACK, help="address to bind (default: loopback only)")
-    serve.add_argument("--http-port", type=int, default=8000)
-    serve.add_argument("--grpc-port", type=int, default=8001)
-    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument(
+        "--http-port", type=int, default=8000, help="KServe v2 HTTP/REST port; 0: a free one (default %(default)s)"
+    )
+    serve.add_argument(
+        "--grpc-port", type=int, default=8001, help="KServe v2 gRPC port; 0: a free one (default %(default)s)"
+    )
+    serve.add_argument(
+        "--metrics-port", type=int, default=8002, help="Prometheus metrics port; 0: a free one (default %(default)s)"
+    )
+    serve.add_argument(
+        "--triton-http-port",
+        type=int,
+        default=0,
+        help="tritonserver's own HTTP port on 127.0.0.1, behind the gateway (default: a free one; unused with "
+        "--no-gateway)",
+    )
+    serve.add_argument(
+        "--triton-grpc-port",
+        type=int,
+        default=0,
+        help="tritonserver's own gRPC port on 127.0.0.1, behind the gateway (default: a free one; unused with "
+        "--no-gateway)",
+    )
     serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
-    serve.add_argument("--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests")
-    serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument(
+        "--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests (default %(default)s)"
+    )
+    serve.add_argument(
+        "--log-verbose",
+        type=int,
+        default=0,
+        help="tritonserver's --log-verbose level into the LOG file; 1 logs each model load and request "
+        "(default %(default)s)",
+    )
     serve.add_argument(
         "--no-admin-key",
         action="store_true",

@@ -22,6 +22,9 @@ class ServerConfig:
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
+    # tritonserver's own ports on the loopback behind the gateway (0: a free one); unused without a gateway
+    triton_http_port: int = 0
+    triton_grpc_port: int = 0
     load_models: tuple[str, ...] = ("*",)
     startup_timeout_s: float = 180.0
     exit_timeout_s: int = 30

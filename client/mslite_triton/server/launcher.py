@@ -105,7 +105,7 @@ class EmbeddedServer:
         wanted = [(cfg.host, cfg.http_port, "http"), (cfg.host, cfg.grpc_port, "grpc")]
         wanted += [(cfg.host, cfg.metrics_port, "metrics")]
         if cfg.gateway:  # Triton's own ports, private, behind the gateway's
-            wanted += [(LOOPBACK, 0, "http"), (LOOPBACK, 0, "grpc")]
+            wanted += [(LOOPBACK, cfg.triton_http_port, "triton-http"), (LOOPBACK, cfg.triton_grpc_port, "triton-grpc")]
         ports = pick_ports(wanted)
         self.http_port, self.grpc_port, self.metrics_port = ports[:3]
         self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]

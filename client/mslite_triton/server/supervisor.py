@@ -40,7 +40,7 @@ from typing import Any
 from mslite_triton._transport import Transport
 from mslite_triton.errors import ServerUnavailableError
 from mslite_triton.server.shm_sweep import ClientRegionSweep
-from mslite_triton.server.workers import upload_copies, workers_of
+from mslite_triton.server.workers import describe_exit, upload_copies, workers_of
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,8 @@ class Supervisor(threading.Thread):
             models = set(self._models_of(set(instances.values()))) if confirmed else set()
             models |= short & set(self.server.loaded_models())  # not one unloaded on purpose
             if models:
-                self.heal_models(sorted(models))
+                exits = "; ".join(f"pid {w.pid} {describe_exit(w.exit_status)}" for w in workers if w.pid in confirmed)
+                self.heal_models(sorted(models), exits)
                 return
         alive = frozenset(w.pid for w in workers if w.state != "Z")
         if alive != self._seen_workers:  # a model was loaded, reloaded or unloaded: learn what it takes
@@ -269,8 +270,11 @@ class Supervisor(threading.Thread):
             shutil.rmtree(snap.files_dir, ignore_errors=True)
 
     # -- heals ----------------------------------------------------------------------------------
-    def heal_models(self, names: list[str]) -> None:
-        """Load the models of dead workers again, each with all new instances (or restart the server)."""
+    def heal_models(self, names: list[str], exits: str = "") -> None:
+        """Load the models of dead workers again, each with all new instances (or restart the server).
+
+        `exits` says how the dead workers ended (their wait statuses), for the log and the heal's cause.
+        """
         started = time.monotonic()
         self.leaked += len(names)
         missing = [n for n in names if n not in self._catalog]
@@ -278,7 +282,7 @@ class Supervisor(threading.Thread):
             why = f"model(s) {missing} not in the catalog" if missing else f"{self.leaked} dead instances held"
             self.heal_server(f"worker of {names} died; {why}")
             return
-        log.warning("a worker of model(s) %s died; loading them again", names)
+        log.warning("a worker of model(s) %s died%s; loading them again", names, f" ({exits})" if exits else "")
         self._reloads += 1
         snaps = [self._catalog[n] for n in names]
         instances = set().union(*(_instance_names(s.config) for s in snaps))
@@ -286,7 +290,7 @@ class Supervisor(threading.Thread):
         ok = self._load_all(snaps, reload=True)
         self._retire(survivors)
         self._seen_workers, self._short = frozenset(), set()  # learn the new workers' directories and configs
-        self._record("worker", f"a worker of {names} died", started, names, ok)
+        self._record("worker", f"a worker of {names} died" + (f" ({exits})" if exits else ""), started, names, ok)
 
     def _retire(self, pids: list[int]) -> None:
         """Kill the old workers of reloaded models: Triton never ends them, as their unload waits on the dead one.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class Worker:
     state: str
     instance: str  # empty for a zombie: its command line is gone
     model_dir: str
+    exit_status: int | None = None  # a zombie's wait status (what its parent will reap): see `describe_exit`
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class _Process:
     state: str
     parent: int
     args: list[bytes]
+    exit_status: int | None = None
 
 
 def _children(parent: int) -> list[_Process]:
@@ -53,7 +56,10 @@ def _children(parent: int) -> list[_Process]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        found.append(_Process(int(entry.name), stat[stat.index("(") + 1 : stat.rindex(")")], rest[0], parent, args))
+        # /proc/<pid>/stat field 52 (Linux >= 3.5): the wait status of a zombie, which says how it died
+        status = int(rest[49]) if rest[0] == "Z" and len(rest) > 49 else None
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        found.append(_Process(int(entry.name), comm, rest[0], parent, args, status))
     return found
 
 
@@ -71,8 +77,24 @@ def workers_of(server_pid: int) -> list[Worker]:
         # argv: stub, <model dir>/<version>/model.py, shm region, ..., instance name (8), runtime dir
         instance = p.args[8].decode() if len(p.args) > 8 else ""
         model_dir = os.path.dirname(os.path.dirname(p.args[1].decode())) if len(p.args) > 1 else ""
-        found.append(Worker(p.pid, p.state, instance, model_dir))
+        found.append(Worker(p.pid, p.state, instance, model_dir, p.exit_status))
     return found
+
+
+def describe_exit(status: int | None) -> str:
+    """A wait status in words: `killed by SIGKILL` (e.g. the kernel's OOM killer), `exited with code 1`."""
+    if status is None:
+        return "exit status unknown"
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"killed by {name}" + (
+            " (the kernel's OOM killer sends it, as does kill -9)" if name == "SIGKILL" else ""
+        )
+    return f"exited with code {os.WEXITSTATUS(status)}"
 
 
 def upload_copies(model_dirs: Iterable[str]) -> set[str]:

@@ -18,6 +18,8 @@ import java.util.Map;
  * (a bound turns off Triton's batch prefetching). Without a {@code [dynamic_batching]} section the config has
  * no batcher, and the backend's auto-complete adds one with its batch sizes (two requests per execute on CPU,
  * every queued one for a light model): Triton takes a backend's batcher only where the config has none.
+ * A tuned config ({@code mslite-triton tune}'s config.ini) sizes the runner through {@code [runner] workers_num}
+ * and {@code thread_num}; values set in code win, and an unknown {@code [runner]} key is refused.
  */
 final class ModelConfigs {
     // Names of the wire contract (backend/mslite/mslite_backend/protocol.py); a unit test checks they match.
@@ -32,8 +34,22 @@ final class ModelConfigs {
     static Map<String, Object> build(RunnerConfig cfg, int cores)
             throws IOException, KServeHttp.ServerError {
         MSContext ctx = cfg.context();
+        Map<String, Map<String, String>> sections = cfg.sections();
+        Map<String, String> runner = sections.getOrDefault(ModelParallelRunner.RUNNER_SECTION, Map.of());
+        List<String> unknown = runner.keySet().stream()
+                .filter(k -> !ModelParallelRunner.RUNNER_KEYS.contains(k)).sorted().toList();
+        if (!unknown.isEmpty()) {
+            throw new KServeHttp.ServerError("kLiteParamInvalid", "[" + ModelParallelRunner.RUNNER_SECTION
+                    + "] has unknown keys " + unknown + "; known: " + ModelParallelRunner.RUNNER_KEYS);
+        }
         int threads = ctx == null ? 0 : ctx.getThreadNum();
+        if (threads <= 0) {
+            threads = runnerCount(runner, ModelParallelRunner.THREADS_KEY);
+        }
         int workers = cfg.workersNum();
+        if (workers == 0) {
+            workers = runnerCount(runner, ModelParallelRunner.WORKERS_KEY);
+        }
         if (workers < 0 || workers > 5 * cores) {
             throw new KServeHttp.ServerError("kLiteParamInvalid",
                     "user set worker num " + workers + " is invalid: more than 5 x " + cores + " cores");
@@ -60,7 +76,6 @@ final class ModelConfigs {
         params.put("inter_op_parallel_num", Integer.toString(inter > 0 ? inter : 1));
         params.put("thread_affinity_mode", Integer.toString(ctx == null ? 0 : ctx.getThreadAffinityMode()));
         params.put("precision_mode", ctx != null && ctx.isEnableFloat16() ? "preferred_fp16" : "enforce_fp32");
-        Map<String, Map<String, String>> sections = cfg.sections();
         Map<String, String> batching = sections.getOrDefault(BATCHING_SECTION, Map.of());
         sections.forEach((section, entries) -> {
             if (!BATCHING_SECTION.equals(section) && !ModelParallelRunner.RUNNER_SECTION.equals(section)) {
@@ -94,6 +109,16 @@ final class ModelConfigs {
         String stem = path.getFileName().toString().replaceFirst("\\.[^.]*$", "").replaceAll("[^A-Za-z0-9_]", "_");
         stem = stem.isEmpty() ? "model" : stem.substring(0, Math.min(40, stem.length()));
         return stem + "_" + sha256Hex(Json.write(config).getBytes(StandardCharsets.UTF_8), model).substring(0, 12);
+    }
+
+    /** A count of the {@code [runner]} section (0 where absent: the code's settings and defaults decide). */
+    private static int runnerCount(Map<String, String> runner, String key) throws KServeHttp.ServerError {
+        String value = runner.getOrDefault(key, "0").trim();
+        if (!value.matches("[0-9]{1,9}")) {
+            throw new KServeHttp.ServerError("kLiteParamInvalid", "[" + ModelParallelRunner.RUNNER_SECTION + "] "
+                    + key + " must be a non-negative int, got '" + value + "'");
+        }
+        return Integer.parseInt(value);
     }
 
     private static int intOf(Map<String, String> section, String key, int otherwise)

@@ -30,6 +30,10 @@ public final class ModelParallelRunner {
     /** The client-side config section of the pending-predict bound (never sent to the server). */
     static final String RUNNER_SECTION = "runner";
     static final String MAX_PENDING_KEY = "max_pending_predicts";
+    // what `mslite-triton tune` writes into [runner]; used where the code leaves them 0, as the Python client does
+    static final String WORKERS_KEY = "workers_num";
+    static final String THREADS_KEY = "thread_num";
+    static final List<String> RUNNER_KEYS = List.of(MAX_PENDING_KEY, WORKERS_KEY, THREADS_KEY);
     static final int DEFAULT_MAX_PENDING = 1000; // MindSpore Lite's task queue bound (kNumMaxTaskQueueSize)
 
     private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();

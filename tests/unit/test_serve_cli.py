@@ -1,0 +1,52 @@
+"""`mslite-triton serve --help` and the library's warnings as a newcomer meets them (no server)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+import mslite_triton as mslite
+from mslite_triton._model_config import plan_workers
+from mslite_triton.server.cli import build_parser
+
+
+def test_serve_help_explains_every_port_and_the_log_level(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for what, default in (("HTTP/REST", 8000), ("gRPC", 8001), ("metrics", 8002)):
+        assert f"{what} port; 0: a free one (default {default})" in text
+    assert "tritonserver's own HTTP port on 127.0.0.1, behind the gateway" in text
+    assert "tritonserver's own gRPC port" in text and "--log-verbose level" in text
+
+
+def test_private_ports_can_be_pinned() -> None:
+    args = build_parser().parse_args(["serve", "--triton-http-port", "18000", "--triton-grpc-port", "18001"])
+    assert (args.triton_http_port, args.triton_grpc_port) == (18000, 18001)
+
+
+def test_more_worker_threads_than_cores_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    ctx = mslite.Context()
+    ctx.parallel.workers_num = 4
+    ctx.cpu.thread_num = 1
+    with caplog.at_level(logging.WARNING, logger="mslite_triton"):
+        plan_workers(ctx, cores=2)
+    assert "workers_num 4 x thread_num 1 = 4 threads on 2 cores" in caplog.text
+    caplog.clear()
+    ctx.parallel.workers_num = 2
+    with caplog.at_level(logging.WARNING, logger="mslite_triton"):
+        plan_workers(ctx, cores=2)
+    assert caplog.text == ""
+
+
+def test_warnings_carry_the_librarys_name_when_the_application_logs_nothing() -> None:
+    code = (
+        "import mslite_triton as m; from mslite_triton._model_config import plan_workers\n"
+        "c = m.Context(); c.cpu.thread_num = 64; plan_workers(c, cores=2, workers_num=1)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "mslite_triton: thread num 64 is more than 5 x 2 cores: set to 10" in proc.stderr.splitlines()

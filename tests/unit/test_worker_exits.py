@@ -1,0 +1,42 @@
+"""How a dead worker ended, read from /proc before its parent reaps it (no server: a child of this process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from mslite_triton.server.workers import _children, describe_exit
+
+
+def _zombie_status(argv: list[str], kill: bool) -> int | None:
+    """Start `argv`, let it end (killed or on its own), and read its wait status while it is a zombie."""
+    proc = subprocess.Popen(argv)
+    try:
+        if kill:
+            proc.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = [p for p in _children(os.getpid()) if p.pid == proc.pid]
+            if found and found[0].state == "Z":
+                return found[0].exit_status
+            time.sleep(0.01)
+        pytest.fail("the child never became a zombie")
+    finally:
+        proc.wait()  # reap it
+
+
+def test_a_killed_worker_says_which_signal() -> None:
+    status = _zombie_status(["sleep", "30"], kill=True)
+    assert describe_exit(status).startswith("killed by SIGKILL (the kernel's OOM killer sends it")
+
+
+def test_a_worker_that_exited_says_its_code() -> None:
+    assert describe_exit(_zombie_status(["sh", "-c", "exit 3"], kill=False)) == "exited with code 3"
+
+
+def test_unknown_status() -> None:
+    assert describe_exit(None) == "exit status unknown"
