@@ -29,7 +29,7 @@ models: $(DEMO_STAMP)
 	@cp -p model_repository/mobilenetv2/1/model.onnx examples/model/mobilenetv2.onnx
 	@cp -p model_repository/mobilenetv2/input.bin examples/model/input.bin
 
-## The main job: embedded server + MobileNetV2 at 3 workers + seed 001's 5 threads x 2 tasks.
+## The main job: embedded server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks.
 demo: models
 	cd examples && MSLITE_TRITON_LOG=info ../$(PY) quick_start_parallel_python.py
 
@@ -37,7 +37,7 @@ demo: models
 test: system-packages $(STAMP) models
 	$(PY) -m ruff check .
 	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
@@ -51,11 +51,11 @@ serve: models
 	$(VENV)/bin/mslite-triton serve --model-repository model_repository --http-port $(HTTP_PORT) \
 		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(SERVE_ARGS)
 
-## Issue 4's benchmark (not part of `make test`; ~30 min with the C++ backend, BENCH_ARGS=--quick ~2.5 min; exits 3 when a bar falls short): benchmarks/results/.
+## The serving benchmark (not part of `make test`; ~30 min with the C++ backend, BENCH_ARGS=--quick ~2.5 min; exits 3 when a bar falls short): benchmarks/results/.
 bench: $(STAMP) models
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
-## Issue 5's benchmark: 4 workers sharing a 200 MiB model, batch-32 latency, a live update under load (~3 min).
+## The shared-weights benchmark: 4 workers sharing a 200 MiB model, batch-32 latency, a live update under load (~3 min).
 .PHONY: bench-weights
 bench-weights: $(STAMP)
 	$(PY) -m benchmarks.weights $(BENCH_WEIGHTS_ARGS)
@@ -76,7 +76,7 @@ compose-config:
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose config -q
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose -f docker-compose.yml -f deploy/compose.gpu.yml config -q
 
-## Issue 7's soak (not part of `make test`; each step starts its own loopback server, results in benchmarks/results/):
+## The soak (not part of `make test`; each step starts its own loopback server, results in benchmarks/results/):
 ## MobileNetV2 at 16 clients for 10 min (SOAK_ARGS, e.g. --duration-s 120), then the long bad-input campaign for
 ## 5 min (CAMPAIGN_ARGS, e.g. --duration-s 60), whose last request is the one that aborts Triton 2.51.
 .PHONY: soak

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from mslite_backend.settings import SHM_ENV
+
 from . import paired
 from .paired import Round
 
@@ -215,7 +217,7 @@ def context_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         ("naive worker CPU/img (same level) vs in-process", mob,
          _get("naive_grpc", "worker_cpu_ms_per_img"), _inproc_cpu),
         ("ours worker CPU/img at c=8 vs in-process single session", mob, _c8, _get("single", "cpu_ms_per_img")),
-        ("runner with MSLITE_TRITON_SHM=0 vs raw tritonclient, 8 threads", cli,
+        (f"runner with {SHM_ENV}=0 vs raw tritonclient, 8 threads", cli,
          _get("runner_plain", "img_s"), _get("raw", "img_s")),
     ):  # fmt: skip
         m = paired.median([a / b for a, b in paired.pairs(rounds, num, den) if b])

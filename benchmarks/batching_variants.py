@@ -18,9 +18,10 @@ import argparse
 import statistics
 from pathlib import Path
 
+from tests.support.tools import ensure_tools
+
 from .perf import PerfSettings, measure_composed, medians_by_level, variant_names
 from .serving import UNBOUNDED_CPU_BATCHER, ModelSpec, compose_repository, with_batcher
-from .tools import ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "default_queue_policy { max_queue_size: 1000 }"

@@ -1,4 +1,4 @@
-"""Reliability campaigns (issue 7), loopback only and bounded in time.
+"""Reliability campaigns, loopback only and bounded in time.
 
   kill:     8 client threads call ModelParallelRunner.predict for --seconds (default 60) while one worker
             process is killed with SIGKILL every 5 s; prints failed calls (bar: 0), restarts, and the

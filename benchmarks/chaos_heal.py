@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import mslite_triton as mslite
+from mslite_backend.settings import KEY_DIR_ENV
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.workers import children_of, workers_of
 from tests.support.updatable import build_updated
@@ -118,11 +119,9 @@ def _kill_and_measure(case: str, clients: Clients, kill: Callable[[], None], hea
     )
 
 
-
-
 def _serve_rows(rounds: int, work: Path) -> list[Row]:
     ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
-    env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(work / "keys")}
+    env = {**os.environ, KEY_DIR_ENV: str(work / "keys")}
     log_path = work / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -138,7 +137,7 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
         while not proc.stdout.readline().startswith("serving"):
             if proc.poll() is not None:
                 raise RuntimeError("serve did not start:\n" + log_path.read_text()[-3000:])
-        os.environ["MSLITE_TRITON_KEY_DIR"] = env["MSLITE_TRITON_KEY_DIR"]
+        os.environ[KEY_DIR_ENV] = env[KEY_DIR_ENV]
         runner = build_updated(f"grpc://127.0.0.1:{ports[1]}", work)
         time.sleep(2)  # the supervisor learns the new model at its next poll
 
@@ -155,8 +154,10 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
 
         kills: list[tuple[str, Callable[[], None]]] = [
             ("serve: SIGKILL a worker", lambda: os.kill(worker(), signal.SIGKILL)),
-            ("serve: SIGKILL the gateway",
-             lambda: os.kill(child("mslite_triton.server.gateway.process"), signal.SIGKILL)),
+            (
+                "serve: SIGKILL the gateway",
+                lambda: os.kill(child("mslite_triton.server.gateway.process"), signal.SIGKILL),
+            ),
             ("serve: SIGKILL tritonserver", lambda: os.kill(child("tritonserver"), signal.SIGKILL)),
             ("serve: SIGSTOP tritonserver (hung)", lambda: os.kill(child("tritonserver"), signal.SIGSTOP)),
         ]
@@ -173,7 +174,7 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
             clients.stop()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
-        os.environ.pop("MSLITE_TRITON_KEY_DIR", None)
+        os.environ.pop(KEY_DIR_ENV, None)
     return rows
 
 

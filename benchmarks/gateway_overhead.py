@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    from benchmarks.tools import ensure_tools
     from mslite_triton.server import EmbeddedServer, ServerConfig
+    from tests.support.tools import ensure_tools
 
     for model in args.models:
         if not (ROOT / "model_repository" / model / "1" / "model.onnx").exists():

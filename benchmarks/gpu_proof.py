@@ -10,7 +10,7 @@ Steps (each one recorded, and a failing step does not stop the next):
 3. perf_analyzer over gRPC at concurrency 1, 8, 32, then the same with `--shared-memory system`;
 4. a Python client loop at concurrency 8 that times every request (batch 1, then mixed batch sizes),
    since perf_analyzer reports no maximum;
-5. seed 003's batch split on the GPU: a batch-2 predict split over 2 workers of a batch-1 model
+5. the multi-card sample's batch split on the GPU: a batch-2 predict split over 2 workers of a batch-1 model
    (`ModelParallelRunner`) against the two slices one after the other on 1 worker, and the sample's
    master / child-process flow (`ParallelPredictUtils`), both checked against in-process outputs.
 
@@ -82,7 +82,7 @@ class Proof:
 
 def providers(device: str, precision: str = "enforce_fp32") -> list[Any]:
     """The provider list a served worker of `device` uses (the backend's own choice, options included)."""
-    from mslite_triton_backend.mslite_backend.providers import choose
+    from mslite_backend.providers import choose
 
     return choose("GPU" if device == "gpu" else "CPU", 0, 0, {}, gpu_precision=precision).providers()
 
@@ -360,7 +360,7 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     return result
 
 
-# --- seed 003's batch split --------------------------------------------------------------------------------
+# --- the multi-card sample's batch split ----------------------------------------------------------------------
 
 
 def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
@@ -412,7 +412,8 @@ def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str,
 
 
 def _one_device_parallel_predict() -> Any:
-    """`ParallelPredictUtils` whose children all run on device 0: seed 003's two cores of one card, on one GPU.
+    """`ParallelPredictUtils` whose children all run on device 0: the multi-card sample's two cores
+    of one card, on one GPU.
 
     The library's children bind child i to device i (one card each); this machine has one GPU.
     """
@@ -435,9 +436,11 @@ def _one_device_parallel_predict() -> Any:
     return OneDevice
 
 
-def seed_003_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
+def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
     """The sample's master and one child process per device (here: two on the one GPU), over pipes."""
-    os.environ["MSLITE_TRITON_URL"] = url
+    from mslite_backend.settings import URL_ENV
+
+    os.environ[URL_ENV] = url
     x = images(2, seed=3)
     s = session(model_bs1, device)
     name = s.get_inputs()[0].name
@@ -502,7 +505,7 @@ def verdict(r: dict[str, Any]) -> dict[str, Any]:
     check("max_latency_s", max(v["max_ms"] for v in loops) / 1e3 if loops else None, lambda v: v <= 0.5)
     outputs = steps.get("served_outputs")
     check("max_abs_diff", outputs["max_abs_diff"] if outputs else None, lambda v: v <= 1e-5)
-    for key in ("batch_split", "seed_003_flow"):
+    for key in ("batch_split", "multicard_flow"):
         if steps.get(key):
             check(f"{key}_max_abs_diff", steps[key]["max_abs_diff"], lambda v: v <= 1e-5)
     return bars
@@ -512,7 +515,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--model", required=True, help="MobileNetV2 ONNX (dynamic batch)")
-    parser.add_argument("--model-bs1", required=True, help="the same model with its batch fixed to 1 (seed 003)")
+    parser.add_argument(
+        "--model-bs1", required=True, help="the same model with its batch fixed to 1 (the multi-card sample)"
+    )
     parser.add_argument("--perf-analyzer", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seconds", type=float, default=6.0, help="each in-process and client-loop measurement")
@@ -579,7 +584,7 @@ def main() -> None:
         proof.step("latency_loop_batch1", latency_loop, url, args.seconds, False, log)
         proof.step("latency_loop_mixed", latency_loop, url, args.seconds, True, log)
         proof.step("batch_split", batch_split, server.grpc_url, args.model_bs1, args.device, args.rounds)
-        proof.step("seed_003_flow", seed_003_flow, server.grpc_url, args.model_bs1, args.device, args.rounds)
+        proof.step("multicard_flow", multicard_flow, server.grpc_url, args.model_bs1, args.device, args.rounds)
         for name in VARIANTS:
             proof.step(
                 f"variant_{name}_c8", perf_analyzer, args.perf_analyzer, pa_env, url, 8, False, args.interval_ms, name

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU proof in one command: MobileNetV2 served by 2 KIND_GPU workers against in-process ONNX Runtime CUDA
-# (outputs, throughput, latency, perf_analyzer over gRPC and shared memory, seed 003's batch split). Every
+# (outputs, throughput, latency, perf_analyzer over gRPC and shared memory, the multi-card sample's batch split). Every
 # result goes to $OUT (summary.json, log.txt, latencies.csv, tritonserver.log, device.txt); the bars are
 # printed at the end. The measuring itself is benchmarks/gpu_proof.py.
 #
@@ -40,6 +40,7 @@ fi
 # this checkout's client and backend, ahead of any installed copy
 ln -s "$ROOT/client/mslite_triton" "$SHIM/mslite_triton"
 ln -s "$ROOT/backend/mslite" "$SHIM/mslite_triton_backend"
+ln -s "$ROOT/backend/mslite/mslite_backend" "$SHIM/mslite_backend"
 if [ -n "${TRITON_WHEEL_ROOT:-}" ]; then
   # an unpacked nvidia-pytriton wheel (the GPU set-up): only its tritonserver folder and libraries are used
   mkdir -p "$SHIM/pytriton" && touch "$SHIM/pytriton/__init__.py"
@@ -75,7 +76,7 @@ if [ ! -f "$MODEL_BS1" ]; then
 import sys, onnx
 m = onnx.load(sys.argv[1])
 for v in (m.graph.input[0], m.graph.output[0]):
-    v.type.tensor_type.shape.dim[0].dim_value = 1  # the batch fixed to 1, as seed 003's converter does
+    v.type.tensor_type.shape.dim[0].dim_value = 1  # the batch fixed to 1, as the multi-card sample's converter does
 onnx.save(m, sys.argv[2])
 PYEOF
 fi

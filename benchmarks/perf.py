@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.tools import Tools
+
 from .serving import BenchServer
-from .tools import Tools
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,9 @@ def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
 def record(model: str, concurrency: int, chunks: int, path: Path) -> None:
     """perf_analyzer through a recording pass-through relay, until `path` holds `chunks` reads."""
     from benchmarks import passthrough_relay
-    from benchmarks.tools import ensure_tools
     from mslite_triton.server import EmbeddedServer, ServerConfig
     from mslite_triton.server.ports import pick_ports
+    from tests.support.tools import ensure_tools
 
     tools = ensure_tools(ROOT, note=lambda s: print(s, flush=True))
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=(model,), gateway=False)

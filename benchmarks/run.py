@@ -25,7 +25,8 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 from benchmarks import bars, paired  # noqa: E402
 from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
 from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402
-from benchmarks.tools import ToolsError, ensure_tools  # noqa: E402
+from mslite_backend.settings import SHM_ENV  # noqa: E402
+from tests.support.tools import ToolsError, ensure_tools  # noqa: E402
 
 
 class Progress:
@@ -102,7 +103,7 @@ def figures_table(results: dict[str, Any]) -> str:
     for key, mode, threads, batch, shm in CLIENT_CASES if client else ():
         img_s, p50, p99, cpu_req = _medians(client, key, ("img_s", "p50_ms", "p99_ms", "client_cpu_ms_per_req"))
         label = f"client {mode} {threads or results['meta']['workers']} threads batch {batch}"
-        label += f", MSLITE_TRITON_SHM={shm}" if shm is not None else ""
+        label += f", {SHM_ENV}={shm}" if shm is not None else ""
         cpu = "-" if cpu_req is None else f"{cpu_req / batch:.2f} (client)"
         rows.append(_row(f"{label} (median of {len(client)})", img_s, p50, p99, cpu))
     return bars.format_table(("measurement", "img/s", "p50 ms", "p99 ms", "CPU ms/img"), rows)
@@ -136,7 +137,7 @@ def rounds_table(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="mslite-triton benchmark (issue 4)")
+    p = argparse.ArgumentParser(description="mslite-triton serving benchmark")
     p.add_argument(
         "--quick", action="store_true", help="short windows and fewer concurrency levels (about 2.5 min on 2 cores)"
     )

@@ -18,12 +18,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mslite_backend.settings import SHM_ENV
 from mslite_triton._model_config import local_cores, plan_workers
+from tests.support.processes import model_worker_pids
+from tests.support.tools import Tools
 
 from . import inprocess, paired
 from .perf import PerfSettings, measure
-from .serving import BenchServer, ModelSpec, compose_repository, find_peer_backend, peer_ort_version, worker_pids
-from .tools import Tools
+from .serving import BenchServer, ModelSpec, compose_repository, find_peer_backend, peer_ort_version
 
 ROOT = Path(__file__).resolve().parent.parent
 MOBILENET = "mobilenetv2"
@@ -119,7 +121,7 @@ def model_specs(plan: Plan) -> list[ModelSpec]:
 
 
 Step = tuple[str, Callable[[], str]]
-CLIENT_CASES = (  # key, client_bench mode, threads (None: the workers), batch, MSLITE_TRITON_SHM
+CLIENT_CASES = (  # key, client_bench mode, threads (None: the workers), batch, settings.SHM_ENV
     ("runner", "runner", 8, 1, None),
     ("raw", "raw", 8, 1, None),
     ("runner_plain", "runner", 8, 1, "0"),
@@ -264,7 +266,7 @@ class Bench:
             for name in names:
                 spec = next(s for s in model_specs(self.plan) if s.name == name)
                 want = 0 if spec.backend == "onnxruntime" else spec.workers  # the C++ backend runs in-process
-                pids = worker_pids(self.server.pid, name)
+                pids = model_worker_pids(self.server.pid, name)
                 if len(pids) != want:
                     raise RuntimeError(f"{name}: expected {want} worker processes, found {len(pids)}")
                 batcher = self.server.batcher(name)
@@ -361,7 +363,7 @@ class Bench:
         assert self.server is not None
         env = dict(os.environ)
         if shm is not None:
-            env["MSLITE_TRITON_SHM"] = shm
+            env[SHM_ENV] = shm
         args = ["-m", "benchmarks.client_bench", mode, "--url", self.server.server.grpc_url, "--model", MOBILENET]
         args += ["--threads", str(threads), "--batch", str(batch)]
         args += ["--warmup-s", str(self.plan.client_warmup_s), "--seconds", str(self.plan.client_s)]
@@ -370,7 +372,7 @@ class Bench:
         if out.returncode != 0:
             raise RuntimeError(f"client_bench exit {out.returncode}: {out.stderr[-1500:]}")
         r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-        r["command"] = shlex.join([*([f"MSLITE_TRITON_SHM={shm}"] if shm is not None else []), "python", *args])
+        r["command"] = shlex.join([*([f"{SHM_ENV}={shm}"] if shm is not None else []), "python", *args])
         return r
 
     def close(self) -> None:

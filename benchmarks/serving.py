@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto
 
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.processes import model_worker_pids
 
 NAIVE_MODEL_PY = Path(__file__).parent / "naive_backend" / "model.py"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -202,7 +203,7 @@ class BenchServer:
 
     def cpu_s(self, model: str) -> tuple[float, float]:
         """(CPU seconds of `model`'s worker processes, CPU seconds of tritonserver itself), from /proc."""
-        workers = sum(process_cpu_s(pid) for pid in worker_pids(self.pid, model))
+        workers = sum(process_cpu_s(pid) for pid in model_worker_pids(self.pid, model))
         return workers, process_cpu_s(self.pid)
 
     def batcher(self, name: str) -> dict[str, Any]:
@@ -223,26 +224,6 @@ class BenchServer:
         req = urllib.request.Request(self.server.http_url + path, headers=self._headers())
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
-
-
-def worker_pids(server_pid: int, model: str) -> list[int]:
-    """Stub processes of `model`: children of tritonserver whose command line names the model's directory."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) != server_pid:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue  # the process went away while we looked
-        if len(argv) > 1 and f"/{model}/".encode() in argv[1]:
-            pids.append(int(entry))
-    return pids
 
 
 def process_cpu_s(pid: int) -> float:

@@ -1,7 +1,7 @@
-"""Issue 7's soak: MobileNetV2 at 16 concurrent clients for 10 minutes; errors, exactness and RSS of server + workers.
+"""The soak: MobileNetV2 at 16 concurrent clients for 10 minutes; errors, exactness and RSS of server + workers.
 
     .venv/bin/python -m benchmarks.soak [--duration-s 600] [--clients 16] [--protocol grpc|http|both]
-    make soak        # this, then the long bad-input campaign (benchmarks/badinput/)
+    make soak        # this, then the long bad-input campaign (benchmarks/badinput)
 
 Without `--grpc`/`--http` it starts its own embedded tritonserver on 127.0.0.1 serving the repository's
 `mobilenetv2` (shipped config: 2 workers, dynamic batching; run `make models` first) and stops it at the end.
@@ -12,7 +12,7 @@ RSS is VmRSS of the server and every process below it (the python-backend worker
 `--sample-s`. The baseline is taken under the same load once the warm-up has lasted `--warmup-s` and the last
 three samples agree within 2 % (at most `--max-warmup-s`): ORT's arena, the allocators and the python backend's
 shared memory (which grows with the batch sizes the batcher forms) take tens of seconds to reach their working
-size. Bar (issue 7): 0 errors, RSS growth < 5 % from that baseline to the end.
+size. Bar (reliability): 0 errors, RSS growth < 5 % from that baseline to the end.
 Prints a line per sample and a summary; writes `soak.json` into `--out` (default benchmarks/results/).
 Exit code 1 when the bar is missed.
 """
@@ -39,7 +39,7 @@ import tritonclient.http as httpclient
 if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.badinput.memory import tree_rss_kb  # noqa: E402
+from tests.support.badinput.memory import tree_rss_kb  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "mobilenetv2"

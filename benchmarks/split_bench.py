@@ -1,4 +1,4 @@
-"""Batch splitting (issue 6 bar): a batch-2 predict split over 2 single-thread workers vs the same two
+"""Batch splitting (its bar): a batch-2 predict split over 2 single-thread workers vs the same two
 slices one after the other on 1 worker, MobileNetV2 with its batch fixed to 1, measured side by side.
 
 Run: .venv/bin/python benchmarks/split_bench.py [--rounds 40]

@@ -1,4 +1,4 @@
-"""Issue 5's benchmark: `make bench-weights`, or `.venv/bin/python -m benchmarks.weights [--mb 200] [--quick]`.
+"""The shared-weights benchmark: `make bench-weights`, or `.venv/bin/python -m benchmarks.weights [--mb 200] [--quick]`.
 
 One embedded tritonserver, models uploaded through the library (`ModelParallelRunner`), one at a time where
 memory is measured. Prints each step, then the figures and the bars; writes `weights.json` into `--out`
@@ -40,8 +40,8 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
 ROOT = Path(__file__).resolve().parent.parent
 import mslite_triton as mslite  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
-from mslite_triton.server.workers import workers_of  # noqa: E402
 from tests.support import model_zoo  # noqa: E402
+from tests.support.processes import worker_pids  # noqa: E402
 
 BARS = {"pss_ratio": 1.5, "latency_ratio": 1.10, "update_s": 1.0}
 T0 = time.monotonic()
@@ -59,11 +59,6 @@ def pss_mib(pid: int) -> dict[str, float]:
         if parts and parts[0] in ("Pss:", "Pss_Anon:", "Pss_File:", "Pss_Shmem:", "Rss:"):
             out[parts[0][:-1]] = int(parts[1]) / 1024
     return out
-
-
-def worker_pids(server: EmbeddedServer, model: str) -> list[int]:
-    """This server's worker processes serving an instance of `model`."""
-    return sorted(w.pid for w in workers_of(server.process.pid) if w.instance.startswith(model + "_"))
 
 
 def versions(server: EmbeddedServer, model: str) -> dict[str, int]:

@@ -19,9 +19,10 @@ import argparse
 import statistics
 from pathlib import Path
 
+from tests.support.tools import ensure_tools
+
 from .perf import PerfSettings, measure_composed, medians_by_level, variant_names
 from .serving import ModelSpec, compose_repository, with_batcher
-from .tools import ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {  # name -> what is appended to (or replaces the batcher of) the shipped config; None: as shipped

@@ -1,4 +1,4 @@
-# Seed 001 (MindSpore Lite "quick_start_parallel_python"), verbatim but for two lines:
+# MindSpore Lite's "quick_start_parallel_python" sample, verbatim but for two lines:
 # the import (mindspore_lite -> mslite_triton) and the model file (mobilenetv2.mindir -> .onnx).
 import time
 from threading import Thread

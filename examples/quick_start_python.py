@@ -1,4 +1,4 @@
-# Seed 004 (MindSpore Lite "quick_start_cloud_infer_python"), verbatim but for two lines:
+# MindSpore Lite's "quick_start_cloud_infer_python" sample, verbatim but for two lines:
 # the import (mindspore_lite -> mslite_triton) and the model file (mobilenetv2.mindir -> .onnx).
 import numpy as np
 import mslite_triton as mslite

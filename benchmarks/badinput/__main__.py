@@ -1,4 +1,4 @@
-"""Issue 7's bad-input campaign: seeded malformed requests over HTTP and gRPC, and the bar every answer must meet.
+"""The bad-input campaign: seeded malformed requests over HTTP and gRPC, and the bar every answer must meet.
 
     .venv/bin/python -m benchmarks.badinput [--duration-s 300] [--requests N] [--seed 7] [--threads 4]
     .venv/bin/python -m benchmarks.badinput --replay 1234 [--seed 7]    # one case, sent and printed
@@ -27,11 +27,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python benchmarks/badinput`: make the `benchmarks` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.badinput.bar import KNOWN_GAPS, Tally, violation  # noqa: E402
-from benchmarks.badinput.cases import CaseGenerator  # noqa: E402
-from benchmarks.badinput.memory import tree_rss_kb  # noqa: E402
-from benchmarks.badinput.models import fetch_specs  # noqa: E402
-from benchmarks.badinput.sending import Sender, crash_probe, run_cases  # noqa: E402
+from tests.support.badinput.bar import KNOWN_GAPS, Tally, violation  # noqa: E402
+from tests.support.badinput.cases import CaseGenerator  # noqa: E402
+from tests.support.badinput.memory import tree_rss_kb  # noqa: E402
+from tests.support.badinput.models import fetch_specs  # noqa: E402
+from tests.support.badinput.sending import Sender, crash_probe, run_cases  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

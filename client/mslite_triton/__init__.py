@@ -4,7 +4,8 @@
 """
 
 import logging as _logging
-import os as _os
+
+from mslite_backend import settings as _settings
 
 from .context import Context
 from .converter import Converter, FmkType
@@ -24,13 +25,15 @@ class _Prefixed(_logging.StreamHandler):  # type: ignore[type-arg]
             super().emit(record)
 
 
-# MSLITE_TRITON_LOG=info shows what the library does for you: the embedded server it starts, the models it loads.
+# A level in `settings.LOG_ENV` (info) shows what the library does for you: the embedded server it starts, the
+# models it loads; without one, its warnings still reach stderr with the library's name.
+_level = _settings.log_level()
 _handler = _Prefixed()
 _handler.setFormatter(_logging.Formatter("mslite_triton: %(message)s"))
-_handler.setLevel(_os.environ.get("MSLITE_TRITON_LOG", "warning").upper())
+_handler.setLevel(_level or "WARNING")
 _logging.getLogger(__name__).addHandler(_handler)
-if _os.environ.get("MSLITE_TRITON_LOG"):
-    _logging.getLogger(__name__).setLevel(_os.environ["MSLITE_TRITON_LOG"].upper())
+if _level:
+    _logging.getLogger(__name__).setLevel(_level)
 
 # One name per line, in MindSpore Lite's order where it has one, so exports are added without churn.
 __all__ = [

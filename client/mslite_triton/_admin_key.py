@@ -1,9 +1,9 @@
 """The admin key that guards model control, shared memory, logging and trace on both protocols.
 
 The embedded server generates one key per start and writes it, mode 0600, to
-`<key dir>/<host>_<port>.key` for its HTTP and its gRPC port; the key dir is `MSLITE_TRITON_KEY_DIR`
+`<key dir>/<host>_<port>.key` for its HTTP and its gRPC port; the key dir is `settings.KEY_DIR_ENV`
 or `~/.mslite-triton/keys`. Clients send it in the `mslite-key` header (gRPC metadata), taken from
-`MSLITE_TRITON_KEY` or from the key file of the URL's host and port.
+`settings.ADMIN_KEY_ENV` or from the key file of the URL's host and port.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
-from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
+from mslite_backend import settings
 
 HEADER = "mslite-key"
 GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"  # Triton matches gRPC metadata with its own prefix
@@ -22,7 +22,7 @@ RESTRICTED = "model-repository,shared-memory,logging,trace"
 
 def key_dir() -> Path:
     """Where key files live."""
-    return Path(os.environ.get("MSLITE_TRITON_KEY_DIR") or Path.home() / ".mslite-triton" / "keys")
+    return settings.key_dir()
 
 
 def key_path(host: str, port: int) -> Path:
@@ -51,8 +51,8 @@ def write_key(key: str, host: str, ports: list[int]) -> list[Path]:
 
 
 def key_for(url: str) -> str | None:
-    """The key to send to `url`: `MSLITE_TRITON_KEY`, else the key file of its host and port, else None."""
-    env = os.environ.get(ADMIN_KEY_ENV)
+    """The key to send to `url`: `settings.ADMIN_KEY_ENV`, else the key file of its host and port, else None."""
+    env = settings.admin_key()
     if env:
         return env
     parsed = urlparse(url)

@@ -1,15 +1,16 @@
-"""Where the server is: `Context.server_url`, `MSLITE_TRITON_URL`, or an embedded server started on demand."""
+"""Where the server is: `Context.server_url`, `settings.URL_ENV`, or an embedded server started on demand."""
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from mslite_backend import settings
 
 from . import _admin_key
 from ._transport import Transport
@@ -23,12 +24,12 @@ _transports: dict[tuple[str, str | None], Transport] = {}
 
 
 def server_url(explicit: str | None) -> str:
-    """The URL to use: the context's, else `MSLITE_TRITON_URL`, else an auto-started embedded server.
+    """The URL to use: the context's, else `settings.URL_ENV`, else an auto-started embedded server.
 
     Raises:
         ServerUnavailableError: no URL, and auto-start is off or impossible.
     """
-    url = explicit or os.environ.get("MSLITE_TRITON_URL")
+    url = explicit or settings.server_url()
     return url if url else _autostart()
 
 
@@ -51,9 +52,9 @@ def _autostart() -> str:
     with _lock:
         if _embedded is not None and _embedded.is_serving():  # healing counts: same URL, clients retry
             return str(_embedded.grpc_url)
-        if os.environ.get("MSLITE_TRITON_AUTOSTART", "1") == "0":
+        if not settings.autostart():
             raise ServerUnavailableError(
-                "(no URL)", "MSLITE_TRITON_URL is not set and MSLITE_TRITON_AUTOSTART=0 turns auto-start off"
+                "(no URL)", f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0 turns auto-start off"
             )
         try:
             from .server import EmbeddedServer, ServerConfig

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 
 from .errors import (
     ExecutionTimeoutError,

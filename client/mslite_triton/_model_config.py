@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from mslite_triton_backend.mslite_backend.protocol import (
+from mslite_backend.protocol import (
     BATCHING_KEYS,
     BATCHING_SECTION,
     DEFAULT_MAX_BATCH_SIZE,

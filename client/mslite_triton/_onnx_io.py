@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mslite_triton_backend.mslite_backend.protocol import is_light, sample_values
+from mslite_backend.protocol import is_light, sample_values
 
 # field numbers in onnx.proto
 _MODEL_GRAPH = 7

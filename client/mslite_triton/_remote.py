@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from mslite_triton_backend.mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
-from mslite_triton_backend.mslite_backend.protocol import (
+from mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
+from mslite_backend.protocol import (
     BATCHING_SECTION,
     DEFAULT_MAX_BATCH_SIZE,
     MAX_BATCH_SIZE_KEY,
@@ -194,8 +194,8 @@ class RemoteModel:
     def predict(self, arrays: list[np.ndarray]) -> list[Tensor]:
         """Run one predict (arrays in model input order); outputs in model output order.
 
-        A model with a fixed leading batch b and no Triton batch dimension (as converted for seed 003's
-        multi-card inference) takes k x b samples as k requests sent at once, which the server's
+        A model with a fixed leading batch b and no Triton batch dimension (as MindSpore Lite's multi-card
+        sample converts one) takes k x b samples as k requests sent at once, which the server's
         workers run in parallel; the outputs are concatenated in order.
         """
         names = [t.name for t in self.info.outputs]

@@ -26,8 +26,9 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from mslite_triton_backend.mslite_backend.owned_files import owner_pid, sweep_dead_owners
-from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_backend import settings
+from mslite_backend.owned_files import owner_pid, sweep_dead_owners
+from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 
 from . import _admin_key
 from ._error_table import classify, clean_message, load_reason
@@ -83,11 +84,12 @@ class Transport:
         Args:
             url: the server.
             key: the admin key, sent with every call as the `mslite-key` header.
-            timeout_s: execution timeout of one call (`MSLITE_TRITON_TIMEOUT_S`, default 120).
-            retry_s: how long a predict is retried while the server recovers (`MSLITE_TRITON_RETRY_S`, default 30).
+            timeout_s: execution timeout of one call (`settings.TIMEOUT_S_ENV`, default `settings.DEFAULT_TIMEOUT_S`).
+            retry_s: how long a predict is retried while the server recovers (`settings.RETRY_S_ENV`,
+                default `settings.DEFAULT_RETRY_S`).
 
         Raises:
-            ValueError: unsupported scheme or missing host.
+            ValueError: unsupported scheme or missing host; a timeout variable that is not a number.
         """
         parsed = urlparse(url)
         if parsed.scheme not in ("grpc", "http", "https") or not parsed.hostname:
@@ -98,8 +100,8 @@ class Transport:
         self.host = parsed.hostname
         self._address = parsed.netloc
         self._ssl = parsed.scheme == "https"
-        self._timeout_s = timeout_s if timeout_s is not None else float(os.environ.get("MSLITE_TRITON_TIMEOUT_S", 120))
-        self._retry_s = retry_s if retry_s is not None else float(os.environ.get("MSLITE_TRITON_RETRY_S", 30))
+        self._timeout_s = timeout_s if timeout_s is not None else settings.timeout_s()
+        self._retry_s = retry_s if retry_s is not None else settings.retry_s()
         header = _admin_key.HEADER if self.protocol == "http" else _admin_key.GRPC_HEADER
         self._headers = {header: key} if key else None
         self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
@@ -107,8 +109,8 @@ class Transport:
         self._lock = threading.Lock()
         self._http_conns: list[_Connection] = []
         self._module: Any = grpcclient if self.protocol == "grpc" else httpclient
-        # Inputs go through system shared memory only to a server on this host (MSLITE_TRITON_SHM=0: never).
-        self.use_shm = _is_loopback(self.host) and os.environ.get("MSLITE_TRITON_SHM", "1") != "0"
+        # Inputs go through system shared memory only to a server on this host (`settings.SHM_ENV`=0: never).
+        self.use_shm = _is_loopback(self.host) and settings.shm_allowed()
 
     # -- connection pool -------------------------------------------------------------------------
     def _connect(self) -> _Connection:

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from mslite_triton_backend.mslite_backend.owned_files import sweep_dead_owners
-from mslite_triton_backend.mslite_backend.protocol import (
+from mslite_backend.owned_files import sweep_dead_owners
+from mslite_backend.protocol import (
     FILE_PARAMETER,
     FILE_REFUSED,
     PROOF_PARAMETER,

@@ -103,12 +103,12 @@ class WorkerUnavailableError(MSLiteError, RuntimeError):
     """Raised when the worker process a request reached has died (Triton: "Stub process ... is not healthy").
 
     The client retries such requests while the server recovers; this surfaces only when the retry
-    budget (`MSLITE_TRITON_RETRY_S`) is spent.
+    budget (`settings.RETRY_S_ENV`) is spent.
     """
 
 
 class ExecutionTimeoutError(MSLiteError, RuntimeError):
-    """Raised when a request got no answer within the execution timeout (`MSLITE_TRITON_TIMEOUT_S`)."""
+    """Raised when a request got no answer within the execution timeout (`settings.TIMEOUT_S_ENV`)."""
 
     status = "kLiteTimeout"
 

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from typing import Any
 
-from mslite_triton_backend.mslite_backend import mindir
+from mslite_backend import mindir
 
 from ._checkparam import check_isinstance
 from .context import Context

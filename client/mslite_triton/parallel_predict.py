@@ -1,4 +1,4 @@
-"""MindSpore Lite's multi-card / multi-core sample flow (seed 003), on this library.
+"""MindSpore Lite's multi-card / multi-core sample flow (Ascend, Python), on this library.
 
 The master process starts one child process per device (an Ascend card or core, a GPU, or on CPU one
 core); each child builds a `Model` bound to its device and answers the master over a pipe:

@@ -1,4 +1,4 @@
-// ModelParallelRunner::Predict's C++ face over the KServe v2 HTTP protocol (seed 000), with libcurl only.
+// ModelParallelRunner::Predict's C++ face over the KServe v2 HTTP protocol (MindSpore Lite's C++ concurrent-inference guide), with libcurl only.
 //
 // Sends a float32 input (input.bin: N x 3 x 224 x 224 for MobileNetV2) to a Triton server as KServe v2 binary
 // tensor data, from several threads at once (each its own curl handle: the server's workers run them in

@@ -1,6 +1,6 @@
-"""Issue 7, bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
+"""Bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
 
-The generator, the bar and the known gaps of Triton 2.51 live in the `benchmarks/badinput/` package, whose
+The generator, the bar and the known gaps of Triton 2.51 live in `tests/support/badinput/`; the campaign's
 long version is `python -m benchmarks.badinput`. Case `i` of seed 7 is replayed alone with
 `python -m benchmarks.badinput --replay i`.
 
@@ -26,13 +26,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from benchmarks.badinput.bar import Outcome, Tally
-from benchmarks.badinput.cases import GRPC_CATEGORIES, HTTP_CATEGORIES, Case, CaseGenerator
-from benchmarks.badinput.encoding import HttpRequest, grpc_request, http_binary, http_json, make_tensor
-from benchmarks.badinput.memory import process_tree, tree_rss_kb
-from benchmarks.badinput.models import fetch_specs
-from benchmarks.badinput.sending import Sender, crash_probe, run_cases
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.badinput.bar import Outcome, Tally
+from tests.support.badinput.cases import GRPC_CATEGORIES, HTTP_CATEGORIES, Case, CaseGenerator
+from tests.support.badinput.encoding import HttpRequest, grpc_request, http_binary, http_json, make_tensor
+from tests.support.badinput.memory import process_tree, tree_rss_kb
+from tests.support.badinput.models import fetch_specs
+from tests.support.badinput.sending import Sender, crash_probe, run_cases
 from tests.support.server_checks import assert_never_healed, dead_workers, health_marks, log_alarms
 
 pytestmark = pytest.mark.integration
@@ -131,7 +131,7 @@ def test_every_malformed_request_meets_the_bar(campaign, kind, request):
         kind,
         "Triton 2.51 frontends: HTTP 500 for unparsable bodies, closed connections for bad HTTP framing, gRPC "
         "INTERNAL for unparsable protobuf, batch dims read modulo 2^32, lenient gRPC versions "
-        "(see KNOWN_GAPS in benchmarks/badinput/bar.py)",
+        "(see KNOWN_GAPS in tests/support/badinput/bar.py)",
     )
     assert not campaign.tally.violations, campaign.tally.report()
 

@@ -30,10 +30,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 from mslite_triton import _admin_key
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.gateway.process import GatewayProcess
-from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 from tests.support.processes import free_port
 from tests.support.repository import GEN, MINIMAL, add_model
 

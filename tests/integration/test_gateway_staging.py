@@ -25,8 +25,8 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from tests.support.repository import MINIMAL, add_model
 
 pytestmark = pytest.mark.integration

@@ -162,7 +162,6 @@ def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path):
 AUTOSTART_CLIENT = textwrap.dedent(
     """
     import os, signal, sys, threading, time
-    sys.path.insert(0, sys.argv[1])
     from pathlib import Path
     from tests.integration.test_healing import Clients
     from tests.support.updatable import build_updated
@@ -233,5 +232,3 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
         proc.wait(timeout=60)
     log = proc.stderr.read()
     assert "tritonserver healed in" in log, log[-3000:]
-
-

@@ -1,8 +1,8 @@
 """The Java client (client/java, JDK standard library only) against the session's embedded server.
 
-It is compiled with javac here; its example Main (seed 002's flow: MSContext -> RunnerConfig ->
-ModelParallelRunner.init -> getInputs / predict from 5 threads x 2 tasks -> free) runs against the server, and
-every output it wrote is compared with the Python client's for the same input.
+It is compiled with javac here; its example Main (MindSpore Lite's Java concurrent-inference flow: MSContext ->
+RunnerConfig -> ModelParallelRunner.init -> getInputs / predict from 5 threads x 2 tasks -> free) runs against
+the server, and every output it wrote is compared with the Python client's for the same input.
 """
 
 from __future__ import annotations

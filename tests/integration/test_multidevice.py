@@ -1,4 +1,4 @@
-"""Seed 003's multi-core flow and batch splitting on CPU, against the real server."""
+"""MindSpore Lite's multi-card / multi-core sample flow and batch splitting on CPU, against the real server."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def static_batch_model(batch: int) -> onnx.ModelProto:
     return model
 
 
-def test_seed_003_master_worker_flow_on_two_cpu_workers(server, tmp_path, monkeypatch):
+def test_multicard_sample_master_worker_flow_on_two_cpu_workers(server, tmp_path, monkeypatch):
     monkeypatch.setenv("MSLITE_TRITON_URL", server.grpc_url)
     path = tmp_path / "static_bs1.onnx"
     model = static_batch_model(1)
@@ -47,7 +47,7 @@ def test_runner_splits_a_batch_across_workers_in_order(server, tmp_path):
     path = tmp_path / "mobilenet_bs1.onnx"
     model = GEN.build_mobilenetv2()
     for value in (model.graph.input[0], model.graph.output[0]):
-        value.type.tensor_type.shape.dim[0].dim_value = 1  # fix the batch to 1, as seed 003's converter does
+        value.type.tensor_type.shape.dim[0].dim_value = 1  # batch fixed to 1, as the multi-card sample converts
     path.write_bytes(model.SerializeToString())
     ctx = mslite.Context()
     ctx.server_url = server.grpc_url

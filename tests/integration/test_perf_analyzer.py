@@ -1,4 +1,4 @@
-"""perf_analyzer, Triton's C++ load generator, drives the server over gRPC and HTTP (the C++ face of seed 000)."""
+"""perf_analyzer, Triton's C++ load generator, drives the server over gRPC and HTTP (the C++ face of the API)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def perf_analyzer():
-    from benchmarks.tools import ToolsError, ensure_tools
+    from tests.support.tools import ToolsError, ensure_tools
 
     try:
-        return ensure_tools(ROOT)  # a separate tools venv with tritonclient 2.40's binary (PLATFORM.md)
+        return ensure_tools(ROOT)  # a separate tools venv with tritonclient 2.40's binary (docs/tuning.md)
     except ToolsError as e:
         pytest.fail(f"perf_analyzer could not be set up: {e}")
 

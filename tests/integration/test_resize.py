@@ -146,7 +146,7 @@ def test_get_inputs_reports_the_layout_the_graph_implies(server, tmp_path):
 
 
 def test_mobilenetv2_resized_from_224_to_112_as_mindspore_lites_docs_do(server, tmp_path):
-    from mslite_triton_backend.mslite_backend.resized import free_dims
+    from mslite_backend.resized import free_dims
     from tests.support.model_zoo import run_reference
     from tests.support.repository import GEN
 

@@ -50,7 +50,7 @@ def model_analyzer() -> str:
 
 @pytest.fixture(scope="module")
 def perf_analyzer() -> str:
-    from benchmarks.tools import ToolsError, ensure_tools
+    from tests.support.tools import ToolsError, ensure_tools
 
     try:
         return str(ensure_tools(ROOT).perf_analyzer)

@@ -16,14 +16,14 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_triton.errors import PermissionDeniedError
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton_backend.mslite_backend.protocol import (
+from mslite_backend.protocol import (
     PROOF_PARAMETER,
     UPDATE_PARAMETER,
     WEIGHTS_INPUT,
     sign_update,
 )
+from mslite_triton.errors import PermissionDeniedError
+from mslite_triton.server import EmbeddedServer, ServerConfig
 
 pytestmark = pytest.mark.integration
 

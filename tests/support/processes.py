@@ -18,5 +18,10 @@ def free_port() -> int:
 def worker_pids(server: EmbeddedServer, model: str) -> list[int]:
     """The server's worker processes serving an instance of `model`, in worker (instance name) order."""
     assert server.process is not None
-    workers = [w for w in workers_of(server.process.pid) if w.instance.startswith(model + "_")]
+    return model_worker_pids(server.process.pid, model)
+
+
+def model_worker_pids(server_pid: int, model: str) -> list[int]:
+    """The worker processes of the tritonserver `server_pid` serving an instance of `model` (`<model>_<n>`)."""
+    workers = [w for w in workers_of(server_pid) if w.instance.startswith(model + "_")]
     return [w.pid for w in sorted(workers, key=lambda w: w.instance)]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mslite_backend import build_cache, mindir
+from mslite_backend import mindir, settings
 from mslite_backend.build_cache import ensure_built, evict
 
 FORK = multiprocessing.get_context("fork")
@@ -54,7 +54,7 @@ def test_a_planted_mindir_conversion_is_not_served(tmp_path: Path, monkeypatch: 
     model = tmp_path / "v" / "model.mindir"
     model.parent.mkdir()
     model.write_bytes(b"a MindIR file")
-    monkeypatch.setenv(build_cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(settings.WEIGHTS_CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(mindir, "run_converter", lambda src, dst: Path(dst).write_bytes(b"converted by us"))
     root = tmp_path / "cache"
     root.mkdir(mode=0o700)
@@ -75,7 +75,7 @@ def test_a_root_of_another_user_is_refused_naming_the_setting(tmp_path: Path) ->
     root = tmp_path / "cache"
     root.mkdir(mode=0o777)
     os.chown(root, OTHER_UID, OTHER_UID)
-    with pytest.raises(PermissionError, match=build_cache.CACHE_ENV):
+    with pytest.raises(PermissionError, match=settings.WEIGHTS_CACHE_ENV):
         ensure_built(str(root), "k", _writes("ours"))
     assert os.listdir(root) == []
 
@@ -129,11 +129,11 @@ def test_the_bound_removes_least_recently_used_entries_nobody_holds(tmp_path: Pa
 def test_a_build_applies_the_configured_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = str(tmp_path / "cache")
     _in_child(_build_and_exit, root, "first", 1 << 20)
-    monkeypatch.setenv(build_cache.CACHE_MAX_BYTES_ENV, str(1 << 20))
+    monkeypatch.setenv(settings.CACHE_MAX_BYTES_ENV, str(1 << 20))
     path = ensure_built(root, "second", _writes("second", 1 << 19))
     assert sorted(n for n in os.listdir(root) if not n.endswith(".lock")) == ["second"]
     assert Path(path).read_text() == "second"
-    monkeypatch.setenv(build_cache.CACHE_MAX_BYTES_ENV, "2GB")
+    monkeypatch.setenv(settings.CACHE_MAX_BYTES_ENV, "2GB")
     with pytest.raises(ValueError, match="MSLITE_TRITON_CACHE_MAX_BYTES must be a number of bytes"):
         ensure_built(root, "third", _writes("third"))
 

@@ -27,7 +27,7 @@ def test_context_defaults() -> None:
     assert ctx.server_url is None
 
 
-def test_seed_001_parallel_setup() -> None:
+def test_parallel_sample_setup() -> None:
     context = Context()
     context.target = ["cpu"]
     context.cpu.thread_num = 1
@@ -38,7 +38,7 @@ def test_seed_001_parallel_setup() -> None:
     assert context.parallel.workers_num == 3
 
 
-def test_seed_004_context_variants() -> None:
+def test_cloud_infer_sample_context_variants() -> None:
     context = Context()
     context.target = ["cpu"]
     context.cpu.thread_num = 1

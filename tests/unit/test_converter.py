@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import mindir
 from mslite_triton._onnx_io import has_dynamic_batch
-from mslite_triton_backend.mslite_backend import mindir
 from tests.support import model_zoo as zoo
 
 

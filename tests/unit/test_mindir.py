@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_backend import mindir
+from mslite_backend import mindir, settings
 from mslite_backend.errors import ModelLoadError
 from tests.support import model_zoo as zoo
 
@@ -60,7 +60,7 @@ def test_conversion_is_cached_by_content(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(mindir, "mindspore_available", lambda: True)
     monkeypatch.setattr(mindir, "run_converter", fake_converter)
-    monkeypatch.setenv("MSLITE_TRITON_WEIGHTS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(settings.WEIGHTS_CACHE_ENV, str(tmp_path / "cache"))
     first = _version(tmp_path / "a", "model.mindir", MINDIR_HEAD + b"one")
     again = _version(tmp_path / "b", "model.onnx", MINDIR_HEAD + b"one")  # same content, another name
     other = _version(tmp_path / "c", "model.mindir", MINDIR_HEAD + b"two")

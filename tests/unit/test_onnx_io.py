@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend.graph import is_light, read_graph_io
 from mslite_triton._model_config import WorkerPlan, build_model_config
 from mslite_triton._onnx_io import has_dynamic_batch, is_light_model
-from mslite_triton_backend.mslite_backend.graph import is_light, read_graph_io
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "model_repository"))
-import generate_models  # noqa: E402
-
-from tests.support import model_zoo  # noqa: E402
+from tests.support import model_zoo
+from tests.support.repository import GEN as generate_models
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from mslite_backend.owned_files import process_alive, remove_prefixed, sweep_dead_owners
 from mslite_triton._transport import region_owner
-from mslite_triton_backend.mslite_backend.owned_files import process_alive, remove_prefixed, sweep_dead_owners
 
 
 def test_the_owner_pid_is_read_from_the_region_name() -> None:

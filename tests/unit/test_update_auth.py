@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mslite_backend.errors import UpdateDenied
-from mslite_backend.protocol import ADMIN_KEY_ENV, parse_proof, sign_update, update_message
+from mslite_backend.protocol import parse_proof, sign_update, update_message
+from mslite_backend.settings import ADMIN_KEY_ENV
 from mslite_backend.update_auth import UpdateGuard
 
 KEY = "k" * 32

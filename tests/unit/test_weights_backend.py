@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mslite_backend import weight_store, weights
+from mslite_backend import settings, weight_store, weights
 from mslite_backend.build_cache import ensure_built
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
@@ -460,7 +460,7 @@ def test_an_unwritable_cache_falls_back_to_the_plain_model(tmp_path: Path, monke
     version_dir, cfg = _served(tmp_path, zoo.big_weights(4))
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    monkeypatch.setenv(weights.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(settings.WEIGHTS_CACHE_ENV, str(blocker / "cache"))
     prepared = prepare_model(version_dir, cfg, CPU)
     assert not prepared.shared and prepared.source.model == os.path.join(version_dir, "model.onnx")
     assert "weights not shared between workers" in prepared.notes[0]

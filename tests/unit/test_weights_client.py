@@ -11,15 +11,8 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_triton import _weights
-from mslite_triton._model_config import WorkerPlan, build_model_config
-from mslite_triton._remote import RemoteModel
-from mslite_triton._transport import ModelInfo, TensorInfo
-from mslite_triton._weights import declared_weights, read_weight_names, update_weights, weight_sections
-from mslite_triton.context import Context
-from mslite_triton.errors import InvalidInputError, PermissionDeniedError
-from mslite_triton_backend.mslite_backend.errors import UpdateDenied
-from mslite_triton_backend.mslite_backend.protocol import (
+from mslite_backend.errors import UpdateDenied
+from mslite_backend.protocol import (
     FILE_PARAMETER,
     FILE_REFUSED,
     PROOF_PARAMETER,
@@ -27,7 +20,14 @@ from mslite_triton_backend.mslite_backend.protocol import (
     UPLOAD_PREFIX,
     WEIGHTS_INPUT,
 )
-from mslite_triton_backend.mslite_backend.update_auth import UpdateGuard
+from mslite_backend.update_auth import UpdateGuard
+from mslite_triton import _weights
+from mslite_triton._model_config import WorkerPlan, build_model_config
+from mslite_triton._remote import RemoteModel
+from mslite_triton._transport import ModelInfo, TensorInfo
+from mslite_triton._weights import declared_weights, read_weight_names, update_weights, weight_sections
+from mslite_triton.context import Context
+from mslite_triton.errors import InvalidInputError, PermissionDeniedError
 
 WHO = "build_from_file failed"
 

@@ -12,8 +12,8 @@ have made the directory, or planted an entry whose model would then be served. S
 it is this user's and nobody else can write to it: a root that is another user's is refused, an entry that
 is not ours alone is set aside and built again.
 
-The cache is bounded (`CACHE_MAX_BYTES_ENV`, default `DEFAULT_MAX_BYTES`): after a build, the least
-recently used entries that no worker holds are removed until the rest fit.
+The cache is bounded (`settings.CACHE_MAX_BYTES_ENV`, default `settings.DEFAULT_CACHE_MAX_BYTES`): after a
+build, the least recently used entries that no worker holds are removed until the rest fit.
 """
 
 from __future__ import annotations
@@ -29,35 +29,14 @@ import tempfile
 import time
 from collections.abc import Callable
 
-CACHE_ENV = "MSLITE_TRITON_WEIGHTS_CACHE"
-CACHE_MAX_BYTES_ENV = "MSLITE_TRITON_CACHE_MAX_BYTES"
-DEFAULT_MAX_BYTES = 2 << 30
+from .settings import WEIGHTS_CACHE_ENV, cache_max_bytes
+
 BUILD_TIMEOUT_S = 600.0
 MODEL_FILENAME = "model.onnx"
 _FOREIGN_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 # entry directory -> the descriptor of its lock, held shared until this process exits
 _held: dict[str, int] = {}
-
-
-def shared_cache_root() -> str:
-    """`MSLITE_TRITON_WEIGHTS_CACHE` when set, else the per-user directory under the temporary directory."""
-    return os.environ.get(CACHE_ENV) or os.path.join(tempfile.gettempdir(), f"mslite-triton-cache-{os.getuid()}")
-
-
-def max_cache_bytes() -> int:
-    """The cache's bound in bytes (`CACHE_MAX_BYTES_ENV`; 0 or less: unbounded).
-
-    Raises:
-        ValueError: the variable is not an integer.
-    """
-    raw = os.environ.get(CACHE_MAX_BYTES_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_BYTES
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{CACHE_MAX_BYTES_ENV} must be a number of bytes, not '{raw[:40]}'") from None
 
 
 def ensure_built(root: str, key: str, build: Callable[[str], None], *, timeout_s: float = BUILD_TIMEOUT_S) -> str:
@@ -68,9 +47,9 @@ def ensure_built(root: str, key: str, build: Callable[[str], None], *, timeout_s
     Raises:
         OSError: the cache cannot be written, or its root belongs to another user (PermissionError);
             TimeoutError: the lock was held for longer than `timeout_s`; ValueError: a bad
-            `CACHE_MAX_BYTES_ENV`; anything `build` raises.
+            `settings.CACHE_MAX_BYTES_ENV`; anything `build` raises.
     """
-    bound = max_cache_bytes()
+    bound = cache_max_bytes()
     _private_root(root)
     final = os.path.join(root, key)
     model = os.path.join(final, MODEL_FILENAME)
@@ -136,7 +115,7 @@ def _private_root(root: str) -> None:
     st = os.lstat(root)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise PermissionError(
-            f"the model cache directory belongs to another user (set {CACHE_ENV} to a directory of yours)"
+            f"the model cache directory belongs to another user (set {WEIGHTS_CACHE_ENV} to a directory of yours)"
         )
     if st.st_mode & 0o077:
         os.chmod(root, 0o700)  # ours: entries others planted meanwhile fail `_trusted`

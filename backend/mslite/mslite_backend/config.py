@@ -20,6 +20,7 @@ from .protocol import (
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
 )
 from .resized import Shapes, declared_resized
+from .settings import MODEL_MAX_REQUEST_BYTES
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
 _ALIASES = {
@@ -45,7 +46,6 @@ _SINGLE_KEYS = (
 )
 DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
 DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
 # Weights: sharing (bool) under either name; the updatable tensors under any of protocol.VARIABLE_WEIGHTS_KEYS.
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
@@ -109,7 +109,7 @@ class BackendConfig:
     variable_weights: tuple[str, ...] = ()
     batch_buckets: tuple[int, ...] = ()  # empty: GPU workers use DEFAULT_GPU_BUCKETS, CPU workers none
     merge_requests: bool | None = None  # None ("auto"): merge on accelerators, one run per request on CPU
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_request_bytes: int = MODEL_MAX_REQUEST_BYTES
     metrics: bool = True
     device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
     resized_inputs: Shapes = ()  # inputs whose fixed dims the load makes symbolic (resized.free_dims)
@@ -190,7 +190,7 @@ class BackendConfig:
             variable_weights=variable_weights(name, params),
             batch_buckets=get.one("batch_buckets", _buckets, ()),
             merge_requests=get.one("merge_requests", _auto_boolean, None),
-            max_request_bytes=get.one("max_request_bytes", int, DEFAULT_MAX_REQUEST_BYTES),
+            max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
             metrics=get.one("metrics", _boolean, True),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
             resized_inputs=declared_resized(name, params.get(RESIZED_INPUTS_PARAMETER)),
@@ -200,7 +200,7 @@ class BackendConfig:
     def merges_for(self, kind: str) -> bool:
         """Whether the requests of one `execute` are concatenated into one run on a worker of `kind`.
 
-        On CPU, ONNX Runtime's cost per image does not fall with the batch (on the issue's machine batch 8
+        On CPU, ONNX Runtime's cost per image does not fall with the batch (on the reference machine batch 8
         was 15 % slower per image than batch 1), so by default each request runs alone; accelerators merge.
         """
         if not self.batched:

@@ -176,12 +176,12 @@ def convert_cached(mindir_path: str) -> str:
 
 
 def conversion_cache_root() -> str:
-    """Where conversions go: the cache's machine-wide place (`build_cache.shared_cache_root`), never beside the model.
+    """Where conversions go: the cache's machine-wide place (`settings.shared_cache_root`), never beside the model.
 
     Not the version directory: Triton gives an uploaded model a fresh copy at every load, so only a
     machine-wide place makes the conversion happen once per machine.
     """
-    from .build_cache import shared_cache_root
+    from .settings import shared_cache_root
 
     return shared_cache_root()
 

@@ -1,7 +1,7 @@
 """The wire contract: names and rules the client and the backend must agree on, defined once.
 
 The backend uses this module inside Triton; the client imports it as
-`mslite_triton_backend.mslite_backend.protocol`. It imports nothing heavy (no numpy, no onnx), so both
+`mslite_backend.protocol`. It imports nothing heavy (no numpy, no onnx), so both
 sides can load it anywhere. The Java client keeps copies of some names; a unit test checks them here.
 """
 
@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+# The environment variables are defined with all the others in settings.py; these two are re-exported
+# because the wire contract's users (the launcher, the gateway, the workers) long imported them from here.
+from .settings import ADMIN_KEY_ENV as ADMIN_KEY_ENV
+from .settings import WEIGHTS_OWNER_ENV as WEIGHTS_OWNER_ENV
 
 BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "mslite"`) and its folder in Triton's
 
@@ -135,9 +140,6 @@ FILE_REFUSED = "update file not usable on the server's host"
 PROOF_PARAMETER = "mslite_weights_proof"
 PROOF_SCHEME = "v2"
 PROOF_WINDOW_S = 60  # a proof older or newer than this (clock skew included) is refused
-# The environment variable that hands the admin key to tritonserver and, by inheritance, to its workers
-# (the launcher sets it; the container entrypoint gets it from the deployment). Clients read it too.
-ADMIN_KEY_ENV = "MSLITE_TRITON_KEY"
 
 
 def update_message(model: str, manifest: str, file: str, digest: str, timestamp: int, nonce: str) -> bytes:
@@ -202,11 +204,6 @@ def parse_proof(proof: str) -> tuple[int, str, str]:
 
 
 # -- the launcher's weights stores ------------------------------------------------------------------------
-# The launcher names itself to tritonserver's workers in this variable (`<launcher pid>_<random hex>`):
-# their models' weights stores are then the launcher's (`<WEIGHTS_STORE_PREFIX><owner>_<key>` in /dev/shm),
-# outlive any worker or tritonserver (a healed server's workers adopt the last published weights) and are
-# removed by the launcher when it stops. Without it a store belongs to one tritonserver process.
-WEIGHTS_OWNER_ENV = "MSLITE_TRITON_WEIGHTS_OWNER"
 WEIGHTS_STORE_PREFIX = "mslite_weights_"
 
 # -- the clients' shared-memory regions ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ A proof is good once, within `PROOF_WINDOW_S` of its timestamp, for the bytes it
 recorded in the model's weights store (`UsedNonces`), which every worker of the model shares, so a copy
 sent to another worker is refused too.
 
-The key reaches the worker through its environment (`protocol.ADMIN_KEY_ENV`), inherited from
+The key reaches the worker through its environment (`settings.ADMIN_KEY_ENV`), inherited from
 tritonserver, which the launcher (or the container's entrypoint) starts with it: never through the model
 config or metadata, which any client can read. With no key there (a server started without one), every
 update is accepted, as the admin APIs are then open too.
@@ -19,13 +19,13 @@ update is accepted, as the admin APIs are then open too.
 from __future__ import annotations
 
 import hmac
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .errors import UpdateDenied
-from .protocol import ADMIN_KEY_ENV, PROOF_PARAMETER, PROOF_WINDOW_S, parse_proof, payload_digest, update_mac
+from .protocol import PROOF_PARAMETER, PROOF_WINDOW_S, parse_proof, payload_digest, update_mac
+from .settings import ADMIN_KEY_ENV, admin_key
 
 MAX_NONCES = 100_000  # proofs remembered for replay checks; older ones age out of the window first
 
@@ -54,8 +54,7 @@ class UpdateGuard:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> UpdateGuard:
         """The guard for the admin key in `environ` (default: this process's environment)."""
-        env = os.environ if environ is None else environ
-        return cls(env.get(ADMIN_KEY_ENV, "").strip() or None)
+        return cls((admin_key(environ) or "").strip() or None)
 
     @property
     def required(self) -> bool:
@@ -91,7 +90,7 @@ class UpdateGuard:
         if not proof:
             raise UpdateDenied(
                 f"{refused}: it must prove the server's admin key (request parameter '{PROOF_PARAMETER}'); "
-                "the mslite_triton client adds it when it has the key (MSLITE_TRITON_KEY or the server's key file)"
+                f"the mslite_triton client adds it when it has the key ({ADMIN_KEY_ENV} or the server's key file)"
             )
         try:
             timestamp, nonce, mac = parse_proof(proof)

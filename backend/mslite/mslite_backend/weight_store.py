@@ -5,7 +5,7 @@ One directory per loaded model (in `/dev/shm`, so the pages are shared memory th
 - `lock`: flock'ed by a worker joining or leaving and by a writer, so those steps never interleave;
 - `alive`: every worker holds a shared flock on it; the first one in writes version 1 from the model
   file, the last one out removes the directory (a crashed server's directory is swept at the next load);
-  but a store the launcher owns (`WEIGHTS_OWNER_ENV`) is the launcher's to remove: it outlives every
+  but a store the launcher owns (`settings.WEIGHTS_OWNER_ENV`) is the launcher's to remove: it outlives every
   worker and tritonserver, and the first worker of a new load adopts its last published version;
 - `version`: 8 bytes, the published version, read by each worker at the start of each execute;
 - `v<N>.bin`: every weight of version N at 64-byte aligned offsets, never modified once published;
@@ -43,7 +43,8 @@ import numpy as np
 from .dtypes import wire_name
 from .errors import InferenceFailure, ModelLoadError, RequestError
 from .owned_files import sweep_dead_owners
-from .protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_OWNER_ENV, WEIGHTS_STORE_PREFIX
+from .protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_STORE_PREFIX
+from .settings import weights_owner
 from .weights import WeightSpec
 
 ALIGN = UPDATE_ALIGN
@@ -52,7 +53,7 @@ _UPLOAD_NAME = re.compile(UPLOAD_PREFIX + r"[A-Za-z0-9_]{1,64}")
 _VERSION_FILE = re.compile(r"^v(\d+)\.bin$")
 PROOFS_FILE = "proofs"
 MAX_PROOFS = 10_000  # accepted proofs remembered per model; a window's worth of updates is far fewer
-_OWNER = re.compile(r"[0-9]{1,10}_[0-9a-f]{8,32}")  # `<launcher pid>_<hex>`, see protocol.WEIGHTS_OWNER_ENV
+_OWNER = re.compile(r"[0-9]{1,10}_[0-9a-f]{8,32}")  # `<launcher pid>_<hex>`, see settings.WEIGHTS_OWNER_ENV
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ def store_root() -> str:
 
 
 def launcher_owner() -> str | None:
-    """The launcher that owns this worker's stores (`WEIGHTS_OWNER_ENV`), or None when there is none."""
-    owner = os.environ.get(WEIGHTS_OWNER_ENV, "")
+    """The launcher that owns this worker's stores (`settings.WEIGHTS_OWNER_ENV`), or None when there is none."""
+    owner = weights_owner()
     return owner if _OWNER.fullmatch(owner) else None
 
 

@@ -4,7 +4,7 @@ Sharing (CPU): ONNX Runtime memory-maps external data, but its kernels repack Ma
 into private heap buffers, so N workers hold N copies. Instead, the model is optimized once per machine
 with its prepacked blobs saved into the external-data file
 (`session.save_external_prepacked_constant_initializers`); every worker then maps that file, getting
-prepacked speed and one physical copy (measurements: `shared/reference/ort_notes.md`). The file is
+prepacked speed and one physical copy (docs/weights.md). The file is
 built in a cache directory keyed by the model's content, the ONNX Runtime version, the CPU flags (packed
 layouts depend on the ISA) and the settings that change the optimized graph; the first worker builds it
 under a lock into a temporary directory and renames it into place, the others wait and load it. Anything
@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from .build_cache import CACHE_ENV, ensure_built, shared_cache_root
+from .build_cache import ensure_built
 from .config import BackendConfig, InstanceInfo
 from .errors import ModelLoadError
 from .graph import GraphIO, GraphTensor, read_graph_io
 from .resized import free_dims
+from .settings import shared_cache_root, weights_cache
 
 MIN_SHARED_BYTES = 1 << 20  # below this, per-worker copies cost less than the optimized file's load
 CACHE_DIR_NAME = ".mslite-cache"
@@ -247,10 +248,10 @@ def _cpu_flags() -> str:
 def cache_root(version_dir: str) -> str:
     """Where built models go.
 
-    `MSLITE_TRITON_WEIGHTS_CACHE` when set, else beside the model when its directory is writable (so it
+    `settings.WEIGHTS_CACHE_ENV` when set, else beside the model when its directory is writable (so it
     goes away with an uploaded model), else a per-user directory under the temporary directory.
     """
-    if not os.environ.get(CACHE_ENV) and os.access(version_dir, os.W_OK):
+    if weights_cache() is None and os.access(version_dir, os.W_OK):
         return os.path.join(version_dir, CACHE_DIR_NAME)  # hidden: never part of the content key
     return shared_cache_root()
 

@@ -1,4 +1,4 @@
-// MindSpore Lite's quick_start_parallel_java flow (seed 002) against a Triton server: the same calls on
+// MindSpore Lite's quick_start_parallel_java flow (its Java concurrent-inference guide) against a Triton server: the same calls on
 // mslite.triton.* instead of com.mindspore.*; the server comes from MSLITE_TRITON_URL (http://host:8000).
 //
 //   make java-client     # javac --release 17 -d client/java/build client/java/src/mslite/triton/*.java Main.java

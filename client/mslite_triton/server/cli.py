@@ -9,9 +9,12 @@ import sys
 import threading
 from pathlib import Path
 
+from mslite_backend.settings import (
+    GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_PER_MODEL,
+    GATEWAY_MAX_REQUEST_BYTES,
+)
 from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError, tune
-from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
-from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -151,20 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-request-mib",
         type=_positive,
-        default=DEFAULT_MAX_REQUEST_BYTES >> 20,
+        default=GATEWAY_MAX_REQUEST_BYTES >> 20,
         help="the largest request the gateway accepts; larger ones get 413 / RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-per-model",
         type=_positive,
-        default=DEFAULT_MAX_INFLIGHT_PER_MODEL,
+        default=GATEWAY_MAX_INFLIGHT_PER_MODEL,
         help="gateway admission control: inference requests one model may have in flight (sent on to Triton, "
         "not yet answered); more are refused at once with 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-mib",
         type=_positive,
-        default=DEFAULT_MAX_INFLIGHT_BYTES >> 20,
+        default=GATEWAY_MAX_INFLIGHT_BYTES >> 20,
         help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
         "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )

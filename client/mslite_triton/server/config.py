@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
-from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
+from mslite_backend.settings import (
+    GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_PER_MODEL,
+    GATEWAY_MAX_REQUEST_BYTES,
+)
 from mslite_triton.server.ports import LOOPBACK
 
 
@@ -33,10 +36,10 @@ class ServerConfig:
     # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
     # naming the problem, requests over max_request_bytes are refused before they reach Triton (server/gateway/).
     gateway: bool = False
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES
     # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
-    max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL
-    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL
+    max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES
     extra_args: tuple[str, ...] = field(default=())
 
 

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mslite_backend.owned_files import remove_prefixed, sweep_dead_owners
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
 from mslite_triton.server import triton_process
@@ -32,8 +34,6 @@ from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
 from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
-from mslite_triton_backend.mslite_backend.owned_files import remove_prefixed, sweep_dead_owners
-from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 
 __all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "ServerConfig", "ServerStartError"]
 

@@ -21,9 +21,9 @@ import time
 import urllib.parse
 from typing import Any
 
+from mslite_backend.owned_files import process_alive, sweep_dead_owners
 from mslite_triton._transport import REGION_PREFIXES, region_owner
 from mslite_triton.errors import ServerUnavailableError
-from mslite_triton_backend.mslite_backend.owned_files import process_alive, sweep_dead_owners
 
 log = logging.getLogger(__name__)
 

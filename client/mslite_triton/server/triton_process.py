@@ -17,11 +17,11 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from mslite_backend.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError
 from mslite_triton.server.config import ServerConfig
 from mslite_triton.server.ports import LOOPBACK
-from mslite_triton_backend.mslite_backend.protocol import WEIGHTS_OWNER_ENV
 
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 # What Triton logs once a second while its exit waits for models to finish unloading
@@ -67,8 +67,12 @@ def compose_workspace(workspace: Path) -> Path:
     for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(src / "backends" / "python" / name, python_dir / name)
     shutil.copy2(stub, python_dir / "triton_python_backend_stub")
-    backend_src = Path(str(resources.files("mslite_triton_backend")))
-    shutil.copytree(backend_src, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # backend/mslite is model.py (package `mslite_triton_backend`) beside the runtime package `mslite_backend`,
+    # each located where it is installed; an editable install's backend/mslite already holds the runtime.
+    adapter = Path(str(resources.files("mslite_triton_backend")))
+    runtime = Path(str(resources.files("mslite_backend")))
+    shutil.copytree(adapter, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", runtime.name))
+    shutil.copytree(runtime, backends / "mslite" / runtime.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     caches = workspace / "caches" / "local"
     caches.mkdir(parents=True)
     shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
@@ -125,9 +129,9 @@ def environment(*, admin_key: str | None, weights_owner: str) -> dict[str, str]:
     env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     # The workers inherit it and refuse weights updates that do not prove it; the same key on every
     # (re)start, so clients keep working across heals. Without a key, none (not one of the caller's).
-    env.pop(_admin_key.ADMIN_KEY_ENV, None)
+    env.pop(ADMIN_KEY_ENV, None)
     if admin_key:
-        env[_admin_key.ADMIN_KEY_ENV] = admin_key
+        env[ADMIN_KEY_ENV] = admin_key
     env[WEIGHTS_OWNER_ENV] = weights_owner
     return env
 

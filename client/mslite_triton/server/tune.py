@@ -161,13 +161,18 @@ def _server_wrapper(work: Path, server: EmbeddedServer) -> Path:
     )
 
 
+def cuda_runtime_dir(perf_analyzer: Path) -> str | None:
+    """The CUDA runtime library that perf_analyzer's venv ships (tritonclient 2.40's binary needs it), if any."""
+    venv = perf_analyzer.parent.parent
+    found = glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"))
+    return found[0] if found else None
+
+
 def _perf_wrapper(work: Path, perf_analyzer: str) -> Path:
-    """perf_analyzer with the CUDA runtime library its venv ships (tritonclient 2.40's binary needs it)."""
+    """perf_analyzer with the CUDA runtime library its venv ships."""
     binary = Path(shutil.which(perf_analyzer) or perf_analyzer).resolve()
-    found = glob.glob(
-        str(binary.parent.parent / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib")
-    )
-    extra = f'export LD_LIBRARY_PATH="{found[0]}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n' if found else ""
+    found = cuda_runtime_dir(binary)
+    extra = f'export LD_LIBRARY_PATH="{found}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n' if found else ""
     return _script(work / "perf_analyzer", f'{extra}exec "{binary}" "$@"\n')
 
 

@@ -20,8 +20,6 @@ from mslite_triton.errors import ServiceDenyError
 
 SERVICE_DENY = ServiceDenyError.status  # the word clients match on
 
-DEFAULT_MAX_INFLIGHT_PER_MODEL = 1000  # as MindSpore Lite's task queue, and the runner's bound
-DEFAULT_MAX_INFLIGHT_BYTES = 256 << 20
 # What one chunk of a chunked HTTP body costs beyond its data (its size line, a read, a copy): counted
 # against both the request's size cap and the in-flight bytes, so a body of 2-byte chunks is refused after
 # ~130 k chunks instead of costing the gateway gigabytes and seconds of CPU.

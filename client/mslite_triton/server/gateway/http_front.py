@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mslite_backend.settings import GATEWAY_UPSTREAM_RETRY_S
 from mslite_triton._admin_key import HEADER as ADMIN_HEADER
 from mslite_triton._error_table import scrub_json_error
 from mslite_triton.server.gateway.admission import Admission, Overloaded
@@ -106,7 +107,7 @@ class Upstream:
         port: int,
         *,
         timeout_s: float,
-        retry_s: float = 15.0,
+        retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
         max_idle: int = 64,
     ) -> None:
         self.host = host

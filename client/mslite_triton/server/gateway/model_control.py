@@ -20,7 +20,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_triton_backend.mslite_backend.protocol import BACKEND_NAME
+from mslite_backend.protocol import BACKEND_NAME
 
 CONFIG_PARAMETER = "config"  # the load parameter that carries the override (KServe repository extension)
 LOAD_ROUTE = re.compile(rb"/v2/repository/models/[^/?]+/load")

@@ -29,15 +29,21 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from mslite_backend.settings import (
+    ADMIN_KEY_ENV,
+    GATEWAY_GRACE_S,
+    GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_PER_MODEL,
+    GATEWAY_MAX_REQUEST_BYTES,
+    GATEWAY_UPSTREAM_RETRY_S,
+)
 from mslite_triton.errors import GatewayError
-from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL, Admission
+from mslite_triton.server.gateway.admission import Admission
 from mslite_triton.server.gateway.grpc_relay import start_relay
 from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
 from mslite_triton.server.gateway.http_front import HttpFront, Upstream
 from mslite_triton.server.gateway.offload import Offload
-from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 from mslite_triton.server.gateway.staging import Staging
-from mslite_triton_backend.mslite_backend.protocol import ADMIN_KEY_ENV
 
 log = logging.getLogger(__name__)
 READY = "ready"
@@ -76,11 +82,11 @@ class GatewayProcess:
         grpc_port: int,
         upstream_http: str,
         upstream_grpc: str,
-        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-        max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL,
-        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
-        grace_s: float = 30.0,
-        upstream_retry_s: float = 15.0,
+        max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES,
+        max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL,
+        max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES,
+        grace_s: float = GATEWAY_GRACE_S,
+        upstream_retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
         admin_key: str | None = None,
         log_path: Path,
     ) -> None:
@@ -240,17 +246,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--grpc-port", type=int, required=True)
     ap.add_argument("--upstream-http", required=True, help="Triton's HTTP endpoint, host:port")
     ap.add_argument("--upstream-grpc", required=True, help="Triton's gRPC endpoint, host:port")
-    ap.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES)
+    ap.add_argument("--max-request-bytes", type=int, default=GATEWAY_MAX_REQUEST_BYTES)
     ap.add_argument(
         "--max-inflight-per-model",
         type=int,
-        default=DEFAULT_MAX_INFLIGHT_PER_MODEL,
+        default=GATEWAY_MAX_INFLIGHT_PER_MODEL,
         help="inference requests one model may have in flight; more are refused (503 / UNAVAILABLE)",
     )
     ap.add_argument(
         "--max-inflight-bytes",
         type=int,
-        default=DEFAULT_MAX_INFLIGHT_BYTES,
+        default=GATEWAY_MAX_INFLIGHT_BYTES,
         help="request bytes in flight across all connections; more are refused (503 / UNAVAILABLE)",
     )
     ap.add_argument(
@@ -259,9 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="relay large tensors to Triton over TCP as they came, not through shared memory (staging.py)",
     )
     ap.add_argument("--upstream-timeout-s", type=float, default=600.0)
-    ap.add_argument("--grace-s", type=float, default=30.0)
+    ap.add_argument("--grace-s", type=float, default=GATEWAY_GRACE_S)
     ap.add_argument(
-        "--upstream-retry-s", type=float, default=15.0, help="how long an HTTP request waits for Triton to come back"
+        "--upstream-retry-s",
+        type=float,
+        default=GATEWAY_UPSTREAM_RETRY_S,
+        help="how long an HTTP request waits for Triton to come back",
     )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s gateway %(levelname)s %(message)s")

@@ -15,9 +15,9 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from mslite_triton._admin_key import GRPC_HEADER as GRPC_ADMIN_HEADER
 from mslite_triton._admin_key import HEADER as ADMIN_HEADER
-from mslite_triton_backend.mslite_backend.protocol import GATEWAY_REGION_PREFIX
 
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
 ELEMENT_SIZE: dict[str, int] = {
@@ -38,7 +38,6 @@ ELEMENT_SIZE: dict[str, int] = {
 }
 MAX_DIM = (1 << 31) - 1  # Triton 2.51 wraps batch dims >= 2^32; 2^31 keeps every dim a positive int32
 MAX_VERSION_DIGITS = 18  # < 2^63: Triton parses versions as int64
-DEFAULT_MAX_REQUEST_BYTES = 64 << 20
 REGION_NEEDS_KEY = (
     f"naming a shared-memory region needs the admin key (HTTP header '{ADMIN_HEADER}', gRPC metadata "
     f"'{GRPC_ADMIN_HEADER}'); without it, send the tensor data in the request"

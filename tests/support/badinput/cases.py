@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.badinput import malformed_requests, malformed_tensors
-from benchmarks.badinput.encoding import NUMPY, Request, describe, grpc_request, http_binary, http_json, make_tensor
-from benchmarks.badinput.models import Draw, ModelSpec, pick, random_array
+from tests.support.badinput import malformed_requests, malformed_tensors
+from tests.support.badinput.encoding import NUMPY, Request, describe, grpc_request, http_binary, http_json, make_tensor
+from tests.support.badinput.models import Draw, ModelSpec, pick, random_array
 
 HTTP_CATEGORIES = (
     "dtype_wrong",

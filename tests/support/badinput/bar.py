@@ -1,4 +1,4 @@
-"""The bar (issue 7): judging an answer, the known gaps of Triton 2.51, and the `Tally` of a run.
+"""The reliability bar: judging an answer, the known gaps of Triton 2.51, and the `Tally` of a run.
 
 Every malformed request gets a 4xx-class answer (HTTP 4xx; gRPC INVALID_ARGUMENT, NOT_FOUND, OUT_OF_RANGE,
 RESOURCE_EXHAUSTED or UNIMPLEMENTED) whose message names the problem and carries no path or traceback.
@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from benchmarks.badinput.cases import Case
+from tests.support.badinput.cases import Case
 
 OK_STATUSES = ("200", "OK")
 GRPC_CLIENT_ERRORS = frozenset({"INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED", "UNIMPLEMENTED"})
@@ -35,7 +35,7 @@ class Outcome:
 
 
 def violation(o: Outcome) -> str | None:
-    """Why this answer misses issue 7's bar, or None."""
+    """Why this answer misses the reliability bar, or None."""
     c = o.case
     if c.valid:
         if o.status not in OK_STATUSES:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.badinput.encoding import (
+from tests.support.badinput.encoding import (
     NUMPY,
     Request,
     Tensor,

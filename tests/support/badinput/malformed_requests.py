@@ -12,8 +12,8 @@ import json
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from benchmarks.badinput.encoding import HttpRequest, RawHttp, grpc_request, http_json, varint
-from benchmarks.badinput.models import Draw, pick
+from tests.support.badinput.encoding import HttpRequest, RawHttp, grpc_request, http_json, varint
+from tests.support.badinput.models import Draw, pick
 
 
 def unknown_model(draw: Draw, rng: np.random.Generator, protocol: str) -> tuple:

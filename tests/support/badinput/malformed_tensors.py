@@ -12,8 +12,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from benchmarks.badinput.encoding import ELEMENT_SIZE, NUMPY, Request, grpc_request, http_binary, http_json, make_tensor
-from benchmarks.badinput.models import Draw, foreign_tensor, pick, random_array
+from tests.support.badinput.encoding import (
+    ELEMENT_SIZE,
+    NUMPY,
+    Request,
+    grpc_request,
+    http_binary,
+    http_json,
+    make_tensor,
+)
+from tests.support.badinput.models import Draw, foreign_tensor, pick, random_array
 
 
 def dtype_wrong(draw: Draw, rng: np.random.Generator, protocol: str) -> tuple:

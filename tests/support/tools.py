@@ -1,4 +1,5 @@
-"""The benchmark's tools venv (`.tools-venv/`): perf_analyzer and matplotlib, kept out of the main environment.
+"""The tools venv (`.tools-venv/`) of the tests and benchmarks: perf_analyzer and matplotlib, kept out of the main
+environment.
 
 perf_analyzer comes from the `tritonclient==2.40.0` wheel (the current perf-analyzer package needs a newer
 glibc than Debian 12's); it needs `libcudart.so.12` (PyPI `nvidia-cuda-runtime-cu12`) and Debian's
@@ -8,13 +9,14 @@ plot is drawn by `plot.py` run with this venv's Python.
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from mslite_triton.server.tune import cuda_runtime_dir
 
 REQUIREMENTS = (
     "tritonclient==2.40.0",
@@ -57,12 +59,12 @@ def ensure_tools(root: Path, *, note: Callable[[str], None] = lambda _: None) ->
         _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *REQUIREMENTS], "pip install")
         stamp.write_text(wanted)
     _ensure_libb64(note)
-    libdirs = glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"))
-    if not libdirs:
+    binary = venv / "bin" / "perf_analyzer"
+    libdir = cuda_runtime_dir(binary)
+    if libdir is None:
         raise ToolsError(f"nvidia/cuda_runtime/lib not found in {venv}; delete the venv and rerun")
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([libdirs[0], *filter(None, [env.get("LD_LIBRARY_PATH")])])
-    binary = venv / "bin" / "perf_analyzer"
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *filter(None, [env.get("LD_LIBRARY_PATH")])])
     out = subprocess.run([str(binary), "--version"], env=env, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise ToolsError(f"perf_analyzer does not run (exit {out.returncode}): {(out.stderr or out.stdout)[-800:]}")

@@ -19,9 +19,9 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from benchmarks.badinput.bar import OK_STATUSES, Outcome, Tally
-from benchmarks.badinput.cases import Case
-from benchmarks.badinput.encoding import NUMPY, HttpRequest, RawHttp, clip, infer_path
+from tests.support.badinput.bar import OK_STATUSES, Outcome, Tally
+from tests.support.badinput.cases import Case
+from tests.support.badinput.encoding import NUMPY, HttpRequest, RawHttp, clip, infer_path
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 

@@ -1,0 +1,87 @@
+"""The import graph of our packages, read from their source: what import-linter would check, without it.
+
+Every import counts, also one inside a function or under `TYPE_CHECKING`, and `from pkg import mod`
+counts as importing `pkg` (its `__init__`) as well as `pkg.mod`, since Python runs both.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {
+    "mslite_triton": ROOT / "client" / "mslite_triton",
+    "mslite_backend": ROOT / "backend" / "mslite" / "mslite_backend",
+}
+
+
+def modules(package: str) -> dict[str, Path]:
+    """Dotted module name -> source file, for one of `PACKAGES`."""
+    root = PACKAGES[package]
+    found = {}
+    for path in root.rglob("*.py"):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported_names(module: str, path: Path) -> set[str]:
+    """Every dotted name `module` imports, with each parent package of it."""
+    is_package = path.name == "__init__.py"
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            stem = node.module or ""
+            if node.level:
+                stem = ".".join(base[: len(base) - node.level + 1] + ([stem] if stem else []))
+            targets = [stem, *(f"{stem}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return names
+
+
+def graph(*packages: str) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports."""
+    found: dict[str, Path] = {}
+    for package in packages:
+        found.update(modules(package))
+    return {m: (imported_names(m, p) & found.keys()) - {m} for m, p in found.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or not (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
