@@ -10,7 +10,12 @@ import threading
 from pathlib import Path
 
 from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError, tune
-from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from mslite_triton.server.gateway.admission import (
+    DEFAULT_BODY_STALL_TIMEOUT_S,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+    DEFAULT_MAX_INFLIGHT_PER_MODEL,
+)
 from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 
 
@@ -30,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_mib << 20,
         max_inflight_per_model=args.max_inflight_per_model,
         max_inflight_bytes=args.max_inflight_mib << 20,
+        max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
+        body_stall_timeout_s=args.body_stall_timeout_s,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -79,6 +86,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="mslite-triton", description=__doc__)
@@ -125,6 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_INFLIGHT_BYTES >> 20,
         help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
         "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-mib-per-connection",
+        type=_positive,
+        default=DEFAULT_MAX_INFLIGHT_BYTES_PER_CONNECTION >> 20,
+        help="gateway admission control: the same bytes, for one client connection (a gRPC connection carries "
+        "many calls); one request alone always fits; beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-stall-timeout-s",
+        type=_positive_float,
+        default=DEFAULT_BODY_STALL_TIMEOUT_S,
+        help="gateway: a request body (HTTP) or message (gRPC) that brings no new byte for this long is dropped, "
+        "with 408 / DEADLINE_EXCEEDED, and what it held is given back (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
     tune.add_command(sub)

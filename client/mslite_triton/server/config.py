@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mslite_triton.server.gateway.admission import DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_INFLIGHT_PER_MODEL
+from mslite_triton.server.gateway.admission import (
+    DEFAULT_BODY_STALL_TIMEOUT_S,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+    DEFAULT_MAX_INFLIGHT_PER_MODEL,
+)
 from mslite_triton.server.gateway.rules import DEFAULT_MAX_REQUEST_BYTES
 from mslite_triton.server.ports import LOOPBACK
 
@@ -34,6 +39,9 @@ class ServerConfig:
     # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
     max_inflight_per_model: int = DEFAULT_MAX_INFLIGHT_PER_MODEL
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES
+    max_inflight_bytes_per_connection: int = DEFAULT_MAX_INFLIGHT_BYTES_PER_CONNECTION
+    # A body or gRPC message that brings no new byte for this long is dropped, and its bytes given back.
+    body_stall_timeout_s: float = DEFAULT_BODY_STALL_TIMEOUT_S
     extra_args: tuple[str, ...] = field(default=())
 
 

@@ -1,12 +1,17 @@
 """The gateway's admission control: how much it lets in at once, on both protocols together.
 
-Two bounds, one mechanism: inference requests in flight per model (sent to Triton, answer not yet back)
-and request bytes in flight across all connections (bodies being read, checked or forwarded; a chunked
-HTTP body's every chunk also counts `CHUNK_OVERHEAD_BYTES`, so many tiny chunks cost what they cost the
-gateway). Beyond either bound a request is refused at once, with gRPC UNAVAILABLE / HTTP 503 and a message
-that starts with `kLiteServiceDeny` (what MindSpore Lite answers when its task queue is full; the Python
-client raises `ServiceDenyError` for it). One request over the size cap is not an overload: it stays a
-413 / RESOURCE_EXHAUSTED.
+Three bounds, one mechanism: inference requests in flight per model (sent to Triton, answer not yet back),
+request bytes in flight across all connections, and the same bytes per connection (bodies being read,
+checked or forwarded; a chunked HTTP body's every chunk also counts `CHUNK_OVERHEAD_BYTES`, so many tiny
+chunks cost what they cost the gateway). Beyond any bound a request is refused at once, with gRPC
+UNAVAILABLE / HTTP 503 and a message that starts with `kLiteServiceDeny` (what MindSpore Lite answers when
+its task queue is full; the Python client raises `ServiceDenyError` for it). One request over the size cap
+is not an overload: it stays a 413 / RESOURCE_EXHAUSTED.
+
+Only bytes that have arrived are counted: a body announced and not sent holds nothing. A body that stops
+arriving holds what it sent until `body_stall_timeout_s` passes with no new byte of it; then the fronts drop
+it (HTTP 408, gRPC DEADLINE_EXCEEDED) and its bytes are given back. So clients that announce large bodies,
+or stall them, cannot keep the budget from requests whose bytes do arrive.
 
 Without the gateway nothing here applies: Triton queues without a bound unless a model sets
 `max_queue_size`, and the client's runner bounds its own in-flight predicts.
@@ -22,6 +27,10 @@ SERVICE_DENY = ServiceDenyError.status  # the word clients match on
 
 DEFAULT_MAX_INFLIGHT_PER_MODEL = 1000  # as MindSpore Lite's task queue, and the runner's bound
 DEFAULT_MAX_INFLIGHT_BYTES = 256 << 20
+# One client connection's share: gRPC multiplexes many calls on one connection, so without it a single
+# connection could hold the whole budget with a few dozen stalled calls.
+DEFAULT_MAX_INFLIGHT_BYTES_PER_CONNECTION = 64 << 20
+DEFAULT_BODY_STALL_TIMEOUT_S = 10.0  # a body with no new byte for this long is dropped
 # What one chunk of a chunked HTTP body costs beyond its data (its size line, a read, a copy): counted
 # against both the request's size cap and the in-flight bytes, so a body of 2-byte chunks is refused after
 # ~130 k chunks instead of costing the gateway gigabytes and seconds of CPU.
@@ -36,38 +45,92 @@ class Overloaded(Exception):
         self.message = message
 
 
+class Account:
+    """The request bytes one client connection has in flight (its share of the budget)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class Admission:
     """Counts what is in flight through the gateway and refuses what would pass a bound (thread-safe)."""
 
-    def __init__(self, *, max_inflight_per_model: int, max_inflight_bytes: int) -> None:
-        if max_inflight_per_model < 1 or max_inflight_bytes < 1:
+    def __init__(
+        self,
+        *,
+        max_inflight_per_model: int,
+        max_inflight_bytes: int,
+        max_inflight_bytes_per_connection: int = DEFAULT_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+        body_stall_timeout_s: float = DEFAULT_BODY_STALL_TIMEOUT_S,
+    ) -> None:
+        if min(max_inflight_per_model, max_inflight_bytes, max_inflight_bytes_per_connection) < 1:
             raise ValueError("admission bounds must be >= 1")
+        if not body_stall_timeout_s > 0:
+            raise ValueError(f"body_stall_timeout_s must be > 0, not {body_stall_timeout_s}")
         self.max_per_model = max_inflight_per_model
         self.max_bytes = max_inflight_bytes
+        self.max_connection_bytes = max_inflight_bytes_per_connection
+        self.stall_s = body_stall_timeout_s
         self.bytes = 0
         self.models: dict[str, int] = {}
         self.denied = 0
+        self.stalled = 0  # bodies dropped for making no progress
         self._lock = threading.Lock()
 
-    def take_bytes(self, n: int) -> None:
-        """Count `n` more request bytes in flight.
+    def check_bytes(self, n: int, account: Account | None = None, *, own: int = 0) -> None:
+        """Refuse `n` more bytes of a request that already holds `own` if they would pass a bound.
+
+        A request alone (nothing else in flight, on its connection or at all) always fits: the size cap
+        bounds it.
 
         Raises:
-            Overloaded: they would pass the bound (nothing is counted then).
+            Overloaded: they would pass the bound of all connections, or of `account`'s.
         """
         with self._lock:
-            if self.bytes + n > self.max_bytes and self.bytes:  # one request alone always fits (the size cap bounds it)
-                self.denied += 1
-                raise Overloaded(
-                    f"{SERVICE_DENY}: the server is busy: requests in flight hold {self.bytes >> 20} MiB, and this "
-                    f"one would pass its limit of {self.max_bytes >> 20} MiB; retry later"
-                )
-            self.bytes += n
+            self._check(n, account, own)
 
-    def give_bytes(self, n: int) -> None:
+    def count_bytes(self, n: int, account: Account | None = None) -> None:
+        """Count `n` request bytes that arrived (admitted before by `check_bytes`)."""
+        with self._lock:
+            self._count(n, account)
+
+    def take_bytes(self, n: int, account: Account | None = None, *, own: int = 0) -> None:
+        """`check_bytes` and `count_bytes` at once, for bytes that have arrived.
+
+        Raises:
+            Overloaded: they would pass a bound (nothing is counted then).
+        """
+        with self._lock:
+            self._check(n, account, own)
+            self._count(n, account)
+
+    def _check(self, n: int, account: Account | None, own: int) -> None:
+        if self.bytes + n > self.max_bytes and self.bytes > own:
+            self.denied += 1
+            raise Overloaded(
+                f"{SERVICE_DENY}: the server is busy: requests in flight hold {self.bytes >> 20} MiB, and this "
+                f"one would pass its limit of {self.max_bytes >> 20} MiB; retry later"
+            )
+        if account is not None and account.bytes + n > self.max_connection_bytes and account.bytes > own:
+            self.denied += 1
+            raise Overloaded(
+                f"{SERVICE_DENY}: this connection's requests in flight hold {account.bytes >> 20} MiB, and this "
+                f"one would pass the limit of {self.max_connection_bytes >> 20} MiB per connection; retry later"
+            )
+
+    def _count(self, n: int, account: Account | None) -> None:
+        self.bytes += n
+        if account is not None:
+            account.bytes += n
+
+    def give_bytes(self, n: int, account: Account | None = None) -> None:
         """Stop counting `n` request bytes (the request was answered or dropped)."""
         with self._lock:
             self.bytes -= n
+            if account is not None:
+                account.bytes -= n
 
     def enter(self, model: str) -> None:
         """Count one more inference request in flight for `model`.

@@ -24,9 +24,21 @@ Check = Callable[["bytes | Pieces"], "str | None"]
 class Stream:
     """A checked request stream: its message's bytes so far."""
 
-    __slots__ = ("check", "parts", "got", "size", "charged", "model", "encoding", "done", "stageable", "region")
+    __slots__ = (
+        "check",
+        "parts",
+        "got",
+        "size",
+        "charged",
+        "model",
+        "encoding",
+        "done",
+        "stageable",
+        "region",
+        "moved",
+    )
 
-    def __init__(self, check: Check, encoding: bytes, *, stageable: bool = False) -> None:
+    def __init__(self, check: Check, encoding: bytes, *, stageable: bool = False, moved: int = 0) -> None:
         self.check = check
         self.stageable = stageable  # a ModelInfer call, whose tensors may go to Triton through shared memory
         self.region: Region | None = None  # where they go, once chosen (`staging`)
@@ -37,6 +49,7 @@ class Stream:
         self.model: str | None = None
         self.encoding = encoding
         self.done = False  # checked and passed on: later frames go through
+        self.moved = moved  # the relay's tick when a byte of the message last arrived (`GrpcRelay.sweep`)
 
     def add(self, data: Any) -> None:
         """Bytes of the message (a frame's payload without padding)."""
