@@ -371,10 +371,14 @@ class _ClientSide(asyncio.Protocol):
             MAX_RESETS_PER_WINDOW,
             RESET_WINDOW_S,
         )
-        if self.upstream is None or self.upstream.can_inject:  # else in the middle of one of Triton's frames
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.write(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)))
-        self.close()
+        self.send(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)))
+        if not self.queued:
+            self.close()
+            return
+        # Triton's side is in the middle of a frame to the client: the GOAWAY goes after it (`send`), then we close
+        if self.transport is not None:
+            self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(1.0, self.close)
 
     def stalled(self, sid: int) -> None:
         """Stream `sid`'s message brought no byte for the stall timeout: drop it (`GrpcRelay.sweep`)."""
