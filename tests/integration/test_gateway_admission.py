@@ -183,7 +183,7 @@ def test_rapid_reset_ends_the_connection_and_tritonserver_stays_small(server, tm
     grown = _rss_mib(pid) - before
     print(f"tritonserver RSS {before:.0f} MiB -> +{grown:.0f} MiB")
     assert server.process.pid == pid and server.is_running()
-    assert grown < 64, f"tritonserver grew by {grown:.0f} MiB"
+    assert grown < 32, f"tritonserver grew by {grown:.0f} MiB"  # 4 MiB here; 155-297 MiB with every reset relayed
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
     try:
         assert client.is_server_live()
