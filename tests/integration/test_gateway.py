@@ -298,7 +298,6 @@ def test_http_requests_wait_out_a_server_restart(gw):
     assert len(statuses) > 10 and set(statuses) == {200}, statuses
 
 
-
 def test_triton_unreachable_is_503_and_unavailable(tmp_path):
     http_port, grpc_port = free_port(), free_port()
     gateway = GatewayProcess(
