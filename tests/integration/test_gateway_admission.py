@@ -20,20 +20,18 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.gateway.grpc_frames import (
-    DATA,
-    END_HEADERS,
-    END_STREAM,
-    ENHANCE_YOUR_CALM,
-    GOAWAY,
-    HEADERS,
-    RST_STREAM,
-    U32,
-    frame,
-)
+from mslite_triton.server.gateway.grpc_frames import DATA, END_STREAM, ENHANCE_YOUR_CALM, HEADERS, frame
 from mslite_triton.server.gateway.grpc_relay import MAX_RESETS_PER_WINDOW
 from tests.integration.test_gateway import _address, _gateway, _port, _rss_mib
-from tests.support.raw_h2 import MODEL_INFER, RawH2, goaway_code, grpc_message
+from tests.support.raw_h2 import (
+    MODEL_INFER,
+    RawH2,
+    announce,
+    goaway_code,
+    grpc_message,
+    rapid_reset,
+    stall_streams,
+)
 from tests.support.traffic import Traffic
 
 pytestmark = pytest.mark.integration
@@ -82,7 +80,7 @@ def test_http_bodies_count_as_they_arrive_and_stalled_ones_are_dropped(server, t
     gateway = _gateway(tmp_path, *_upstreams(server), max_inflight_bytes=1 << 20, body_stall_timeout_s=2.0)
     port = _port(gateway, "http-port")
     padded = _TINY + b" " * (500 << 10)  # 500 KiB: with 700 KiB held elsewhere, over the 1 MiB budget
-    announced = [_post(port, b"", length=64 << 20) for _ in range(4)]
+    announced = announce(port, 4, 64 << 20)
     stalled = None
     try:
         # 256 MiB announced and not sent hold nothing: a request whose bytes came is served
@@ -165,21 +163,10 @@ def test_rapid_reset_ends_the_connection_and_tritonserver_stays_small(server, tm
     pid = server.process.pid
     before = _rss_mib(pid)
     for _ in range(5):
-        with RawH2(port) as h2:
-            sid = 1
-            while sid < 40_000 and not h2.closed.is_set():
-                pairs = [
-                    frame(HEADERS, END_HEADERS, s, h2.header_block(MODEL_INFER)) + frame(RST_STREAM, 0, s, U32.pack(8))
-                    for s in range(sid, sid + 200, 2)
-                ]
-                if not h2.send(b"".join(pairs)):
-                    break
-                sid += 200
-            goaway = h2.wait_for(GOAWAY, timeout_s=30)
-            assert goaway is not None and goaway_code(goaway) == ENHANCE_YOUR_CALM
-            assert h2.closed.wait(30)
-            # the last stream Triton saw: the one whose reset went past the budget
-            assert int.from_bytes(goaway.payload[:4], "big") <= 2 * MAX_RESETS_PER_WINDOW + 1
+        goaway, closed = rapid_reset(port, 20_000)
+        assert goaway is not None and goaway_code(goaway) == ENHANCE_YOUR_CALM and closed
+        # the last stream Triton saw: the one whose reset went past the budget
+        assert int.from_bytes(goaway.payload[:4], "big") <= 2 * MAX_RESETS_PER_WINDOW + 1
     grown = _rss_mib(pid) - before
     print(f"tritonserver RSS {before:.0f} MiB -> +{grown:.0f} MiB")
     assert server.process.pid == pid and server.is_running()
@@ -222,14 +209,9 @@ def test_others_are_served_while_bodies_are_announced_and_streams_stall(server, 
     each; >= 95 % of other clients' predicts succeed, and the stalled ones are dropped after 10 s."""
     gateway = _gateway(tmp_path, *_upstreams(server))
     http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
-    announced = [_post(http_port, b"", length=64 << 20) for _ in range(4)]
-    attacker = RawH2(grpc_port)
+    announced = announce(http_port, 4, 64 << 20)
+    attacker, held = stall_streams(grpc_port, 33, sent=8 << 20, size=64 << 20)
     try:
-        for i in range(33):
-            sid = 2 * i + 1
-            attacker.open(sid)
-            attacker.data(sid, grpc_message(64 << 20, 8 << 20), timeout_s=5)
-        held = [sid for sid in attacker.windows if sid not in attacker.ended]
         assert len(held) >= 7, f"the attack holds only {len(held)} streams"
         with _Predicts(4, http_port, grpc_port) as traffic:
             time.sleep(5)

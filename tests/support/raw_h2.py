@@ -202,3 +202,44 @@ def goaway_code(f: Frame) -> int:
 def grpc_message(size: int, sent: int) -> bytes:
     """The first `sent` bytes of an uncompressed gRPC message announcing `size` bytes (zeros: never parsed)."""
     return (b"\0" + U32.pack(size) + bytes(max(0, sent - 5)))[:sent]
+
+
+def announce(port: int, count: int, length: int) -> list[socket.socket]:
+    """`count` HTTP connections that announce a body of `length` bytes and send none of it."""
+    head = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % length
+    conns = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(head)
+        conns.append(s)
+    return conns
+
+
+def stall_streams(port: int, streams: int, *, sent: int, size: int) -> tuple[RawH2, list[int]]:
+    """One connection opening `streams` ModelInfer calls that each send `sent` bytes of a `size`-byte message
+    and stop. Returns the connection (close it) and the calls the server had not ended once all were sent."""
+    h2 = RawH2(port)
+    for i in range(streams):
+        sid = 2 * i + 1
+        h2.open(sid)
+        h2.data(sid, grpc_message(size, sent), timeout_s=5)
+    with h2.lock:
+        return h2, [sid for sid in h2.windows if sid not in h2.ended]
+
+
+def rapid_reset(port: int, pairs: int, *, batch: int = 100) -> tuple[Frame | None, bool]:
+    """One connection sending up to `pairs` ModelInfer HEADERS each followed by its RST_STREAM, `batch` pairs a
+    write, until the peer hangs up. Returns the GOAWAY the peer sent (None if none came within 30 s) and whether
+    it closed the connection."""
+    with RawH2(port) as h2:
+        sid = 1
+        while sid < 2 * pairs and not h2.closed.is_set():
+            block = b"".join(
+                frame(HEADERS, END_HEADERS, s, h2.header_block(MODEL_INFER)) + frame(RST_STREAM, 0, s, U32.pack(8))
+                for s in range(sid, sid + 2 * batch, 2)
+            )
+            if not h2.send(block):
+                break
+            sid += 2 * batch
+        goaway = h2.wait_for(GOAWAY, timeout_s=30)
+        return goaway, h2.closed.wait(30 if goaway is not None else 0)

@@ -43,12 +43,13 @@ def test_one_connection_holds_at_most_its_share():
 def test_admission_counts_what_arrives_after_it_admitted_more():
     admission = Admission(max_inflight_per_model=10, max_inflight_bytes=1000)
     a = Account()
-    admission.check_bytes(900, a)  # a frame of 900 bytes would fit...
-    admission.count_bytes(100, a)  # ... 100 of them came so far
+    admission.take_bytes(100, a, admit=900)  # a frame of 900 bytes fits; 100 of them came so far
     assert admission.bytes == a.bytes == 100
     admission.take_bytes(800, Account())  # another connection's bytes that did come
     with pytest.raises(Overloaded):
-        admission.check_bytes(200, Account())
+        admission.take_bytes(10, Account(), admit=200)  # a frame that would not fit: nothing counted
+    admission.count_bytes(800, a)  # the rest of the first frame
+    assert admission.bytes == 1700 and a.bytes == 900
     with pytest.raises(ValueError, match="body_stall_timeout_s"):
         Admission(max_inflight_per_model=1, max_inflight_bytes=1, body_stall_timeout_s=0)
 

@@ -79,51 +79,40 @@ class Admission:
         self.stalled = 0  # bodies dropped for making no progress
         self._lock = threading.Lock()
 
-    def check_bytes(self, n: int, account: Account | None = None, *, own: int = 0) -> None:
-        """Refuse `n` more bytes of a request that already holds `own` if they would pass a bound.
+    def take_bytes(self, n: int, account: Account | None = None, *, own: int = 0, admit: int | None = None) -> None:
+        """Count `n` request bytes that arrived, for a request that already holds `own`.
 
-        A request alone (nothing else in flight, on its connection or at all) always fits: the size cap
-        bounds it.
+        Refused if `admit` bytes (default `n`: a gRPC frame is admitted whole, and counted as it comes) would
+        pass a bound; a request alone (nothing else in flight, on its connection or at all) always fits: the
+        size cap bounds it.
 
         Raises:
-            Overloaded: they would pass the bound of all connections, or of `account`'s.
+            Overloaded: they would pass the bound of all connections, or of `account`'s (nothing is counted).
         """
+        size = n if admit is None else admit
         with self._lock:
-            self._check(n, account, own)
+            if self.bytes + size > self.max_bytes and self.bytes > own:
+                self.denied += 1
+                raise Overloaded(
+                    f"{SERVICE_DENY}: the server is busy: requests in flight hold {self.bytes >> 20} MiB, and this "
+                    f"one would pass its limit of {self.max_bytes >> 20} MiB; retry later"
+                )
+            if account is not None and account.bytes + size > self.max_connection_bytes and account.bytes > own:
+                self.denied += 1
+                raise Overloaded(
+                    f"{SERVICE_DENY}: this connection's requests in flight hold {account.bytes >> 20} MiB, and this "
+                    f"one would pass the limit of {self.max_connection_bytes >> 20} MiB per connection; retry later"
+                )
+            self.bytes += n
+            if account is not None:
+                account.bytes += n
 
     def count_bytes(self, n: int, account: Account | None = None) -> None:
-        """Count `n` request bytes that arrived (admitted before by `check_bytes`)."""
+        """Count `n` more bytes of a frame `take_bytes` admitted whole, as they arrive."""
         with self._lock:
-            self._count(n, account)
-
-    def take_bytes(self, n: int, account: Account | None = None, *, own: int = 0) -> None:
-        """`check_bytes` and `count_bytes` at once, for bytes that have arrived.
-
-        Raises:
-            Overloaded: they would pass a bound (nothing is counted then).
-        """
-        with self._lock:
-            self._check(n, account, own)
-            self._count(n, account)
-
-    def _check(self, n: int, account: Account | None, own: int) -> None:
-        if self.bytes + n > self.max_bytes and self.bytes > own:
-            self.denied += 1
-            raise Overloaded(
-                f"{SERVICE_DENY}: the server is busy: requests in flight hold {self.bytes >> 20} MiB, and this "
-                f"one would pass its limit of {self.max_bytes >> 20} MiB; retry later"
-            )
-        if account is not None and account.bytes + n > self.max_connection_bytes and account.bytes > own:
-            self.denied += 1
-            raise Overloaded(
-                f"{SERVICE_DENY}: this connection's requests in flight hold {account.bytes >> 20} MiB, and this "
-                f"one would pass the limit of {self.max_connection_bytes >> 20} MiB per connection; retry later"
-            )
-
-    def _count(self, n: int, account: Account | None) -> None:
-        self.bytes += n
-        if account is not None:
-            account.bytes += n
+            self.bytes += n
+            if account is not None:
+                account.bytes += n
 
     def give_bytes(self, n: int, account: Account | None = None) -> None:
         """Stop counting `n` request bytes (the request was answered or dropped)."""

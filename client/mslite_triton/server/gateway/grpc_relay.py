@@ -312,15 +312,13 @@ class _ClientSide(asyncio.Protocol):
             stream = self.streams.get(sid)
             if stream is None or stream.done:
                 return PASS
-            admission = self.relay.admission
+            arrived = min(length, self.frames.avail)  # only what came: the rest is counted as it comes
             try:
-                admission.check_bytes(length, self.account, own=stream.charged)
+                self.relay.admission.take_bytes(arrived, self.account, own=stream.charged, admit=length)
             except Overloaded as e:
                 self._credit(length)
                 self.refuse(sid, UNAVAILABLE, e.message)
                 return DROP
-            arrived = min(length, self.frames.avail)  # only what came: the rest is counted as it comes
-            admission.count_bytes(arrived, self.account)
             stream.charged += arrived
             stream.moved = self.relay.tick
             if arrived < length:
@@ -333,7 +331,8 @@ class _ClientSide(asyncio.Protocol):
         if kind == HEADERS or kind == CONTINUATION:
             if kind == HEADERS:
                 self.open.add(sid)
-                self.last_sid = max(self.last_sid, sid)
+                if sid > self.last_sid:
+                    self.last_sid = sid
             return COLLECT
         if kind == RST_STREAM:
             if sid not in self.open:

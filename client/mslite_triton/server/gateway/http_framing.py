@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 import urllib.parse
 import zlib
 from collections.abc import Awaitable, Callable
@@ -181,9 +182,7 @@ async def read_body(
         if coding is not None:
             req.body = await body.chunked(cap)
         elif size:
-            parts: list[bytes] = []
-            await body.take(size, parts.append)
-            req.body = parts[0] if len(parts) == 1 else b"".join(parts)
+            req.body = await body.exactly(size)
     except asyncio.IncompleteReadError:  # within a chunked body's framing
         raise HttpError(400, "the body ended before its last chunk", close=True) from None
     except asyncio.LimitOverrunError:
@@ -201,12 +200,11 @@ class _Body:
         self.admission = admission
         self.account = account
         self.t = t
-        self.loop = asyncio.get_running_loop()
-        self.deadline = self.loop.time() + t
+        self.deadline = time.monotonic() + t
 
     async def wait(self, awaitable: Awaitable[T]) -> T:
         """The next bytes of the body; HttpError 408 when they do not come in time."""
-        left = self.deadline - self.loop.time()
+        left = self.deadline - time.monotonic()
         stall_s = self.admission.stall_s
         try:
             return await within(awaitable, min(left, stall_s))
@@ -226,13 +224,25 @@ class _Body:
             raise HttpError(503, e.message, linger=True) from None
         self.req.charged += n
 
-    async def take(self, n: int, sink: Callable[[bytes], object]) -> None:
+    async def exactly(self, n: int) -> bytes:
+        """`n` bytes of body, each piece counted as it arrives."""
+        first = await self.wait(self.reader.read(n))
+        self.charge(len(first))
+        if len(first) == n:  # a small body comes in one piece
+            return first
+        if not first:
+            raise HttpError(400, f"the body ended after 0 of its {n} bytes", close=True)
+        parts = [first]
+        await self.take(n - len(first), parts.append, before=len(first))
+        return b"".join(parts)
+
+    async def take(self, n: int, sink: Callable[[bytes], object], *, before: int = 0) -> None:
         """`n` bytes of body handed to `sink` as they arrive, each piece counted first."""
         got = 0
         while got < n:
             piece = await self.wait(self.reader.read(n - got))
             if not piece:
-                raise HttpError(400, f"the body ended after {got} of its {n} bytes", close=True)
+                raise HttpError(400, f"the body ended after {before + got} of its {before + n} bytes", close=True)
             self.charge(len(piece))
             sink(piece)
             got += len(piece)
