@@ -559,7 +559,6 @@ class _ClientSide(asyncio.Protocol):
         """Answer stream `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""
         self.relay.refused += 1
         self.finish(sid)
-        self.open.discard(sid)
         self.refused_ids.add(sid)
         if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
             self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}

@@ -175,14 +175,13 @@ async def read_body(
     size = int(length) if length is not None else 0
     if size > cap:
         raise HttpError(413, f"request body of {size} bytes is over this server's limit of {cap} bytes", linger=True)
-    if (coding is not None or size) and (req.header(b"expect") or b"").lower() == b"100-continue":
+    if coding is None and not size:
+        return
+    if (req.header(b"expect") or b"").lower() == b"100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     body = _Body(req, reader, admission, account, t)
     try:
-        if coding is not None:
-            req.body = await body.chunked(cap)
-        elif size:
-            req.body = await body.exactly(size)
+        req.body = await (body.chunked(cap) if coding is not None else body.exactly(size))
     except asyncio.IncompleteReadError:  # within a chunked body's framing
         raise HttpError(400, "the body ended before its last chunk", close=True) from None
     except asyncio.LimitOverrunError:
