@@ -335,7 +335,7 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: int) -> GatewayProcess:
+def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: float) -> GatewayProcess:
     gateway = GatewayProcess(
         host="127.0.0.1",
         http_port=free_port(),
