@@ -1,4 +1,4 @@
-"""A raw HTTP/2 client connection for the gateway's abuse tests: frames written exactly as asked.
+"""A raw HTTP/2 client connection for the gateway's abuse tests and benchmark: frames written exactly as asked.
 
 grpcio cannot stop a message half-way or reset a call the instant it opens it; this can. It keeps the
 peer's flow-control windows (so what it sends is legal HTTP/2 and only stalls where a test wants it to),
@@ -152,7 +152,10 @@ class RawH2:
         buf = b""
         try:
             while True:
-                chunk = self.sock.recv(1 << 16)
+                try:
+                    chunk = self.sock.recv(1 << 16)
+                except TimeoutError:  # a quiet peer is not a closed one (the timeout bounds the writes)
+                    continue
                 if not chunk:
                     break
                 buf += chunk
