@@ -73,9 +73,11 @@ class RawH2:
     def close(self) -> None:
         """Close the socket and stop the reader."""
         try:
-            self.sock.close()
-        finally:
-            self._reader.join(timeout=10)
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv, which a close alone would not
+        except OSError:
+            pass  # the peer closed it first
+        self.sock.close()
+        self._reader.join(timeout=10)
 
     def send(self, data: bytes) -> bool:
         """Write bytes; False once the peer has closed the connection."""
