@@ -147,3 +147,27 @@ def test_a_data_frame_counts_only_the_bytes_that_came():
     assert admission.bytes == 16384
     client._feed(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the client gives up: what the stream held is given back
     assert admission.bytes == client.account.bytes == 0
+
+
+def test_the_stall_timeout_and_the_share_are_settings_down_to_the_gateway_process(tmp_path):
+    from mslite_triton.server.cli import build_parser
+    from mslite_triton.server.gateway.process import GatewayProcess
+
+    args = build_parser().parse_args(
+        ["serve", "--body-stall-timeout-s", "2.5", "--max-inflight-mib-per-connection", "16"]
+    )
+    assert args.body_stall_timeout_s == 2.5 and args.max_inflight_mib_per_connection == 16
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--body-stall-timeout-s", "0"])
+    gateway = GatewayProcess(
+        host="127.0.0.1",
+        http_port=1,
+        grpc_port=2,
+        upstream_http="127.0.0.1:3",
+        upstream_grpc="127.0.0.1:4",
+        max_inflight_bytes_per_connection=16 << 20,
+        body_stall_timeout_s=2.5,
+        log_path=tmp_path / "gateway.log",
+    )
+    assert "--body-stall-timeout-s=2.5" in gateway.args
+    assert f"--max-inflight-bytes-per-connection={16 << 20}" in gateway.args
