@@ -336,7 +336,7 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: int) -> GatewayProcess:
+def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: float) -> GatewayProcess:
     gateway = GatewayProcess(
         host="127.0.0.1",
         http_port=free_port(),
@@ -396,9 +396,10 @@ def test_admission_control_refuses_with_service_deny(gw, tmp_path):
         # what a client of the library sees: ServiceDenyError, not retried as a server outage
         mapped = classify(InferenceServerException(error.details(), "StatusCode.UNAVAILABLE"), "grpc://x")
         assert isinstance(mapped, ServiceDenyError), mapped
-        # 900 KiB announced and not sent: counted in flight from its headers on, across connections
+        # 900 KiB of a body that came (the rest not sent): counted in flight as they arrive, across connections
         held.append(socket.create_connection(("127.0.0.1", http_port), timeout=30))
-        held[-1].sendall(b"POST /v2/models/other/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (900 << 10))
+        head = b"POST /v2/models/other/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1000 << 10)
+        held[-1].sendall(head + b"x" * (900 << 10))
         big = b"POST /v2/models/another/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (200 << 10)
         assert b"MiB" in deny_seen(big + b"x" * (200 << 10))
         error = grpc_refusal("another", 51200)  # 200 KiB over gRPC: the same bytes budget

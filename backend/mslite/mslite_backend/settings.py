@@ -63,6 +63,10 @@ MODEL_MAX_REQUEST_BYTES = 256 << 20
 # -- the gateway's defaults, shared by `serve`'s options, the launcher's handle and the gateway process ----------
 GATEWAY_MAX_INFLIGHT_PER_MODEL = 1000  # as MindSpore Lite's task queue, and the runner's bound
 GATEWAY_MAX_INFLIGHT_BYTES = 256 << 20
+# One client connection's share: gRPC multiplexes many calls on one connection, so without it a single
+# connection could hold the whole budget with a few dozen stalled calls.
+GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION = 64 << 20
+GATEWAY_BODY_STALL_TIMEOUT_S = 10.0  # a request body or gRPC message with no new byte for this long is dropped
 GATEWAY_GRACE_S = 30.0  # how long requests in progress may finish when the gateway is stopped
 GATEWAY_UPSTREAM_RETRY_S = 15.0  # how long a request is offered again to a Triton that is coming back
 

@@ -10,7 +10,9 @@ import threading
 from pathlib import Path
 
 from mslite_backend.settings import (
+    GATEWAY_BODY_STALL_TIMEOUT_S,
     GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
 )
@@ -35,6 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_mib << 20,
         max_inflight_per_model=args.max_inflight_per_model,
         max_inflight_bytes=args.max_inflight_mib << 20,
+        max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
+        body_stall_timeout_s=args.body_stall_timeout_s,
     )
     stop = threading.Event()
     received: list[str] = []
@@ -93,6 +97,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return value
 
 
@@ -170,6 +181,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=GATEWAY_MAX_INFLIGHT_BYTES >> 20,
         help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
         "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-mib-per-connection",
+        type=_positive,
+        default=GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION >> 20,
+        help="gateway admission control: the same bytes, for one client connection (a gRPC connection carries "
+        "many calls); one request alone always fits; beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-stall-timeout-s",
+        type=_positive_float,
+        default=GATEWAY_BODY_STALL_TIMEOUT_S,
+        help="gateway: a request body (HTTP) or message (gRPC) that brings no new byte for this long is dropped, "
+        "with 408 / DEADLINE_EXCEEDED, and what it held is given back (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
     tune.add_command(sub)

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mslite_backend.settings import (
+    GATEWAY_BODY_STALL_TIMEOUT_S,
     GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
 )
@@ -40,6 +42,9 @@ class ServerConfig:
     # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
     max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL
     max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES
+    max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION
+    # A body or gRPC message that brings no new byte for this long is dropped, and its bytes given back.
+    body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S
     extra_args: tuple[str, ...] = field(default=())
 
 

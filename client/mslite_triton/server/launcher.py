@@ -175,6 +175,8 @@ class EmbeddedServer:
             max_request_bytes=cfg.max_request_bytes,
             max_inflight_per_model=cfg.max_inflight_per_model,
             max_inflight_bytes=cfg.max_inflight_bytes,
+            max_inflight_bytes_per_connection=cfg.max_inflight_bytes_per_connection,
+            body_stall_timeout_s=cfg.body_stall_timeout_s,
             grace_s=cfg.exit_timeout_s,
             admin_key=self.admin_key,
             log_path=self.workspace / "gateway.log",

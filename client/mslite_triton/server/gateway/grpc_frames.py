@@ -17,9 +17,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTINGS_HEADER_TABLE_SIZE = 0x1
-CANCEL, NO_ERROR = 0x8, 0x0
+CANCEL, NO_ERROR, ENHANCE_YOUR_CALM = 0x8, 0x0, 0xB
 # gRPC status codes
-INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 8, 12, 14, 13
+INVALID_ARGUMENT, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 4, 8, 12, 14, 13
 NOT_FOUND, PERMISSION_DENIED = 5, 7
 _CODE_OF_STATUS = {403: PERMISSION_DENIED, 404: NOT_FOUND, 413: RESOURCE_EXHAUSTED}
 
@@ -118,14 +118,15 @@ class Frames:
     """Splits one direction's bytes into frames without copying them.
 
     Each frame header is handed to `on_header`, which says what to do with the frame (PASS, TAP, COLLECT,
-    DROP; for TAP it sets `tap`, the list the frame's pieces are appended to). A collected frame is handed to
-    `on_frame` when whole, as the list of pieces it arrived in. Pieces to forward are appended to `out`, in
-    order: frames passed on one after another go as one view of the bytes read (one piece to write, not two
-    per frame). `at_boundary` is True between frames, the only place where frames of our own may be written
-    into this direction; `on_header` does that with `inject` (before the frame it is called for).
+    DROP; for TAP it sets `tap`, the list the frame's pieces are appended to); while it runs, `avail` is how
+    many bytes of the frame's payload came with this read. A collected frame is handed to `on_frame` when
+    whole, as the list of pieces it arrived in. Pieces to forward are appended to `out`, in order: frames
+    passed on one after another go as one view of the bytes read (one piece to write, not two per frame).
+    `at_boundary` is True between frames, the only place where frames of our own may be written into this
+    direction; `on_header` does that with `inject` (before the frame it is called for).
     """
 
-    __slots__ = ("head", "left", "mode", "parts", "header", "raw", "out", "tap", "_view", "_run", "_at")
+    __slots__ = ("head", "left", "mode", "parts", "header", "raw", "out", "tap", "avail", "_view", "_run", "_at")
 
     def __init__(self) -> None:
         self.head = bytearray()
@@ -136,6 +137,7 @@ class Frames:
         self.raw = b""
         self.out: list[Any] = []
         self.tap: list[Any] = []
+        self.avail = 0
         self._view = memoryview(b"")
         self._run = -1  # where the bytes still to forward as one view begin in `_view` (-1: none)
         self._at = 0  # where the frame being handed to on_header begins in `_view`
@@ -187,6 +189,7 @@ class Frames:
                 length = high << 8 | low
                 sid &= 0x7FFFFFFF
                 self._at = start if start >= 0 else i
+                self.avail = n - i
                 mode = self.mode = on_header(length, kind, flags, sid)
                 if mode == PASS or mode == TAP:
                     if start < 0:

@@ -15,20 +15,28 @@ reset at Triton (which never saw a whole message, so never ran it) and the clien
 trailers-only answer. The client's side is `_ClientSide`, Triton's is `grpc_upstream.UpstreamSide`,
 the frame codec `grpc_frames` and the checked streams `grpc_streams`.
 
-Admission control: the message's declared size is counted in flight from its first five bytes on (over
-the size cap: RESOURCE_EXHAUSTED at once), and an inference request counts for its model from its check
-until Triton's trailers; beyond either bound the answer is UNAVAILABLE kLiteServiceDeny.
+Admission control: a checked stream's DATA is admitted frame by frame (a frame that would pass a bound,
+of all connections or of this one's, is refused with UNAVAILABLE kLiteServiceDeny) and counted as its bytes
+arrive; an inference request counts for its model from its check until Triton's trailers. A message over
+the size cap is RESOURCE_EXHAUSTED from its first five bytes on. A message that brings no new byte for the
+stall timeout is dropped (DEADLINE_EXCEEDED; `GrpcRelay.sweep`).
+
+Resets: a client's RST_STREAM goes to Triton only for a stream Triton has open; more than
+`MAX_RESETS_PER_WINDOW` of those within `RESET_WINDOW_S` on one connection (HTTP/2 "rapid reset": streams
+opened and cancelled at once cost Triton per stream, and Triton 2.51 kept growing) end the connection with
+GOAWAY ENHANCE_YOUR_CALM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import hpack
 
-from mslite_triton.server.gateway.admission import Admission, Overloaded
+from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
 from mslite_triton.server.gateway.grpc_checks import (
     SERVICE,
     VERSIONED,
@@ -46,9 +54,11 @@ from mslite_triton.server.gateway.grpc_frames import (
     COLLECT,
     CONTINUATION,
     DATA,
+    DEADLINE_EXCEEDED,
     DROP,
     END_HEADERS,
     END_STREAM,
+    ENHANCE_YOUR_CALM,
     GOAWAY,
     HEADERS,
     INVALID_ARGUMENT,
@@ -90,6 +100,13 @@ _STAGED_MAX_BYTES = 1 << 20
 # one per read (each is a write here and a wakeup in the client). What is held back stays far below
 # Triton's 4 MiB windows, so the client never waits for it.
 _CREDIT_BATCH_BYTES = 256 << 10
+# Client resets of streams Triton has open, per connection and window. A client cancels a call when its
+# deadline passes or its user gives up: a few a second. Rapid reset sends hundreds of thousands, and what
+# tritonserver keeps per cancelled call grows with how many one connection cancels at once (measured: 10
+# connections cutting 1,000 each grew it by 104 MiB, cutting 200 each by 12 MiB).
+MAX_RESETS_PER_WINDOW = 200
+RESET_WINDOW_S = 10.0
+_STALL_TICKS = 5  # the stall timeout, in ticks of the sweep: a stream is dropped within 1.2 times the timeout
 
 
 class GrpcRelay:
@@ -126,10 +143,31 @@ class GrpcRelay:
         self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
         # calls whose message may be sent on changed (`model_control`): held until whole, then rewritten
         self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
+        self.tick = 0  # counts sweeps: when a stream's message last moved, in ticks (cheaper than a clock per frame)
+        self.sweeper: asyncio.TimerHandle | None = None
+        self.calmed = 0  # connections ended for too many resets
 
     def factory(self) -> asyncio.Protocol:
         """A protocol instance for one accepted client connection."""
         return _ClientSide(self)
+
+    def watch(self) -> None:
+        """Start the sweep (once, with the first connection)."""
+        if self.sweeper is None:
+            loop = asyncio.get_running_loop()
+            self.sweeper = loop.call_later(self.admission.stall_s / _STALL_TICKS, self.sweep)
+
+    def sweep(self) -> None:
+        """One tick: the checked streams whose message brought no byte for the stall timeout are dropped."""
+        self.tick += 1
+        for conn in list(self.connections):
+            stalled = [sid for sid, s in conn.streams.items() if not s.done and self.tick - s.moved > _STALL_TICKS]
+            for sid in stalled:
+                if sid in conn.streams:  # not closed with the connection by the one before
+                    conn.stalled(sid)
+        if not self.closing:
+            loop = asyncio.get_running_loop()
+            self.sweeper = loop.call_later(self.admission.stall_s / _STALL_TICKS, self.sweep)
 
     def inflight(self) -> int:
         """Checked streams not answered yet, over all connections."""
@@ -138,6 +176,8 @@ class GrpcRelay:
     async def drain_and_close(self, grace_s: float) -> None:
         """Wait up to `grace_s` for checked streams in progress, then close every connection."""
         self.closing = True
+        if self.sweeper is not None:
+            self.sweeper.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         while self.inflight() and loop.time() < deadline:
@@ -168,11 +208,20 @@ class _ClientSide(asyncio.Protocol):
         self.credit = 0  # window to give the client back for DATA Triton never saw (connection, streams)
         self.stream_credit: dict[int, int] = {}
         self.debt = 0  # DATA bytes we sent Triton in place of the client's: Triton gives their window back
+        self.account = Account()  # request bytes this connection has in flight
+        self.owed = 0  # bytes of the checked DATA frame being read still to arrive (counted as they do)
+        self.owed_to: tuple[int, Stream] | None = None
+        self.open: set[int] = set()  # streams forwarded to Triton and not ended there
+        self.last_sid = 0
+        self.resets = 0  # client resets of open streams in the window that began at `resets_since`
+        self.resets_since = 0.0
+        self.cut = False  # ended for too many resets: the rest of what it sent is dropped
 
     # -- connection --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.relay.connections.add(self)
+        self.relay.watch()
         asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -240,6 +289,8 @@ class _ClientSide(asyncio.Protocol):
         self._feed(data)
 
     def _feed(self, data: bytes) -> None:
+        if self.owed:
+            self._arrived(len(data))
         if self.preface:
             take = min(self.preface, len(data))
             done = len(PREFACE) - self.preface
@@ -264,6 +315,8 @@ class _ClientSide(asyncio.Protocol):
                     write(self.upstream.transport, out)
 
     def _on_header(self, length: int, kind: int, flags: int, sid: int) -> int:
+        if self.cut:
+            return DROP
         if self.to_upstream and not self.in_block:  # a frame boundary: our resets reach Triton as early as they can
             self.frames.inject(self.to_upstream)
             self.to_upstream = []
@@ -281,23 +334,92 @@ class _ClientSide(asyncio.Protocol):
             stream = self.streams.get(sid)
             if stream is None or stream.done:
                 return PASS
+            arrived = min(length, self.frames.avail)  # only what came: the rest is counted as it comes
             try:
-                self.relay.admission.take_bytes(length)
+                self.relay.admission.take_bytes(arrived, self.account, own=stream.charged, admit=length)
             except Overloaded as e:
                 self._credit(length)
                 self.refuse(sid, UNAVAILABLE, e.message)
                 return DROP
-            stream.charged += length
+            stream.charged += arrived
+            stream.moved = self.relay.tick
+            if arrived < length:
+                self.owed, self.owed_to = length - arrived, (sid, stream)
             if not stream.held and not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
                 stream.got += length  # all message bytes, and not the last: they go on as they arrive
                 self.frames.tap = stream.parts
                 return TAP
             return COLLECT  # held until whole: it may complete the message (or end the stream early)
         if kind == HEADERS or kind == CONTINUATION:
+            if kind == HEADERS:
+                self.open.add(sid)
+                if sid > self.last_sid:
+                    self.last_sid = sid
             return COLLECT
         if kind == RST_STREAM:
+            if sid not in self.open:
+                return DROP  # never forwarded, refused by us (and reset at Triton then), or ended there
             self.finish(sid)
+            if self._too_many_resets():
+                self._calm()
+                return DROP
         return PASS
+
+    def _arrived(self, n: int) -> None:
+        """`n` bytes were read while a checked DATA frame was owed bytes: count those of them that are its."""
+        take = min(self.owed, n)
+        self.owed -= take
+        assert self.owed_to is not None
+        sid, stream = self.owed_to
+        if self.streams.get(sid) is stream:  # not finished meanwhile (it gave back what it held then)
+            self.relay.admission.count_bytes(take, self.account)
+            stream.charged += take
+            stream.moved = self.relay.tick
+        if not self.owed:
+            self.owed_to = None
+
+    def _too_many_resets(self) -> bool:
+        now = time.monotonic()
+        if now - self.resets_since > RESET_WINDOW_S:
+            self.resets, self.resets_since = 0, now
+        self.resets += 1
+        return self.resets > MAX_RESETS_PER_WINDOW
+
+    def _calm(self) -> None:
+        """Too many resets: GOAWAY ENHANCE_YOUR_CALM to the client, and both sides closed."""
+        self.cut = True
+        self.relay.calmed += 1
+        log.warning(
+            "a gRPC client reset more than %d streams within %.0f s: its connection is closed",
+            MAX_RESETS_PER_WINDOW,
+            RESET_WINDOW_S,
+        )
+        self.send(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)))
+        if not self.queued:
+            self.close()
+            return
+        # Triton's side is in the middle of a frame to the client: the GOAWAY goes after it (`send`), then we close
+        if self.transport is not None:
+            self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(1.0, self.close)
+
+    def stalled(self, sid: int) -> None:
+        """Stream `sid`'s message brought no byte for the stall timeout: drop it (`GrpcRelay.sweep`)."""
+        admission = self.relay.admission
+        admission.stalled += 1
+        if not self.frames.at_boundary or self.in_block:
+            # The client stopped inside a frame: nothing else can reach Triton on this connection (and no
+            # reset of ours can go in between), so the connection goes.
+            log.warning("a gRPC client stopped in the middle of a frame for %.0f s: closed", admission.stall_s)
+            self.close()
+            return
+        self.refuse(
+            sid, DEADLINE_EXCEEDED, f"the request message stopped: no byte of it arrived for {admission.stall_s:g} s"
+        )
+        if self.to_upstream and self.upstream is not None and self.upstream.transport is not None:
+            out, self.to_upstream = self.to_upstream, []
+            if not self.upstream.transport.is_closing():
+                write(self.upstream.transport, out)
 
     def _credit(self, length: int, sid: int = 0) -> None:
         """Triton never sees this DATA, so never gives its window back: we do, in batches (`_give_credit`)."""
@@ -383,9 +505,10 @@ class _ClientSide(asyncio.Protocol):
                 stageable=path == self.relay.infer_path,
                 keyed=keyed,
                 answered=answered,
+                moved=self.relay.tick,
             )
         elif path in self.relay.rewrites:
-            self.streams[sid] = Stream(_no_check, encoding, rewrite=self.relay.rewrites[path])
+            self.streams[sid] = Stream(_no_check, encoding, rewrite=self.relay.rewrites[path], moved=self.relay.tick)
         elif path in self.relay.streaming:
             self.refuse(
                 sid,
@@ -494,6 +617,7 @@ class _ClientSide(asyncio.Protocol):
 
     def finish(self, sid: int, *, answered: bool = False) -> None:
         """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
+        self.open.discard(sid)
         stream = self.streams.pop(sid, None)
         if stream is None:
             return
@@ -505,7 +629,7 @@ class _ClientSide(asyncio.Protocol):
         if answered and stream.answered is not None:
             stream.answered()
         if stream.charged:
-            self.relay.admission.give_bytes(stream.charged)
+            self.relay.admission.give_bytes(stream.charged, self.account)
         if stream.model is not None:
             self.relay.admission.leave(stream.model)
 

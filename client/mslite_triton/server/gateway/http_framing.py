@@ -16,17 +16,20 @@ import asyncio
 import json
 import logging
 import re
+import time
 import urllib.parse
 import zlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Admission, Overloaded
+from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Account, Admission, Overloaded
 from mslite_triton.server.gateway.deadlines import within
 from mslite_triton.server.gateway.kserve_json import check_infer_request
 from mslite_triton.server.gateway.rules import Refusal, check_http_version, check_own_region, inflate_bounded
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_HEAD_BYTES = 64 << 10
 MAX_TARGET_BYTES = 8 << 10
@@ -152,17 +155,24 @@ def parse_head(head: bytes) -> Request:
 
 
 async def read_body(
-    req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cap: int, t: float, admission: Admission
+    req: Request,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    cap: int,
+    t: float,
+    admission: Admission,
+    account: Account | None = None,
 ) -> None:
     """Read the body into `req.body`: Content-Length or chunked, at most `cap` bytes (413 before reading more).
 
-    The bytes are counted by `admission` as they are accepted (`req.charged`; the caller gives them back once
-    the request is answered): a Content-Length body whole before it is read, a chunked one chunk by chunk with
-    CHUNK_OVERHEAD_BYTES per chunk.
+    The bytes are counted by `admission` as they arrive (`req.charged`, on `account`, the connection's; the
+    caller gives them back once the request is answered), a chunked body's every chunk CHUNK_OVERHEAD_BYTES
+    more: a body announced and not sent holds nothing.
 
     Raises:
         HttpError: a framing error (400), a body over the cap (413), the in-flight bytes full (503
-            kLiteServiceDeny), or a body that does not arrive in `t` seconds (408).
+            kLiteServiceDeny), a body that does not arrive in `t` seconds, or that brings no new byte for
+            `admission.stall_s` (408).
     """
     length, coding = req.header(b"content-length"), req.header(b"transfer-encoding")
     if coding is not None and length is not None:
@@ -174,58 +184,106 @@ async def read_body(
     size = int(length) if length is not None else 0
     if size > cap:
         raise HttpError(413, f"request body of {size} bytes is over this server's limit of {cap} bytes", linger=True)
-    if size:
-        _charge(req, admission, size)
-    if (coding is not None or size) and (req.header(b"expect") or b"").lower() == b"100-continue":
+    if coding is None and not size:
+        return
+    if (req.header(b"expect") or b"").lower() == b"100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    body = _Body(req, reader, admission, account, t)
     try:
-        if coding is not None:
-            req.body = await asyncio.wait_for(_read_chunked(req, reader, cap, admission), t)
-        elif size:
-            req.body = await within(reader.readexactly(size), t)
-    except asyncio.IncompleteReadError as e:
-        raise HttpError(400, f"the body ended after {len(e.partial)} of its {size} bytes", close=True) from None
+        req.body = await (body.chunked(cap) if coding is not None else body.exactly(size))
+    except asyncio.IncompleteReadError:  # within a chunked body's framing
+        raise HttpError(400, "the body ended before its last chunk", close=True) from None
     except asyncio.LimitOverrunError:
         raise HttpError(400, "malformed chunked body: a chunk-size line is too long", close=True) from None
-    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
-        raise HttpError(408, f"the request body did not arrive within {t:.0f} s", close=True) from None
 
 
-def _charge(req: Request, admission: Admission, n: int) -> None:
-    try:
-        admission.take_bytes(n)
-    except Overloaded as e:
-        raise HttpError(503, e.message, linger=True) from None
-    req.charged += n
+class _Body:
+    """One request body being read: each wait bounded by the body's deadline and by the stall timeout."""
 
+    def __init__(
+        self, req: Request, reader: asyncio.StreamReader, admission: Admission, account: Account | None, t: float
+    ) -> None:
+        self.req = req
+        self.reader = reader
+        self.admission = admission
+        self.account = account
+        self.t = t
+        self.deadline = time.monotonic() + t
 
-async def _read_chunked(req: Request, reader: asyncio.StreamReader, cap: int, admission: Admission) -> bytes:
-    # One growing buffer: a list of chunks would cost ~40 bytes of object per chunk (2.3 GB for 32 MiB
-    # sent as 2-byte chunks).
-    body = bytearray()
-    cost = 0
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        size_text = line[:-2].split(b";", 1)[0].strip()
-        if not size_text or len(size_text) > 16 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
-            raise HttpError(400, "malformed chunked body: bad chunk size", close=True)
-        size = int(size_text, 16)
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers: read and dropped
-                pass
-            return bytes(body)
-        cost += size + CHUNK_OVERHEAD_BYTES
-        if cost > cap:
+    async def wait(self, awaitable: Awaitable[T]) -> T:
+        """The next bytes of the body; HttpError 408 when they do not come in time."""
+        left = self.deadline - time.monotonic()
+        stall_s = self.admission.stall_s
+        try:
+            return await within(awaitable, min(left, stall_s))
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+            if left <= stall_s:
+                raise HttpError(408, f"the request body did not arrive within {self.t:.0f} s", close=True) from None
+            self.admission.stalled += 1
             raise HttpError(
-                413,
-                f"request body over this server's limit of {cap} bytes (a chunked body's every chunk counts "
-                f"{CHUNK_OVERHEAD_BYTES} bytes more: send fewer, larger chunks)",
-                linger=True,
-            )
-        _charge(req, admission, size + CHUNK_OVERHEAD_BYTES)
-        body += await reader.readexactly(size)
-        if await reader.readexactly(2) != b"\r\n":
-            raise HttpError(400, "malformed chunked body: a chunk does not end with CRLF", close=True)
+                408, f"the request body stopped: no byte of it arrived for {stall_s:g} s", close=True
+            ) from None
+
+    def charge(self, n: int) -> None:
+        """Count `n` bytes that arrived (503 kLiteServiceDeny beyond a bound)."""
+        try:
+            self.admission.take_bytes(n, self.account, own=self.req.charged)
+        except Overloaded as e:
+            raise HttpError(503, e.message, linger=True) from None
+        self.req.charged += n
+
+    async def exactly(self, n: int) -> bytes:
+        """`n` bytes of body, each piece counted as it arrives."""
+        first = await self.wait(self.reader.read(n))
+        self.charge(len(first))
+        if len(first) == n:  # a small body comes in one piece
+            return first
+        if not first:
+            raise HttpError(400, f"the body ended after 0 of its {n} bytes", close=True)
+        parts = [first]
+        await self.take(n - len(first), parts.append, before=len(first))
+        return b"".join(parts)
+
+    async def take(self, n: int, sink: Callable[[bytes], object], *, before: int = 0) -> None:
+        """`n` bytes of body handed to `sink` as they arrive, each piece counted first."""
+        got = 0
+        while got < n:
+            piece = await self.wait(self.reader.read(n - got))
+            if not piece:
+                raise HttpError(400, f"the body ended after {before + got} of its {before + n} bytes", close=True)
+            self.charge(len(piece))
+            sink(piece)
+            got += len(piece)
+
+    async def chunked(self, cap: int) -> bytes:
+        """A chunked body, decoded."""
+        # One growing buffer: a list of chunks would cost ~40 bytes of object per chunk (2.3 GB for 32 MiB
+        # sent as 2-byte chunks).
+        body = bytearray()
+        cost = 0
+        reader = self.reader
+        while True:
+            line = await self.wait(reader.readuntil(b"\r\n"))
+            size_text = line[:-2].split(b";", 1)[0].strip()
+            if not size_text or len(size_text) > 16 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+                raise HttpError(400, "malformed chunked body: bad chunk size", close=True)
+            size = int(size_text, 16)
+            if size == 0:
+                while (await self.wait(reader.readuntil(b"\r\n"))) != b"\r\n":  # trailers: read and dropped
+                    pass
+                return bytes(body)
+            cost += size + CHUNK_OVERHEAD_BYTES
+            if cost > cap:
+                raise HttpError(
+                    413,
+                    f"request body over this server's limit of {cap} bytes (a chunked body's every chunk counts "
+                    f"{CHUNK_OVERHEAD_BYTES} bytes more: send fewer, larger chunks)",
+                    linger=True,
+                )
+            self.charge(CHUNK_OVERHEAD_BYTES)
+            await self.take(size, body.extend)
+            if await self.wait(reader.readexactly(2)) != b"\r\n":
+                raise HttpError(400, "malformed chunked body: a chunk does not end with CRLF", close=True)
 
 
 def check_infer(

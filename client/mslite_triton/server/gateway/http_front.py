@@ -18,7 +18,7 @@ from typing import Any
 from mslite_backend.settings import GATEWAY_UPSTREAM_RETRY_S
 from mslite_triton._admin_key import HEADER as ADMIN_HEADER
 from mslite_triton._error_table import scrub_json_error
-from mslite_triton.server.gateway.admission import Admission, Overloaded
+from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
 from mslite_triton.server.gateway.deadlines import within
 from mslite_triton.server.gateway.http_framing import (
     GENERATE_ROUTE,
@@ -216,6 +216,7 @@ class HttpFront:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection until it closes, errs, idles out, or the gateway stops."""
         self._writers.add(writer)
+        account = Account()  # the bytes this connection's request holds (one at a time: HTTP/1.1)
         try:
             while not self.closing:
                 req = None
@@ -224,18 +225,18 @@ class HttpFront:
                     if head is None:
                         return
                     req = parse_head(head)
-                    await read_body(req, reader, writer, self.cap, self.body_timeout_s, self.admission)
+                    await read_body(req, reader, writer, self.cap, self.body_timeout_s, self.admission, account)
                     self.inflight += 1
                     try:
                         keep = await self._serve(req, writer)
                     finally:
                         self.inflight -= 1
                 except HttpError as e:
-                    self._release(req)  # before lingering: the dropped rest of the body is not held
+                    self._release(req, account)  # before lingering: the dropped rest of the body is not held
                     await self._refuse(reader, writer, e)
                     return
                 finally:
-                    self._release(req)
+                    self._release(req, account)
                 if not keep:
                     return
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
@@ -244,9 +245,9 @@ class HttpFront:
             self._writers.discard(writer)
             writer.close()
 
-    def _release(self, req: Request | None) -> None:
+    def _release(self, req: Request | None, account: Account) -> None:
         if req is not None and req.charged:
-            self.admission.give_bytes(req.charged)
+            self.admission.give_bytes(req.charged, account)
             req.charged = 0
 
     async def _serve(self, req: Request, writer: asyncio.StreamWriter) -> bool:

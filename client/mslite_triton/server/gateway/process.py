@@ -2,7 +2,8 @@
 
     python -m mslite_triton.server.gateway.process --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
         --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
-        [--max-inflight-per-model N] [--max-inflight-bytes N]
+        [--max-inflight-per-model N] [--max-inflight-bytes N] [--max-inflight-bytes-per-connection N]
+        [--body-stall-timeout-s S]
 
 With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
 the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
@@ -31,8 +32,10 @@ from typing import Any
 
 from mslite_backend.settings import (
     ADMIN_KEY_ENV,
+    GATEWAY_BODY_STALL_TIMEOUT_S,
     GATEWAY_GRACE_S,
     GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
     GATEWAY_UPSTREAM_RETRY_S,
@@ -85,6 +88,8 @@ class GatewayProcess:
         max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES,
         max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL,
         max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES,
+        max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+        body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S,
         grace_s: float = GATEWAY_GRACE_S,
         upstream_retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
         admin_key: str | None = None,
@@ -99,6 +104,8 @@ class GatewayProcess:
             f"--max-request-bytes={max_request_bytes}",
             f"--max-inflight-per-model={max_inflight_per_model}",
             f"--max-inflight-bytes={max_inflight_bytes}",
+            f"--max-inflight-bytes-per-connection={max_inflight_bytes_per_connection}",
+            f"--body-stall-timeout-s={body_stall_timeout_s}",
             f"--grace-s={grace_s}",
             f"--upstream-retry-s={upstream_retry_s}",
         ]
@@ -181,7 +188,10 @@ async def serve(args: argparse.Namespace) -> None:
         staging.start()
     upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
     admission = Admission(
-        max_inflight_per_model=args.max_inflight_per_model, max_inflight_bytes=args.max_inflight_bytes
+        max_inflight_per_model=args.max_inflight_per_model,
+        max_inflight_bytes=args.max_inflight_bytes,
+        max_inflight_bytes_per_connection=args.max_inflight_bytes_per_connection,
+        body_stall_timeout_s=args.body_stall_timeout_s,
     )
     admin_key = os.environ.get(ADMIN_KEY_ENV) or None
     offload = Offload()
@@ -258,6 +268,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=GATEWAY_MAX_INFLIGHT_BYTES,
         help="request bytes in flight across all connections; more are refused (503 / UNAVAILABLE)",
+    )
+    ap.add_argument(
+        "--max-inflight-bytes-per-connection",
+        type=int,
+        default=GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+        help="the same, for one client connection (one request alone always fits)",
+    )
+    ap.add_argument(
+        "--body-stall-timeout-s",
+        type=float,
+        default=GATEWAY_BODY_STALL_TIMEOUT_S,
+        help="a request body or gRPC message with no new byte for this long is dropped (408 / DEADLINE_EXCEEDED)",
     )
     ap.add_argument(
         "--no-staging",

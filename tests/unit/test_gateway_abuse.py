@@ -1,0 +1,173 @@
+"""The gateway's defences against clients that hold or churn (no server): per-connection shares, bytes counted
+as they arrive, and the gRPC relay's reset budget, fed frames directly as the replay benchmark does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hpack
+import pytest
+
+from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
+from mslite_triton.server.gateway.grpc_frames import (
+    DATA,
+    END_HEADERS,
+    ENHANCE_YOUR_CALM,
+    GOAWAY,
+    HEADERS,
+    PREFACE,
+    RST_STREAM,
+    SETTINGS,
+    U32,
+    frame,
+)
+from mslite_triton.server.gateway.grpc_relay import MAX_RESETS_PER_WINDOW, GrpcRelay, _ClientSide
+from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
+
+
+def test_one_connection_holds_at_most_its_share():
+    admission = Admission(max_inflight_per_model=10, max_inflight_bytes=1000, max_inflight_bytes_per_connection=300)
+    a, b = Account(), Account()
+    admission.take_bytes(200, a)
+    with pytest.raises(Overloaded, match="kLiteServiceDeny: this connection's requests .* per connection"):
+        admission.take_bytes(200, a)  # another request of the same connection
+    admission.take_bytes(500, a, own=200)  # the same request grows: a request alone always fits its connection
+    admission.take_bytes(250, b)  # another connection has its own share
+    with pytest.raises(Overloaded, match="the server is busy"):
+        admission.take_bytes(100, b, own=250)  # ... within the budget of all
+    admission.give_bytes(700, a)
+    admission.give_bytes(250, b)
+    assert admission.bytes == a.bytes == b.bytes == 0 and admission.denied == 2
+
+
+def test_admission_counts_what_arrives_after_it_admitted_more():
+    admission = Admission(max_inflight_per_model=10, max_inflight_bytes=1000)
+    a = Account()
+    admission.take_bytes(100, a, admit=900)  # a frame of 900 bytes fits; 100 of them came so far
+    assert admission.bytes == a.bytes == 100
+    admission.take_bytes(800, Account())  # another connection's bytes that did come
+    with pytest.raises(Overloaded):
+        admission.take_bytes(10, Account(), admit=200)  # a frame that would not fit: nothing counted
+    admission.count_bytes(800, a)  # the rest of the first frame
+    assert admission.bytes == 1700 and a.bytes == 900
+    with pytest.raises(ValueError, match="body_stall_timeout_s"):
+        Admission(max_inflight_per_model=1, max_inflight_bytes=1, body_stall_timeout_s=0)
+
+
+class _Sink:
+    """A transport that keeps what is written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.data += data
+
+    def writelines(self, pieces: Any) -> None:
+        for p in pieces:
+            self.data += p
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+
+def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each frame in `data`."""
+    out, i = [], 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i : i + 3], "big")
+        out.append(
+            (data[i + 3], data[i + 4], int.from_bytes(data[i + 5 : i + 9], "big"), bytes(data[i + 9 : i + 9 + n]))
+        )
+        i += 9 + n
+    return out
+
+
+def _relay() -> tuple[_ClientSide, _Sink, _Sink]:
+    admission = Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
+    client = _ClientSide(GrpcRelay(("127.0.0.1", 1), max_request_bytes=64 << 20, admission=admission, staging=None))
+    to_client, to_triton = _Sink(), _Sink()
+    client.transport = to_client  # type: ignore[assignment]
+    client.upstream = UpstreamSide(client)
+    client.upstream.transport = to_triton  # type: ignore[assignment]
+    client._feed(PREFACE + frame(SETTINGS, 0, 0))
+    return client, to_client, to_triton
+
+
+def _headers(encoder: hpack.Encoder, sid: int, path: str = "/inference.GRPCInferenceService/ServerLive") -> bytes:
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x")]
+    return frame(HEADERS, END_HEADERS, sid, encoder.encode(fields))
+
+
+def test_resets_of_streams_triton_never_had_open_are_not_relayed():
+    client, _, to_triton = _relay()
+    encoder = hpack.Encoder()
+    client._feed(frame(RST_STREAM, 0, 101, U32.pack(8)))  # a stream never opened
+    client._feed(_headers(encoder, 1) + frame(RST_STREAM, 0, 1, U32.pack(8)))  # opened, then cancelled
+    client._feed(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the same one again: closed already
+    resets = [sid for kind, _, sid, _ in _frames(bytes(to_triton.data[len(PREFACE) :])) if kind == RST_STREAM]
+    assert resets == [1]
+
+
+def test_rapid_reset_ends_the_connection_with_enhance_your_calm():
+    client, to_client, to_triton = _relay()
+    encoder = hpack.Encoder()
+    sid = 1
+    for _ in range(MAX_RESETS_PER_WINDOW * 3 // 100):  # reads of 100 open-and-cancel pairs
+        client._feed(
+            b"".join(_headers(encoder, s) + frame(RST_STREAM, 0, s, U32.pack(8)) for s in range(sid, sid + 200, 2))
+        )
+        sid += 200
+    assert to_client.closed and to_triton.closed
+    goaway = [f for f in _frames(bytes(to_client.data)) if f[0] == GOAWAY]
+    assert len(goaway) == 1 and int.from_bytes(goaway[0][3][4:8], "big") == ENHANCE_YOUR_CALM
+    resets = sum(1 for f in _frames(bytes(to_triton.data[len(PREFACE) :])) if f[0] == RST_STREAM)
+    assert resets <= MAX_RESETS_PER_WINDOW  # what Triton saw of it: written at most up to the read that passed it
+    assert client.relay.calmed == 1
+
+
+def test_a_data_frame_counts_only_the_bytes_that_came():
+    client, _, _ = _relay()
+    encoder = hpack.Encoder()
+    message = b"\0" + U32.pack(1 << 20) + bytes(1 << 20)
+    head = frame(DATA, 0, 1, message[:16384])[:9]
+    client._feed(_headers(encoder, 1, "/inference.GRPCInferenceService/ModelInfer") + head + message[:1000])
+    admission = client.relay.admission
+    assert admission.bytes == client.account.bytes == 1000  # a 16 KiB frame announced, 1000 bytes of it came
+    client._feed(message[1000:5000])
+    assert admission.bytes == 5000
+    client._feed(message[5000:16384])
+    assert admission.bytes == 16384
+    client._feed(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the client gives up: what the stream held is given back
+    assert admission.bytes == client.account.bytes == 0
+
+
+def test_the_stall_timeout_and_the_share_are_settings_down_to_the_gateway_process(tmp_path):
+    from mslite_triton.server.cli import build_parser
+    from mslite_triton.server.gateway.process import GatewayProcess
+
+    args = build_parser().parse_args(
+        ["serve", "--body-stall-timeout-s", "2.5", "--max-inflight-mib-per-connection", "16"]
+    )
+    assert args.body_stall_timeout_s == 2.5 and args.max_inflight_mib_per_connection == 16
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--body-stall-timeout-s", "0"])
+    gateway = GatewayProcess(
+        host="127.0.0.1",
+        http_port=1,
+        grpc_port=2,
+        upstream_http="127.0.0.1:3",
+        upstream_grpc="127.0.0.1:4",
+        max_inflight_bytes_per_connection=16 << 20,
+        body_stall_timeout_s=2.5,
+        log_path=tmp_path / "gateway.log",
+    )
+    assert "--body-stall-timeout-s=2.5" in gateway.args
+    assert f"--max-inflight-bytes-per-connection={16 << 20}" in gateway.args
