@@ -20,16 +20,18 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
+from mslite_triton.errors import ServerUnavailableError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.workers import children_of, workers_of
-from tests.support.repository import GEN
+from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
 from tests.support.updatable import build_updated
 
 pytestmark = pytest.mark.integration
 
 HEAL_DEADLINE_S = 60  # generous: the bar (10 s) is the chaos benchmark's, on a quiet machine
+SECOND_DEATH_BAR_S = 10  # every model ready again after a death during a heal (asserted at twice this)
 X = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
 
 
@@ -157,6 +159,45 @@ def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path):
         started = time.monotonic()
         srv.stop()
         assert time.monotonic() - started < 20  # was the exit timeout and more (60 + 5 s here)
+
+
+def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_path: Path):
+    # The heal's loads retried against the dead server until their 60 s deadline; now a death ends them.
+    build_repository(tmp_path / "repo")
+    config = ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5, startup_timeout_s=240)
+    with EmbeddedServer(config) as srv:
+        supervisor = srv._supervisor
+        ready = set(srv.loaded_models())
+        _wait(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog")
+        first = srv.process.pid
+        os.kill(first, signal.SIGKILL)
+
+        def loading_again() -> bool:  # the new server is up and the heal is loading the catalog's models
+            process = srv.process
+            if process is None or process.pid == first or not srv.answers_live(1):
+                return False
+            try:
+                return any(m.state == "LOADING" for m in srv.model_states())
+            except ServerUnavailableError:
+                return False
+
+        _wait(loading_again, "the heal loading the models again")
+        second = srv.process.pid
+        os.kill(second, signal.SIGKILL)
+        killed = time.monotonic()
+        _wait(lambda: srv.process is not None and srv.process.pid != second, "a third tritonserver")
+
+        def all_ready() -> bool:
+            try:
+                return ready <= set(srv.loaded_models())
+            except ServerUnavailableError:  # not listening yet
+                return False
+
+        _wait(all_ready, "every model ready again", 2 * SECOND_DEATH_BAR_S)
+        back_s = time.monotonic() - killed
+        _wait(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event")
+    assert back_s < 2 * SECOND_DEATH_BAR_S, back_s
+    assert not supervisor.gave_up and {h.what for h in supervisor.heals} == {"tritonserver"}, supervisor.heals
 
 
 AUTOSTART_CLIENT = textwrap.dedent(

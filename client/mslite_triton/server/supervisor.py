@@ -325,7 +325,11 @@ class Supervisor(threading.Thread):
                 continue
             self._suspects, self._serving, self._seen_workers, self._short = set(), {}, frozenset(), set()
             self._not_live, self.leaked = 0, 0
-            ready = set(self.server.loaded_models())
+            try:
+                ready = set(self.server.loaded_models())
+            except ServerUnavailableError:  # it died again right after its start: the next try restarts it
+                log.warning("tritonserver died again while healing (try %d of 3); restarting again", attempt + 1)
+                continue
             log.warning(
                 "tritonserver up again in %.1f s with %d model(s); loading %d more",
                 time.monotonic() - started, len(ready), len([s for s in snaps if s.name not in ready]),
@@ -383,6 +387,9 @@ class Supervisor(threading.Thread):
                     transport.load_model(snap.name, config, {f"file:{k}": v for k, v in files.items()})
                     return True
                 except ServerUnavailableError as e:  # the fresh server's gRPC endpoint may lag its HTTP one
+                    if not self._server_alive():  # died during the heal: no point waiting out the deadline
+                        log.error("loading model '%s' again failed: tritonserver died meanwhile", snap.name)
+                        return False
                     if time.monotonic() > deadline or self._halt.is_set():
                         log.error("loading model '%s' again failed: %s", snap.name, e)
                         return False
@@ -390,6 +397,10 @@ class Supervisor(threading.Thread):
                     log.error("loading model '%s' again failed: %s", snap.name, e)
                     return False
             time.sleep(0.2)
+
+    def _server_alive(self) -> bool:
+        process = self.server.process
+        return process is not None and process.poll() is None
 
 
 def _instance_names(config: dict[str, Any]) -> set[str]:
