@@ -274,5 +274,3 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
         proc.wait(timeout=60)
     log = proc.stderr.read()
     assert "tritonserver healed in" in log, log[-3000:]
-
-
