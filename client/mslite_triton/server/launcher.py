@@ -118,7 +118,7 @@ class EmbeddedServer:
         if cfg.supervise:  # its thread starts the processes of every heal (see `_child_setup`)
             from mslite_triton.server.supervisor import Supervisor
 
-            self._supervisor = Supervisor(self)
+            self._supervisor = Supervisor(self, hang_s=cfg.hang_s)
             self._supervisor.start()
         return self
 
@@ -325,12 +325,11 @@ class EmbeddedServer:
 
     def answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
-        req = urllib.request.Request(self.triton_http_url + "/v2/health/live")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return int(resp.status) == 200
-        except (OSError, ValueError):
-            return False
+        return _answers_live(self.triton_http_url, timeout_s)
+
+    def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
+        """True when `/v2/health/live` through the gateway's HTTP port is answered within `timeout_s`."""
+        return _answers_live(self.http_url, timeout_s)
 
     def log_tail(self, lines: int = 30) -> str:
         """The server log's error lines (up to 10), then its last lines."""
@@ -374,3 +373,12 @@ class EmbeddedServer:
                 return json.loads(resp.read() or b"null")
         except OSError as e:
             raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e
+
+
+def _answers_live(base_url: str, timeout_s: float) -> bool:
+    req = urllib.request.Request(base_url + "/v2/health/live")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return int(resp.status) == 200
+    except (OSError, ValueError):
+        return False

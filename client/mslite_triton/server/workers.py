@@ -57,6 +57,15 @@ def _children(parent: int) -> list[_Process]:
     return found
 
 
+def state_of(pid: int) -> str:
+    """The state letter of a process (`R`, `S`, `T` for stopped, `Z`, ...); empty once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2 :].split(maxsplit=1)[0]
+
+
 def children_of(pid: int) -> list[tuple[int, str]]:
     """(pid, command line) of the direct children of `pid`."""
     return [(p.pid, b"\0".join(p.args).decode(errors="replace")) for p in _children(pid)]
