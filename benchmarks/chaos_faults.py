@@ -39,12 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import tritonclient.http as httpclient
 
 import mslite_triton as mslite
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.workers import children_of, state_of, workers_of
 from mslite_triton_backend.mslite_backend.protocol import CLIENT_REGION_PREFIX
+from tests.support.repository import GEN as generate_models
 from tests.support.updatable import build_updated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,25 +262,76 @@ def _post(url: str, body: bytes, headers: dict[str, str] | None = None, timeout_
 
 
 def shm_cross(stack: Stack) -> str:
-    """Read and overwrite the Python clients' input regions by naming them in requests (no key)."""
-    names = sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"{CLIENT_REGION_PREFIX}{os.getpid()}_"))
-    if not names:
-        return "no client region to attack (the client sent tensors inline)"
-    url = f"http://127.0.0.1:{stack.http_port}/v2/models/tiny/infer"
-    region = {"shared_memory_byte_size": 16}
-    accepted = tried = 0
-    end = time.monotonic() + stack.attack_s(8)
-    while time.monotonic() < end:
-        for name in names:
-            read = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32",
-                                "parameters": {**region, "shared_memory_region": name}}]}  # fmt: skip
-            write = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [-7.0] * 4}],
-                     "outputs": [{"name": "y", "parameters": {**region, "shared_memory_region": name}}]}  # fmt: skip
-            for body in (read, write):
-                status, _ = _post(url, json.dumps(body).encode(), timeout_s=10)
-                tried += 1
-                accepted += status == 200
-    return f"attacker: {accepted} of {tried} requests naming {len(names)} victim regions accepted"
+    """Victims send 64 KiB inputs through shared memory; an attacker (no key) names their regions in requests:
+    as an input (reads the victim's tensor) and as an output (writes into it)."""
+    grpc_url = f"grpc://127.0.0.1:{stack.grpc_port}"
+    victims = Victims(grpc_url, threads=2).__enter__()
+    try:
+        deadline = time.monotonic() + 30
+        prefix = f"{CLIENT_REGION_PREFIX}{os.getpid()}_"
+        while not (names := sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))):
+            if time.monotonic() > deadline:
+                return "no client region to attack (the client sent tensors inline)"
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{stack.http_port}/v2/models/wide/infer"
+        shape, region = [1, VICTIM_FLOATS], {"shared_memory_byte_size": VICTIM_FLOATS * 4}
+        accepted = tried = 0
+        end = time.monotonic() + stack.attack_s(8)
+        while time.monotonic() < end:
+            for name in names:
+                read = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32",
+                                    "parameters": {**region, "shared_memory_region": name}}]}  # fmt: skip
+                into = {"name": "y", "parameters": {**region, "shared_memory_region": name}}
+                write = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [-7.0] * 4}],
+                         "outputs": [into]}  # fmt: skip
+                for body in (read, write):
+                    status, _ = _post(url, json.dumps(body).encode(), timeout_s=10)
+                    tried += 1
+                    accepted += status == 200
+    finally:
+        victims.__exit__()
+    return (
+        f"attacker: {accepted} of {tried} requests naming {len(names)} victim regions accepted; victims: "
+        f"{victims.ok} answers, {victims.wrong} wrong, {len(victims.failures)} failed"
+    )
+
+
+VICTIM_FLOATS = 16384  # 64 KiB inputs: the Python client sends them through shared memory
+
+
+class Victims:
+    """Python-client threads predicting `wide` (y = 2x + 1) with 64 KiB random inputs; every answer checked."""
+
+    def __init__(self, url: str, threads: int) -> None:
+        ctx = mslite.Context()
+        ctx.server_url = url
+        self.model = mslite.Model()
+        self.model.build_from_file("triton://wide", mslite.ModelType.MINDIR, ctx)
+        self.ok = self.wrong = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+
+    def _loop(self) -> None:
+        rng = np.random.default_rng()
+        while not self._stop.is_set():
+            x = rng.random((1, VICTIM_FLOATS), dtype=np.float32)
+            try:
+                (y,) = self.model.predict([mslite.Tensor(x)])
+                right = np.allclose(y.get_data_to_numpy(), 2 * x + 1)
+                self.ok, self.wrong = self.ok + right, self.wrong + (not right)
+            except Exception as e:  # counted
+                self.failures.append(repr(e)[:200])
+
+    def __enter__(self) -> Victims:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=60)
 
 
 def _deep_json(depth: int = 150_000) -> bytes:
@@ -438,6 +491,9 @@ FAULTS: dict[str, Callable[[Stack], str]] = {
 def _start_stack(work: Path, quick: bool) -> Stack:
     repo = work / "repo"
     shutil.copytree(ROOT / "model_repository" / "tiny", repo / "tiny")
+    (repo / "wide" / "1").mkdir(parents=True)
+    (repo / "wide" / "1" / "model.onnx").write_bytes(_wide_tiny().SerializeToString())
+    (repo / "wide" / "config.pbtxt").write_text('backend: "mslite"\n')
     http, grpc, metrics = pick_ports([("127.0.0.1", 0, "free")] * 3)
     env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(work / "keys")}
     log_path = work / "serve.log"
@@ -456,6 +512,15 @@ def _start_stack(work: Path, quick: bool) -> Stack:
     runner = build_updated(f"grpc://127.0.0.1:{grpc}", work)
     time.sleep(2)  # the supervisor learns the uploaded model at its next poll
     return Stack(proc, log_path, http, grpc, runner, quick)
+
+
+def _wide_tiny() -> onnx.ModelProto:
+    """`tiny` (y = 2x + 1) on [N, T] instead of [N, 4]: inputs large enough for the client's shared memory."""
+    model = generate_models.build_tiny()
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[1].ClearField("dim_value")
+        value.type.tensor_type.shape.dim[1].dim_param = "T"
+    return model
 
 
 def faults_campaign(selected: list[str], quick: bool) -> int:
