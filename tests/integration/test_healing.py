@@ -217,7 +217,10 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
     # The heal's loads retried against the dead server until their 60 s deadline; now a death ends them.
     build_repository(tmp_path / "repo")
     config = ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5, startup_timeout_s=240)
+    started = time.monotonic()
     with EmbeddedServer(config) as srv:
+        # what loading every model takes on this machine now: on a busy one, more than the bar
+        start_s = time.monotonic() - started
         supervisor = srv._supervisor
         ready = set(srv.loaded_models())
         _wait(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog")
@@ -237,7 +240,9 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
         second = srv.process.pid
         os.kill(second, signal.SIGKILL)
         killed = time.monotonic()
-        _wait(lambda: srv.process is not None and srv.process.pid != second, "a third tritonserver")
+        # the mechanism: the next try starts at once, not after the loads' 60 s deadline
+        third = lambda: srv.process is not None and srv.process.pid != second  # noqa: E731
+        _wait(third, "a third tritonserver", SECOND_DEATH_BAR_S)
 
         def all_ready() -> bool:
             try:
@@ -245,10 +250,11 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
             except ServerUnavailableError:  # not listening yet
                 return False
 
-        _wait(all_ready, "every model ready again", 2 * SECOND_DEATH_BAR_S)
+        limit_s = 2 * max(SECOND_DEATH_BAR_S, start_s)
+        _wait(all_ready, f"every model ready again (start took {start_s:.1f} s)", limit_s)
         back_s = time.monotonic() - killed
         _wait(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event")
-    assert back_s < 2 * SECOND_DEATH_BAR_S, back_s
+    assert back_s < limit_s, (back_s, start_s)
     assert not supervisor.gave_up and {h.what for h in supervisor.heals} == {"tritonserver"}, supervisor.heals
 
 
