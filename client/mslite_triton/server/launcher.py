@@ -329,7 +329,9 @@ class EmbeddedServer:
 
     def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when `/v2/health/live` through the gateway's HTTP port is answered within `timeout_s`."""
-        return _answers_live(self.http_url, timeout_s)
+        # a gateway bound to every address is asked on loopback (a wildcard is no address to connect to)
+        host = LOOPBACK if self.config.host in ("0.0.0.0", "::", "") else self.config.host
+        return _answers_live(f"http://{host}:{self.http_port}", timeout_s)
 
     def log_tail(self, lines: int = 30) -> str:
         """The server log's error lines (up to 10), then its last lines."""
