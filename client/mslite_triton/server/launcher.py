@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
+# A request line with no target and no version: the gateway answers it itself (400, malformed request
+# line) and sends nothing on to tritonserver.
+GATEWAY_PROBE = b"PROBE\r\n\r\n"
 
 
 class EmbeddedServer:
@@ -328,10 +332,19 @@ class EmbeddedServer:
         return _answers_live(self.triton_http_url, timeout_s)
 
     def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
-        """True when `/v2/health/live` through the gateway's HTTP port is answered within `timeout_s`."""
+        """True when the gateway's HTTP port answers a request that the gateway itself refuses, within `timeout_s`.
+
+        Not one it relays: an answer must prove the gateway's loop runs whatever tritonserver does, and a
+        relayed probe left in flight to a hung tritonserver would hold the gateway's drain at a stop.
+        """
         # a gateway bound to every address is asked on loopback (a wildcard is no address to connect to)
         host = LOOPBACK if self.config.host in ("0.0.0.0", "::", "") else self.config.host
-        return _answers_live(f"http://{host}:{self.http_port}", timeout_s)
+        try:
+            with socket.create_connection((host, self.http_port), timeout=timeout_s) as conn:
+                conn.sendall(GATEWAY_PROBE)
+                return conn.recv(5) == b"HTTP/"
+        except OSError:
+            return False
 
     def log_tail(self, lines: int = 30) -> str:
         """The server log's error lines (up to 10), then its last lines."""

@@ -8,8 +8,9 @@ restarts tritonserver or the gateway either. So a thread of the launcher watches
 - tritonserver exited, or did not answer `/v2/health/live` within `live_timeout_s` `live_failures` times
   in a row (hung, e.g. a deadlocked signal handler): its process group is killed and it is started again
   on the same ports with the same admin key; the models it had are loaded again from the catalog below.
-- the gateway exited, or was stopped (state T) or did not answer `/v2/health/live` through its port for
-  `hang_s`: a hung one is killed, and it is started again on the same ports (tritonserver keeps running).
+- the gateway exited, or was stopped (state T) or did not answer a probe on its HTTP port (one it answers
+  itself) for `hang_s`: a hung one is killed, and it is started again on the same ports (tritonserver
+  keeps running).
 - a worker was stopped (state T) for `hang_s`: it is killed while stopped, then healed as a dead one below.
   Let run again, a worker that Triton found unhealthy meanwhile crashes tritonserver (`SIGCONT` -> a
   `boost::interprocess::lock_exception` in the python backend's execute, about 3 s later).
