@@ -329,7 +329,12 @@ class EmbeddedServer:
 
     def answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
-        return _answers_live(self.triton_http_url, timeout_s)
+        req = urllib.request.Request(self.triton_http_url + "/v2/health/live")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return int(resp.status) == 200
+        except (OSError, ValueError):
+            return False
 
     def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when the gateway's HTTP port answers a request that the gateway itself refuses, within `timeout_s`.
@@ -388,12 +393,3 @@ class EmbeddedServer:
                 return json.loads(resp.read() or b"null")
         except OSError as e:
             raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e
-
-
-def _answers_live(base_url: str, timeout_s: float) -> bool:
-    req = urllib.request.Request(base_url + "/v2/health/live")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return int(resp.status) == 200
-    except (OSError, ValueError):
-        return False

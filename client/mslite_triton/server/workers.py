@@ -47,7 +47,7 @@ def _children(parent: int) -> list[_Process]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            rest = stat[stat.rindex(")") + 2 :].split()
+            rest = _after_name(stat)
             if int(rest[1]) != parent:
                 continue
             args = (entry / "cmdline").read_bytes().split(b"\0")
@@ -63,7 +63,12 @@ def state_of(pid: int) -> str:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return ""
-    return stat[stat.rindex(")") + 2 :].split(maxsplit=1)[0]
+    return _after_name(stat)[0]
+
+
+def _after_name(stat: str) -> list[str]:
+    """The fields of a `/proc/<pid>/stat` line after the command name (which may hold spaces and parentheses)."""
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def children_of(pid: int) -> list[tuple[int, str]]:
