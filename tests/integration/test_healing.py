@@ -187,6 +187,7 @@ def test_stopped_workers_are_killed_before_they_run_again_and_tritonserver_lives
     answered_s, heals = _predict_after_stopping(srv, runner, stopped)  # both: no worker left to answer
     assert answered_s < 2 * HANG_BAR_S, answered_s
     assert [h.what for h in heals] == ["worker"] and heals[0].models == (name,) and heals[0].ok, heals
+    assert "stopped and killed" in heals[0].cause, heals
     assert not any(_alive(pid) for pid in stopped)
     for pid in stopped:  # as an operator's SIGCONT would: nothing left to continue
         with contextlib.suppress(ProcessLookupError):

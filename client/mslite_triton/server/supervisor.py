@@ -225,10 +225,12 @@ class Supervisor(threading.Thread):
                 self._serving[w.pid] = w.instance
         dead = {w.pid for w in workers if w.state == "Z" and w.pid in self._serving}
         confirmed, self._suspects = dead & self._suspects, dead
+        hung = False
         for w in workers:
             if w.pid in self._serving and self._hung_too_long(w.pid, w.state == "T"):
                 self._kill_hung(w.pid, f"worker '{w.instance}'")
                 confirmed.add(w.pid)  # dead now, and never let run again
+                hung = True
         # A worker that died before this thread saw it alive (e.g. while a heal was loading its model) left
         # no trace but a missing instance: a catalog model short of a worker, two polls in a row.
         live = {w.instance for w in workers if w.instance and w.state != "Z"}
@@ -239,7 +241,7 @@ class Supervisor(threading.Thread):
             models = set(self._models_of(set(instances.values()))) if confirmed else set()
             models |= short & set(self.server.loaded_models())  # not one unloaded on purpose
             if models:
-                self.heal_models(sorted(models))
+                self.heal_models(sorted(models), "was stopped and killed" if hung else "died")
                 return
         alive = frozenset(w.pid for w in workers if w.state != "Z")
         if alive != self._seen_workers:  # a model was loaded, reloaded or unloaded: learn what it takes
@@ -308,16 +310,19 @@ class Supervisor(threading.Thread):
             shutil.rmtree(snap.files_dir, ignore_errors=True)
 
     # -- heals ----------------------------------------------------------------------------------
-    def heal_models(self, names: list[str]) -> None:
-        """Load the models of dead workers again, each with all new instances (or restart the server)."""
+    def heal_models(self, names: list[str], how: str = "died") -> None:
+        """Load the models of dead workers again, each with all new instances (or restart the server).
+
+        `how` the worker ended, for the logs: "died", or "was stopped and killed".
+        """
         started = time.monotonic()
         self.leaked += len(names)
         missing = [n for n in names if n not in self._catalog]
         if missing or self.leaked > self.max_leaked:
             why = f"model(s) {missing} not in the catalog" if missing else f"{self.leaked} dead instances held"
-            self.heal_server(f"worker of {names} died; {why}")
+            self.heal_server(f"worker of {names} {how}; {why}")
             return
-        log.warning("a worker of model(s) %s died; loading them again", names)
+        log.warning("a worker of model(s) %s %s; loading them again", names, how)
         self._reloads += 1
         snaps = [self._catalog[n] for n in names]
         instances = set().union(*(_instance_names(s.config) for s in snaps))
@@ -325,7 +330,7 @@ class Supervisor(threading.Thread):
         ok = self._load_all(snaps, reload=True)
         self._retire(survivors)
         self._seen_workers, self._short = frozenset(), set()  # learn the new workers' directories and configs
-        self._record("worker", f"a worker of {names} died", started, names, ok)
+        self._record("worker", f"a worker of {names} {how}", started, names, ok)
 
     def _retire(self, pids: list[int]) -> None:
         """Kill the old workers of reloaded models: Triton never ends them, as their unload waits on the dead one.
