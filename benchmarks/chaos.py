@@ -14,7 +14,13 @@
             time (from its log; bar <= 10 s), predicts ok and failed (bar: 0), the longest a client
             waited for an answer, and whether every answer used the updated weights (bar: yes).
 
-Run: .venv/bin/python benchmarks/chaos.py kill [--seconds 60]
+  faults:   `mslite-triton serve` as shipped under 8 Python-client and 8 raw-HTTP threads, every answer
+            checked; process faults (kills, SIGSTOP, a second death during a heal) and client attacks, one
+            row per fault and kind of client: outage seconds, ok, failed and wrong answers
+            (`chaos_faults.py`; `make chaos`).
+
+Run: .venv/bin/python benchmarks/chaos.py faults [--quick] [--faults worker-kill,gateway-stop,...]
+     .venv/bin/python benchmarks/chaos.py kill [--seconds 60]
      .venv/bin/python benchmarks/chaos.py overload [--seconds 20]
      .venv/bin/python benchmarks/chaos.py heal [--rounds 1]
 """
@@ -170,10 +176,20 @@ def overload_campaign(seconds: float) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["kill", "overload", "heal", "heal-autostart-child"])
+    parser.add_argument("mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child"])
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case")
+    parser.add_argument("--quick", action="store_true", help="faults: attacks of 3 s at most, shorter settling")
+    parser.add_argument("--faults", default="", help="faults: comma-separated names (default: all, in order)")
     args = parser.parse_args()
+    if args.mode == "faults":
+        from benchmarks.chaos_faults import FAULTS, faults_campaign
+
+        selected = [f for f in args.faults.split(",") if f] or list(FAULTS)
+        unknown = [f for f in selected if f not in FAULTS]
+        if unknown:
+            parser.error(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+        sys.exit(faults_campaign(selected, args.quick))
     if args.mode == "kill":
         sys.exit(kill_campaign(args.seconds or 60))
     if args.mode == "heal":

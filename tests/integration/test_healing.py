@@ -7,6 +7,7 @@ failed and that every answer, before and after, used the updated weights.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,16 +21,19 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
+from mslite_triton.errors import ServerUnavailableError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.ports import pick_ports
-from mslite_triton.server.workers import children_of, workers_of
-from tests.support.repository import GEN
+from mslite_triton.server.workers import children_of, state_of, workers_of
+from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
 from tests.support.updatable import build_updated
 
 pytestmark = pytest.mark.integration
 
 HEAL_DEADLINE_S = 60  # generous: the bar (10 s) is the chaos benchmark's, on a quiet machine
+HANG_BAR_S = 15  # a predict answered after a gateway or the workers were stopped (asserted at twice this)
+SECOND_DEATH_BAR_S = 10  # every model ready again after a death during a heal (asserted at twice this)
 X = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
 
 
@@ -149,6 +153,57 @@ def test_a_hung_tritonserver_is_killed_and_restarted(healing):
     assert all("ServerUnavailableError" in f or "ExecutionTimeoutError" in f for f in clients.failures)
 
 
+def _predict_after_stopping(srv: EmbeddedServer, runner: mslite.ModelParallelRunner, pids: list[int]):
+    """SIGSTOP `pids`, then one predict; returns (its seconds from the stop, the heals since)."""
+    before = len(srv._supervisor.heals)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    inputs = runner.get_inputs()
+    inputs[0].set_data_from_numpy(X)
+    y = runner.predict(inputs)[0].get_data_to_numpy()  # retried by the client until the heal
+    answered_s = time.monotonic() - stopped
+    assert np.array_equal(y, 10 * X), y
+    _wait(lambda: len(srv._supervisor.heals) > before, "the heal's event")
+    return answered_s, srv._supervisor.heals[before:]
+
+
+def test_a_stopped_gateway_is_killed_and_replaced(healing):
+    srv, runner = healing
+    stopped, server_pid = srv.gateway.pid, srv.process.pid
+    answered_s, heals = _predict_after_stopping(srv, runner, [stopped])
+    assert answered_s < 2 * HANG_BAR_S, answered_s
+    assert [h.what for h in heals] == ["gateway"] and "hung" in heals[0].cause and heals[0].ok, heals
+    assert srv.gateway.pid != stopped and not _alive(stopped)
+    assert srv.process.pid == server_pid  # tritonserver kept running
+
+
+def test_stopped_workers_are_killed_before_they_run_again_and_tritonserver_lives(healing):
+    # Let run again, a stub that Triton found unhealthy crashed tritonserver ~3 s later: it must die stopped.
+    srv, runner = healing
+    name, server_pid = runner._remote.info.name, srv.process.pid
+    stopped = [w.pid for w in workers_of(server_pid) if w.instance.startswith(name) and w.state != "Z"]
+    assert len(stopped) == 2, stopped
+    answered_s, heals = _predict_after_stopping(srv, runner, stopped)  # both: no worker left to answer
+    assert answered_s < 2 * HANG_BAR_S, answered_s
+    assert [h.what for h in heals] == ["worker"] and heals[0].models == (name,) and heals[0].ok, heals
+    assert "stopped and killed" in heals[0].cause, heals
+    assert not any(_alive(pid) for pid in stopped)
+    for pid in stopped:  # as an operator's SIGCONT would: nothing left to continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    with Clients(runner) as clients:
+        clients.wait_for(20)
+        time.sleep(5)  # the crash came about 3 s after SIGCONT
+        clients.wait_for(20)
+    assert srv.process.pid == server_pid and srv.process.poll() is None
+    assert clients.failures == []
+
+
+def _alive(pid: int) -> bool:
+    return state_of(pid) not in ("", "Z")
+
+
 def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path):
     (tmp_path / "repo").mkdir()
     srv = EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True, exit_timeout_s=60))
@@ -157,6 +212,51 @@ def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path):
         started = time.monotonic()
         srv.stop()
         assert time.monotonic() - started < 20  # was the exit timeout and more (60 + 5 s here)
+
+
+def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_path: Path):
+    # The heal's loads retried against the dead server until their 60 s deadline; now a death ends them.
+    build_repository(tmp_path / "repo")
+    config = ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5, startup_timeout_s=240)
+    started = time.monotonic()
+    with EmbeddedServer(config) as srv:
+        # what loading every model takes on this machine now: on a busy one, more than the bar
+        start_s = time.monotonic() - started
+        supervisor = srv._supervisor
+        ready = set(srv.loaded_models())
+        _wait(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog")
+        first = srv.process.pid
+        os.kill(first, signal.SIGKILL)
+
+        def loading_again() -> bool:  # the new server is up and the heal is loading the catalog's models
+            process = srv.process
+            if process is None or process.pid == first or not srv.answers_live(1):
+                return False
+            try:
+                return any(m.state == "LOADING" for m in srv.model_states())
+            except ServerUnavailableError:
+                return False
+
+        _wait(loading_again, "the heal loading the models again")
+        second = srv.process.pid
+        os.kill(second, signal.SIGKILL)
+        killed = time.monotonic()
+        # the mechanism: the next try starts at once, not after the loads' 60 s deadline
+        third = lambda: srv.process is not None and srv.process.pid != second  # noqa: E731
+        _wait(third, "a third tritonserver", SECOND_DEATH_BAR_S)
+
+        def all_ready() -> bool:
+            try:
+                return ready <= set(srv.loaded_models())
+            except ServerUnavailableError:  # not listening yet
+                return False
+
+        limit_s = 2 * max(SECOND_DEATH_BAR_S, start_s)
+        _wait(all_ready, f"every model ready again (start took {start_s:.1f} s)", limit_s)
+        back_s = time.monotonic() - killed
+        _wait(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event")
+    assert back_s < limit_s, (back_s, start_s)
+    assert not supervisor.gave_up and {h.what for h in supervisor.heals} == {"tritonserver"}, supervisor.heals
 
 
 AUTOSTART_CLIENT = textwrap.dedent(

@@ -33,6 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_verbose=args.log_verbose,
         restrict_admin=not args.no_admin_key,
         supervise=not args.no_supervisor,
+        hang_s=args.hang_s,
         gateway=not args.no_gateway,
         max_request_bytes=args.max_request_mib << 20,
         max_inflight_per_model=args.max_inflight_per_model,
@@ -155,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         "perf_analyzer cannot send the key over gRPC)",
     )
     serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
+    serve.add_argument(
+        "--hang-s",
+        type=_positive_float,
+        default=ServerConfig.hang_s,
+        help="the supervisor kills and replaces a gateway or worker process stopped or not answering for this "
+        "long (default %(default)s)",
+    )
     serve.add_argument(
         "--no-gateway",
         action="store_true",

@@ -35,6 +35,9 @@ class ServerConfig:
     shm_growth_byte_size: int = 4 * 1024 * 1024
     restrict_admin: bool = True  # model control, shm, logging, trace need the admin key (both protocols)
     supervise: bool = True  # restart the server and reload its models when a worker process dies
+    # A gateway or worker process stopped (state T) or failing its liveness probe this long is killed and
+    # replaced: a stopped worker let run again can crash tritonserver, and a hung gateway serves nothing.
+    hang_s: float = 10.0
     # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
     # naming the problem, requests over max_request_bytes are refused before they reach Triton (server/gateway/).
     gateway: bool = False

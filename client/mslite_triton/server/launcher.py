@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
 EXIT_POLL_S = 0.25  # how often a stop looks at an exiting tritonserver's log
+# A request line with no target and no version: the gateway answers it itself (400, malformed request
+# line) and sends nothing on to tritonserver.
+GATEWAY_PROBE = b"PROBE\r\n\r\n"
 
 
 class EmbeddedServer:
@@ -119,7 +123,7 @@ class EmbeddedServer:
         if cfg.supervise:  # its thread starts the processes of every heal (see `_child_setup`)
             from mslite_triton.server.supervisor import Supervisor
 
-            self._supervisor = Supervisor(self)
+            self._supervisor = Supervisor(self, hang_s=cfg.hang_s)
             self._supervisor.start()
         return self
 
@@ -357,6 +361,21 @@ class EmbeddedServer:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return int(resp.status) == 200
         except (OSError, ValueError):
+            return False
+
+    def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
+        """True when the gateway's HTTP port answers a request that the gateway itself refuses, within `timeout_s`.
+
+        Not one it relays: an answer must prove the gateway's loop runs whatever tritonserver does, and a
+        relayed probe left in flight to a hung tritonserver would hold the gateway's drain at a stop.
+        """
+        # a gateway bound to every address is asked on loopback (a wildcard is no address to connect to)
+        host = LOOPBACK if self.config.host in ("0.0.0.0", "::", "") else self.config.host
+        try:
+            with socket.create_connection((host, self.http_port), timeout=timeout_s) as conn:
+                conn.sendall(GATEWAY_PROBE)
+                return conn.recv(5) == b"HTTP/"
+        except OSError:
             return False
 
     def log_tail(self, lines: int = 30) -> str:

@@ -8,7 +8,12 @@ restarts tritonserver or the gateway either. So a thread of the launcher watches
 - tritonserver exited, or did not answer `/v2/health/live` within `live_timeout_s` `live_failures` times
   in a row (hung, e.g. a deadlocked signal handler): its process group is killed and it is started again
   on the same ports with the same admin key; the models it had are loaded again from the catalog below.
-- the gateway exited: it is started again on the same ports (tritonserver keeps running).
+- the gateway exited, or was stopped (state T) or did not answer a probe on its HTTP port (one it answers
+  itself) for `hang_s`: a hung one is killed, and it is started again on the same ports (tritonserver
+  keeps running).
+- a worker was stopped (state T) for `hang_s`: it is killed while stopped, then healed as a dead one below.
+  Let run again, a worker that Triton found unhealthy meanwhile crashes tritonserver (`SIGCONT` -> a
+  `boost::interprocess::lock_exception` in the python backend's execute, about 3 s later).
 - a worker died (a zombie for two polls in a row): only its model is loaded again, with a config that
   differs in one parameter, so that Triton replaces every instance (a plain load of an unchanged config
   is a no-op). The old version's unload never completes (it waits on the dead instance), so the old
@@ -40,7 +45,7 @@ from typing import Any
 from mslite_triton._transport import Transport
 from mslite_triton.errors import ServerUnavailableError
 from mslite_triton.server.shm_sweep import ClientRegionSweep
-from mslite_triton.server.workers import describe_exit, upload_copies, workers_of
+from mslite_triton.server.workers import describe_exit, state_of, upload_copies, workers_of
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,7 @@ class Supervisor(threading.Thread):
         live_timeout_s: float = 3.0,
         live_failures: int = 3,
         max_leaked: int = 8,
+        hang_s: float = 10.0,
     ) -> None:
         super().__init__(name="mslite-supervisor", daemon=True)
         self.server = server
@@ -90,6 +96,7 @@ class Supervisor(threading.Thread):
         self.live_timeout_s = live_timeout_s
         self.live_failures = live_failures
         self.max_leaked = max_leaked
+        self.hang_s = hang_s
         self.heals: list[Heal] = []
         self.gave_up = False  # tritonserver could not be started again: the service is gone
         self.leaked = 0  # dead instances Triton still holds (see the module docstring)
@@ -105,6 +112,7 @@ class Supervisor(threading.Thread):
         self._serving: dict[int, str] = {}  # pid -> instance name of workers seen alive
         self._seen_workers: frozenset[int] = frozenset()
         self._not_live = 0
+        self._hung_since: dict[int, float] = {}  # pid of a gateway or worker stopped or not answering -> since
         self._reloads = 0
 
     @property
@@ -177,9 +185,36 @@ class Supervisor(threading.Thread):
             return
         self._not_live = 0
         gateway = self.server.gateway
-        if gateway is not None and not gateway.is_running():
-            self.heal_gateway()
+        if gateway is not None and gateway.pid is not None and gateway.is_running():
+            if self._hung_too_long(gateway.pid, self._gateway_hung(gateway.pid)):
+                self._kill_hung(gateway.pid, "the gateway")
+                self.heal_gateway(f"gateway hung for {self.hang_s:.0f} s (stopped or not answering)")
+        elif gateway is not None:
+            code = gateway.process.returncode if gateway.process is not None else None
+            self.heal_gateway(f"gateway exited (code {code})")
         self._watch_workers(process.pid)
+
+    def _gateway_hung(self, pid: int) -> bool:
+        # a stopped gateway's port still accepts connections (the kernel's backlog): its state says it at once
+        return state_of(pid) == "T" or not self.server.gateway_answers_live(self.live_timeout_s)
+
+    def _hung_too_long(self, pid: int, hung: bool) -> bool:
+        """Note whether `pid` is hung now; True once it has been for `hang_s` in a row."""
+        if not hung:
+            self._hung_since.pop(pid, None)
+            return False
+        since = self._hung_since.setdefault(pid, time.monotonic())
+        return time.monotonic() - since >= self.hang_s
+
+    def _kill_hung(self, pid: int, what: str) -> None:
+        """SIGKILL a hung process (it ends even while stopped, and never runs again), and wait until it is gone."""
+        log.warning("%s (pid %d) hung for %.0f s (stopped or not answering); killing it", what, pid, self.hang_s)
+        self._hung_since.pop(pid, None)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while state_of(pid) not in ("", "Z") and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _watch_workers(self, server_pid: int) -> None:
         workers = workers_of(server_pid)
@@ -190,6 +225,12 @@ class Supervisor(threading.Thread):
                 self._serving[w.pid] = w.instance
         dead = {w.pid for w in workers if w.state == "Z" and w.pid in self._serving}
         confirmed, self._suspects = dead & self._suspects, dead
+        hung = False
+        for w in workers:
+            if w.pid in self._serving and self._hung_too_long(w.pid, w.state == "T"):
+                self._kill_hung(w.pid, f"worker '{w.instance}'")
+                confirmed.add(w.pid)  # dead now, and never let run again
+                hung = True
         # A worker that died before this thread saw it alive (e.g. while a heal was loading its model) left
         # no trace but a missing instance: a catalog model short of a worker, two polls in a row.
         live = {w.instance for w in workers if w.instance and w.state != "Z"}
@@ -201,7 +242,7 @@ class Supervisor(threading.Thread):
             models |= short & set(self.server.loaded_models())  # not one unloaded on purpose
             if models:
                 exits = "; ".join(f"pid {w.pid} {describe_exit(w.exit_status)}" for w in workers if w.pid in confirmed)
-                self.heal_models(sorted(models), exits)
+                self.heal_models(sorted(models), "was stopped and killed" if hung else f"died ({exits})")
                 return
         alive = frozenset(w.pid for w in workers if w.state != "Z")
         if alive != self._seen_workers:  # a model was loaded, reloaded or unloaded: learn what it takes
@@ -270,19 +311,19 @@ class Supervisor(threading.Thread):
             shutil.rmtree(snap.files_dir, ignore_errors=True)
 
     # -- heals ----------------------------------------------------------------------------------
-    def heal_models(self, names: list[str], exits: str = "") -> None:
+    def heal_models(self, names: list[str], how: str = "died") -> None:
         """Load the models of dead workers again, each with all new instances (or restart the server).
 
-        `exits` says how the dead workers ended (their wait statuses), for the log and the heal's cause.
+        `how` the worker ended, for the logs: "died (its exit status)", or "was stopped and killed".
         """
         started = time.monotonic()
         self.leaked += len(names)
         missing = [n for n in names if n not in self._catalog]
         if missing or self.leaked > self.max_leaked:
             why = f"model(s) {missing} not in the catalog" if missing else f"{self.leaked} dead instances held"
-            self.heal_server(f"worker of {names} died; {why}")
+            self.heal_server(f"worker of {names} {how}; {why}")
             return
-        log.warning("a worker of model(s) %s died%s; loading them again", names, f" ({exits})" if exits else "")
+        log.warning("a worker of model(s) %s %s; loading them again", names, how)
         self._reloads += 1
         snaps = [self._catalog[n] for n in names]
         instances = set().union(*(_instance_names(s.config) for s in snaps))
@@ -290,7 +331,7 @@ class Supervisor(threading.Thread):
         ok = self._load_all(snaps, reload=True)
         self._retire(survivors)
         self._seen_workers, self._short = frozenset(), set()  # learn the new workers' directories and configs
-        self._record("worker", f"a worker of {names} died" + (f" ({exits})" if exits else ""), started, names, ok)
+        self._record("worker", f"a worker of {names} {how}", started, names, ok)
 
     def _retire(self, pids: list[int]) -> None:
         """Kill the old workers of reloaded models: Triton never ends them, as their unload waits on the dead one.
@@ -328,8 +369,12 @@ class Supervisor(threading.Thread):
                 time.sleep(1.0)
                 continue
             self._suspects, self._serving, self._seen_workers, self._short = set(), {}, frozenset(), set()
-            self._not_live, self.leaked = 0, 0
-            ready = set(self.server.loaded_models())
+            self._not_live, self.leaked, self._hung_since = 0, 0, {}
+            try:
+                ready = set(self.server.loaded_models())
+            except ServerUnavailableError:  # it died again right after its start: the next try restarts it
+                log.warning("tritonserver died again while healing (try %d of 3); restarting again", attempt + 1)
+                continue
             log.warning(
                 "tritonserver up again in %.1f s with %d model(s); loading %d more",
                 time.monotonic() - started, len(ready), len([s for s in snaps if s.name not in ready]),
@@ -342,18 +387,17 @@ class Supervisor(threading.Thread):
         self._record("tritonserver", cause, started, [s.name for s in snaps], False)
         log.error("tritonserver could not be restarted; giving up (log: %s)", self.server.log_path)
 
-    def heal_gateway(self) -> None:
+    def heal_gateway(self, cause: str) -> None:
         """Start the gateway again on the same ports."""
         started = time.monotonic()
-        code = self.server.gateway.process.returncode if self.server.gateway.process is not None else None
-        log.warning("the gateway exited (code %s); starting it again", code)
+        log.warning("%s; starting it again", cause)
         ok = True
         try:
             self.server.restart_gateway()
         except Exception as e:  # noqa: BLE001 - tried again at the next poll
             log.error("restarting the gateway failed: %s", e)
             ok = False
-        self._record("gateway", f"gateway exited (code {code})", started, [], ok)
+        self._record("gateway", cause, started, [], ok)
 
     def _record(self, what: str, cause: str, started: float, models: list[str], ok: bool) -> None:
         heal = Heal(what, cause, time.monotonic() - started, tuple(models), ok)
@@ -387,6 +431,9 @@ class Supervisor(threading.Thread):
                     transport.load_model(snap.name, config, {f"file:{k}": v for k, v in files.items()})
                     return True
                 except ServerUnavailableError as e:  # the fresh server's gRPC endpoint may lag its HTTP one
+                    if not self._server_alive():  # died during the heal: no point waiting out the deadline
+                        log.error("loading model '%s' again failed: tritonserver died meanwhile", snap.name)
+                        return False
                     if time.monotonic() > deadline or self._halt.is_set():
                         log.error("loading model '%s' again failed: %s", snap.name, e)
                         return False
@@ -394,6 +441,10 @@ class Supervisor(threading.Thread):
                     log.error("loading model '%s' again failed: %s", snap.name, e)
                     return False
             time.sleep(0.2)
+
+    def _server_alive(self) -> bool:
+        process = self.server.process
+        return process is not None and process.poll() is None
 
 
 def _instance_names(config: dict[str, Any]) -> set[str]:

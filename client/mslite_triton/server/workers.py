@@ -50,7 +50,7 @@ def _children(parent: int) -> list[_Process]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            rest = stat[stat.rindex(")") + 2 :].split()
+            rest = _after_name(stat)
             if int(rest[1]) != parent:
                 continue
             args = (entry / "cmdline").read_bytes().split(b"\0")
@@ -61,6 +61,20 @@ def _children(parent: int) -> list[_Process]:
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         found.append(_Process(int(entry.name), comm, rest[0], parent, args, status))
     return found
+
+
+def state_of(pid: int) -> str:
+    """The state letter of a process (`R`, `S`, `T` for stopped, `Z`, ...); empty once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return _after_name(stat)[0]
+
+
+def _after_name(stat: str) -> list[str]:
+    """The fields of a `/proc/<pid>/stat` line after the command name (which may hold spaces and parentheses)."""
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def children_of(pid: int) -> list[tuple[int, str]]:

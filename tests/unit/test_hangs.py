@@ -1,0 +1,44 @@
+"""What the supervisor reads to find a hung gateway or worker: a process's state, and the `hang_s` setting."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mslite_triton.server.cli import build_parser
+from mslite_triton.server.config import ServerConfig
+from mslite_triton.server.workers import state_of
+
+
+def test_a_stopped_process_reads_as_state_t_and_a_reaped_one_as_gone():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert state_of(proc.pid) in ("S", "R")
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while state_of(proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state_of(proc.pid) == "T"
+        os.kill(proc.pid, signal.SIGKILL)  # ends it even while stopped
+        deadline = time.monotonic() + 10
+        while state_of(proc.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state_of(proc.pid) == "Z"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert state_of(proc.pid) == ""
+
+
+def test_hang_s_is_a_typed_setting_of_serve():
+    assert ServerConfig(model_repository=Path("repo")).hang_s == 10.0
+    args = build_parser().parse_args(["serve", "--hang-s", "2.5"])
+    assert args.hang_s == 2.5
+    assert build_parser().parse_args(["serve"]).hang_s == 10.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--hang-s", "0"])
