@@ -1,0 +1,378 @@
+#include "kserve_http.h"
+
+#include <curl/curl.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <utility>
+
+#include "encoding.h"
+#include "protocol.h"
+
+namespace mslite_triton {
+namespace {
+
+constexpr char kHeaderLength[] = "Inference-Header-Content-Length";
+
+struct TypeName {
+  enum DataType type;
+  const char *kserve;
+};
+constexpr TypeName kTypes[] = {
+    {DataType::kNumberTypeBool, "BOOL"},     {DataType::kNumberTypeInt8, "INT8"},
+    {DataType::kNumberTypeInt16, "INT16"},   {DataType::kNumberTypeInt32, "INT32"},
+    {DataType::kNumberTypeInt64, "INT64"},   {DataType::kNumberTypeUInt8, "UINT8"},
+    {DataType::kNumberTypeUInt16, "UINT16"}, {DataType::kNumberTypeUInt32, "UINT32"},
+    {DataType::kNumberTypeUInt64, "UINT64"}, {DataType::kNumberTypeFloat16, "FP16"},
+    {DataType::kNumberTypeFloat32, "FP32"},  {DataType::kNumberTypeFloat64, "FP64"},
+};
+
+std::once_flag curl_initialised;
+
+size_t OnBody(char *data, size_t size, size_t n, void *user) {
+  static_cast<std::string *>(user)->append(data, size * n);
+  return size * n;
+}
+
+size_t OnHeader(char *data, size_t size, size_t n, void *user) {
+  constexpr size_t kName = sizeof(kHeaderLength) - 1;
+  if (size * n > kName + 1 && strncasecmp(data, kHeaderLength, kName) == 0 && data[kName] == ':') {
+    *static_cast<long *>(user) = std::strtol(std::string(data + kName + 1, size * n - kName - 1).c_str(), nullptr, 10);
+  }
+  return size * n;
+}
+
+std::string Lower(std::string s) {
+  for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string Encode(const std::string &name) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : name) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+// scheme, host and port of `url`; false unless it is http(s)://host[:port][/...].
+bool SplitUrl(const std::string &url, std::string *scheme, std::string *host, int *port) {
+  size_t sep = url.find("://");
+  if (sep == std::string::npos) return false;
+  *scheme = url.substr(0, sep);
+  std::string rest = url.substr(sep + 3);
+  rest = rest.substr(0, rest.find('/'));
+  size_t colon = rest.rfind(':');
+  *port = -1;
+  if (colon != std::string::npos && rest.find(']', colon) == std::string::npos) {
+    std::string digits = rest.substr(colon + 1);
+    if (digits.empty() || digits.size() > 5 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+    *port = std::stoi(digits);
+    rest = rest.substr(0, colon);
+  }
+  *host = rest;
+  return (*scheme == "http" || *scheme == "https") && !host->empty();
+}
+
+// The server's reason without a Python traceback ("\n  At:\n ...") that some Triton errors carry.
+std::string Reason(const std::string &body) {
+  std::string message = body;
+  json::Value parsed;
+  std::string ignored;
+  if (json::Parse(body.data(), body.size(), &parsed, &ignored)) {
+    const json::Value *error = parsed.Find("error");
+    if (error != nullptr && error->kind == json::Value::kString) message = error->text;
+  }
+  size_t at = message.find("At:\n");
+  if (at != std::string::npos) {
+    size_t cut = message.find_last_not_of(" \t\n", at == 0 ? 0 : at - 1);
+    message = cut == std::string::npos ? "" : message.substr(0, cut + 1);
+  }
+  size_t a = message.find_first_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : message.substr(a, message.find_last_not_of(" \t\r\n") - a + 1);
+}
+
+// The one error table: HTTP status + message -> MindSpore Lite status (as the Python and Java clients').
+Status Classify(long code, const std::string &body, enum StatusCode otherwise) {
+  std::string message = Reason(body);
+  std::string lower = Lower(message);
+  enum StatusCode status = otherwise;
+  if (code == 503 && (lower.find("klite" "servicedeny") != std::string::npos ||
+                      lower.find("maximum queue size") != std::string::npos ||
+                      (lower.find("queue") != std::string::npos && lower.find("full") != std::string::npos))) {
+    status = kLiteServiceDeny;
+  } else if (code == 403 || lower.find("is restricted") != std::string::npos) {
+    status = kLiteError;
+    message = "permission denied (the model-control API needs the admin key: set " +
+              std::string(protocol::ADMIN_KEY_ENV) + "): " + message;
+  } else if (code == 404 || lower.find("unknown model") != std::string::npos ||
+             lower.find("is not found") != std::string::npos) {
+    status = kLiteError;
+    message = "model not found: " + message;
+  } else if (code == 400 && otherwise == kLiteError) {
+    status = kLiteInputTensorError;
+  }
+  return Status(status, message + " (HTTP " + std::to_string(code) + ")");
+}
+
+}  // namespace
+
+struct KServeHttp::Connection {
+  CURL *curl = nullptr;
+  std::string request;  // reused: the infer body is built here
+  std::string reply;
+  long status = 0;
+  long header_length = -1;  // the JSON part of a binary answer; -1 when the answer is all JSON
+
+  ~Connection() {
+    if (curl != nullptr) curl_easy_cleanup(curl);
+  }
+};
+
+const char *KServeName(enum DataType type) {
+  for (const auto &t : kTypes) {
+    if (t.type == type) return t.kserve;
+  }
+  return nullptr;
+}
+
+enum DataType FromKServe(const std::string &name) {
+  for (const auto &t : kTypes) {
+    if (name == t.kserve) return t.type;
+  }
+  return DataType::kTypeUnknown;
+}
+
+Status KServeHttp::Create(const std::string &url, std::unique_ptr<KServeHttp> *out) {
+  std::string scheme, host;
+  int port = -1;
+  if (!SplitUrl(url, &scheme, &host, &port)) {
+    return Status(kLiteParamInvalid,
+                  "server url must look like http://host:port (this client speaks KServe v2 over HTTP), got '" + url +
+                      "'");
+  }
+  std::call_once(curl_initialised, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });  // once, before any handle
+  std::string base = url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  out->reset(new KServeHttp(base, AdminKey(url)));
+  return kSuccess;
+}
+
+KServeHttp::KServeHttp(std::string base, std::string key) : base_(std::move(base)), key_(std::move(key)) {}
+
+KServeHttp::~KServeHttp() = default;
+
+std::unique_ptr<KServeHttp::Connection> KServeHttp::Acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      std::unique_ptr<Connection> c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+  }
+  auto c = std::make_unique<Connection>();
+  c->curl = curl_easy_init();
+  if (c->curl == nullptr) return nullptr;
+  curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);  // many threads: no SIGALRM-based timeouts
+  curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, 10L);
+  curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, 120L);
+  curl_easy_setopt(c->curl, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &c->reply);
+  curl_easy_setopt(c->curl, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, &c->header_length);
+  return c;
+}
+
+void KServeHttp::Release(std::unique_ptr<Connection> connection) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(std::move(connection));
+}
+
+Status KServeHttp::Send(Connection *c, const char *method, const std::string &path, const std::string *body,
+                        const char *content_type, long header_length) {
+  c->reply.clear();
+  c->status = 0;
+  c->header_length = -1;
+  const std::string url = base_ + path;
+  curl_slist *headers = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip before a large body
+  if (content_type != nullptr) headers = curl_slist_append(headers, (std::string("Content-Type: ") + content_type).c_str());
+  if (header_length >= 0) {
+    headers = curl_slist_append(headers, (std::string(kHeaderLength) + ": " + std::to_string(header_length)).c_str());
+  }
+  if (!key_.empty()) headers = curl_slist_append(headers, (std::string(protocol::HEADER) + ": " + key_).c_str());
+  curl_easy_setopt(c->curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, headers);
+  if (body != nullptr && std::string(method) == "POST") {
+    curl_easy_setopt(c->curl, CURLOPT_POST, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, body->data());
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+  } else {
+    curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
+  }
+  CURLcode rc = curl_easy_perform(c->curl);
+  curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, nullptr);
+  curl_slist_free_all(headers);
+  if (rc != CURLE_OK) {
+    return Status(kLiteError, "cannot reach the server at " + base_ + ": " + curl_easy_strerror(rc));
+  }
+  curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &c->status);
+  return kSuccess;
+}
+
+Status KServeHttp::Get(const std::string &path, const char *what, json::Value *out) {
+  std::unique_ptr<Connection> c = Acquire();
+  if (c == nullptr) return Status(kLiteMemoryFailed, "curl_easy_init failed");
+  Status s = Send(c.get(), "GET", path, nullptr, nullptr, -1);
+  if (s.IsOk() && c->status != 200) s = Classify(c->status, c->reply, kLiteError);
+  std::string error;
+  if (s.IsOk() && !json::Parse(c->reply.data(), c->reply.size(), out, &error)) {
+    s = Status(kLiteError, std::string("the server's ") + what + " is not JSON: " + error);
+  }
+  Release(std::move(c));
+  return s;
+}
+
+Status KServeHttp::Live() {
+  std::unique_ptr<Connection> c = Acquire();
+  if (c == nullptr) return Status(kLiteMemoryFailed, "curl_easy_init failed");
+  Status s = Send(c.get(), "GET", "/v2/health/live", nullptr, nullptr, -1);
+  if (s.IsOk() && c->status != 200) {
+    s = Status(kLiteError, "the server at " + base_ + " is not live (HTTP " + std::to_string(c->status) + ")");
+  }
+  Release(std::move(c));
+  return s;
+}
+
+Status KServeHttp::ModelReady(const std::string &model, bool *ready) {
+  std::unique_ptr<Connection> c = Acquire();
+  if (c == nullptr) return Status(kLiteMemoryFailed, "curl_easy_init failed");
+  Status s = Send(c.get(), "GET", "/v2/models/" + Encode(model) + "/ready", nullptr, nullptr, -1);
+  *ready = s.IsOk() && c->status == 200;
+  Release(std::move(c));
+  return s;
+}
+
+Status KServeHttp::Metadata(const std::string &model, json::Value *out) {
+  return Get("/v2/models/" + Encode(model), "model metadata", out);
+}
+
+Status KServeHttp::Config(const std::string &model, json::Value *out) {
+  return Get("/v2/models/" + Encode(model) + "/config", "model config", out);
+}
+
+Status KServeHttp::Load(const std::string &model, const std::string &config_json, const std::string &file_name,
+                        const std::string &bytes) {
+  std::string body = R"({"parameters":{"config":)" + json::Quote(config_json) + "," + json::Quote(file_name) + ":\"" +
+                     Base64(bytes) + "\"}}";
+  std::unique_ptr<Connection> c = Acquire();
+  if (c == nullptr) return Status(kLiteMemoryFailed, "curl_easy_init failed");
+  Status s = Send(c.get(), "POST", "/v2/repository/models/" + Encode(model) + "/load", &body, "application/json", -1);
+  if (s.IsOk() && c->status != 200) s = Classify(c->status, c->reply, kLiteGraphFileError);
+  Release(std::move(c));
+  return s;
+}
+
+Status KServeHttp::Infer(const std::string &model, const std::vector<std::string> &names,
+                         const std::vector<MSTensor> &inputs, const std::vector<std::string> &outputs,
+                         std::string *body, std::vector<OutputView> *views) {
+  std::string head = R"({"inputs":[)";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const MSTensor &t = inputs[i];
+    const char *type = KServeName(t.DataType());
+    if (type == nullptr) {
+      return Status(kLiteNotSupport, "input '" + names[i] + "' has data type " +
+                                         std::to_string(static_cast<int>(t.DataType())) + ", which the server does not take");
+    }
+    head += i == 0 ? "{\"name\":" : ",{\"name\":";
+    head += json::Quote(names[i]) + ",\"shape\":[";
+    for (size_t d = 0; d < t.Shape().size(); ++d) head += (d == 0 ? "" : ",") + std::to_string(t.Shape()[d]);
+    head += std::string(R"(],"datatype":")") + type + R"(","parameters":{"binary_data_size":)" +
+            std::to_string(t.DataSize()) + "}}";
+  }
+  head += R"(],"outputs":[)";
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    head += (i == 0 ? "{\"name\":" : ",{\"name\":") + json::Quote(outputs[i]) + R"(,"parameters":{"binary_data":true}})";
+  }
+  head += "]}";
+
+  std::unique_ptr<Connection> c = Acquire();
+  if (c == nullptr) return Status(kLiteMemoryFailed, "curl_easy_init failed");
+  c->request.assign(head);  // the connection's buffer keeps its capacity: no reallocation per request
+  for (const MSTensor &t : inputs) {
+    c->request.append(static_cast<const char *>(t.Data().get()), t.DataSize());
+  }
+  Status s = Send(c.get(), "POST", "/v2/models/" + Encode(model) + "/infer", &c->request, "application/octet-stream",
+                  static_cast<long>(head.size()));
+  if (s.IsOk() && c->status != 200) s = Classify(c->status, c->reply, kLiteError);
+  long json_length = c->header_length;
+  body->swap(c->reply);
+  Release(std::move(c));
+  if (s.IsError()) return s;
+
+  size_t header = json_length < 0 ? body->size() : static_cast<size_t>(json_length);
+  json::Value answer;
+  std::string error;
+  if (header > body->size() || !json::Parse(body->data(), header, &answer, &error)) {
+    return Status(kLiteError, "the server's answer is not KServe v2 JSON: " + error);
+  }
+  views->clear();
+  const json::Value *outs = answer.Find("outputs");
+  size_t offset = header;
+  for (const json::Value &o : outs == nullptr ? std::vector<json::Value>() : outs->items) {
+    OutputView view;
+    const json::Value *name = o.Find("name");
+    const json::Value *type = o.Find("datatype");
+    const json::Value *shape = o.Find("shape");
+    const json::Value *params = o.Find("parameters");
+    const json::Value *size = params == nullptr ? nullptr : params->Find("binary_data_size");
+    view.name = name == nullptr ? "" : name->text;
+    view.type = FromKServe(type == nullptr ? "" : type->text);
+    if (view.type == DataType::kTypeUnknown) {
+      return Status(kLiteNotSupport, "output '" + view.name + "' has datatype " + (type ? type->text : "?") +
+                                         ", which this client does not read");
+    }
+    for (const json::Value &d : shape == nullptr ? std::vector<json::Value>() : shape->items) {
+      view.shape.push_back(d.AsInt(-1));
+    }
+    if (size == nullptr || size->AsInt(-1) < 0 || offset + static_cast<size_t>(size->AsInt(0)) > body->size()) {
+      return Status(kLiteError, "output '" + view.name + "' came back without its binary data");
+    }
+    view.offset = offset;
+    view.size = static_cast<size_t>(size->AsInt(0));
+    offset += view.size;
+    views->push_back(std::move(view));
+  }
+  return kSuccess;
+}
+
+std::string AdminKey(const std::string &url) {
+  const char *env = std::getenv(protocol::ADMIN_KEY_ENV);
+  if (env != nullptr && *env != '\0') return env;
+  std::string scheme, host;
+  int port = -1;
+  if (!SplitUrl(url, &scheme, &host, &port) || port < 0) return "";
+  const char *dir = std::getenv(protocol::KEY_DIR_ENV);
+  const char *home = std::getenv("HOME");
+  std::string keys = dir != nullptr && *dir != '\0' ? dir : std::string(home ? home : "") + "/.mslite-triton/keys";
+  if (host == "localhost") host = "127.0.0.1";
+  std::ifstream in(keys + "/" + host + "_" + std::to_string(port) + ".key");
+  std::string key;
+  std::getline(in, key);
+  size_t end = key.find_last_not_of(" \t\r\n");
+  return end == std::string::npos ? "" : key.substr(0, end + 1);
+}
+
+}  // namespace mslite_triton
