@@ -85,7 +85,8 @@ bool SplitUrl(const std::string &url, std::string *scheme, std::string *host, in
   return (*scheme == "http" || *scheme == "https") && !host->empty();
 }
 
-// The server's reason without a Python traceback ("\n  At:\n ...") that some Triton errors carry.
+// The server's reason without a Python traceback ("\n  At:\n ...") or the model-author advice that some
+// Triton errors carry.
 std::string Reason(const std::string &body) {
   std::string message = body;
   json::Value parsed;
@@ -94,6 +95,9 @@ std::string Reason(const std::string &body) {
     const json::Value *error = parsed.Find("error");
     if (error != nullptr && error->kind == json::Value::kString) message = error->text;
   }
+  // advice Triton appends for model authors (about the model config), not for the caller of predict
+  size_t advice = message.find("NOTE: Setting a non-zero max_batch_size");
+  if (advice != std::string::npos) message.erase(advice);
   size_t at = message.find("At:\n");
   if (at != std::string::npos) {
     size_t cut = message.find_last_not_of(" \t\n", at == 0 ? 0 : at - 1);
