@@ -6,9 +6,11 @@ The bar: `ModelParallelRunner::Predict` from 8 C++ threads (examples' library, K
 tensors, pooled connections) serves >= 0.95 x perf_analyzer's HTTP throughput at concurrency 8 on the same
 server. The server is the one `mslite-triton serve` starts (gateway, admin key, admission control; the
 supervisor off, so a restart cannot land in a round); both clients go through its public HTTP port. The
-two alternate, every other round in reverse order (paired.py says why). perf_analyzer comes from the tools
+two alternate, every other round in reverse order (paired.py says why); the C++ side is measured over as
+long as the three windows perf_analyzer averages. perf_analyzer comes from the tools
 venv (tools.py); the C++ side is built here with `make cpp-client` and benchmarks/cpp_bench.cc. The last
-lines give each side's median img/s and latencies and the ratio of the medians, with every round's ratio.
+lines give each side's median img/s, latencies and client CPU per request, and the ratio of the medians
+with every round's ratio.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -44,13 +47,24 @@ def build_bench(out: Path) -> Path:
 
 
 def cpp_round(binary: Path, url: str, model: str, image: Path, threads: int, seconds: float) -> dict[str, Any]:
-    """One run of the C++ load; its JSON line."""
-    args = [str(binary), url, model, str(image), str(threads), str(seconds), "1"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 120)
+    """One run of the C++ load over as long as perf_analyzer's figure (its last 3 windows); its JSON line."""
+    args = [str(binary), url, model, str(image), str(threads), str(3 * seconds), "1"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=3 * seconds + 120)
     if out.returncode != 0:
         raise RuntimeError(f"cpp_bench exit {out.returncode}: {(out.stdout + out.stderr)[-1500:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+def served(url: str, model: str) -> int:
+    """Requests the model has answered so far (Triton's statistics)."""
+    with urllib.request.urlopen(f"{url}/v2/models/{model}/stats", timeout=30) as resp:
+        return int(json.load(resp)["model_stats"][0]["inference_count"])
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def perf_round(tools: Tools, address: str, model: str, image: Path, concurrency: int, seconds: float) -> dict[str, Any]:
@@ -105,21 +119,27 @@ def main() -> None:
             print(f"server: gateway {srv.gateway is not None}, admin key {bool(srv.admin_key)}", flush=True)
             for r in range(a.rounds):
                 for side in ("cpp", "perf_analyzer") if r % 2 == 0 else ("perf_analyzer", "cpp"):
+                    count0, cpu0 = served(srv.http_url, a.model), children_cpu_s()
                     if side == "cpp":
                         res = cpp_round(binary, srv.http_url, a.model, image, a.threads, a.seconds)
                     else:
                         res = perf_round(tools, address, a.model, image, a.threads, a.seconds)
+                    # the client's own CPU (user + system) per request it sent, warm-up windows included
+                    res["client_cpu_ms"] = (
+                        1e3 * (children_cpu_s() - cpu0) / max(1, served(srv.http_url, a.model) - count0)
+                    )
                     found[side].append(res)
                     print(
                         f"round {r + 1} {side}: {res['img_s']:.1f} img/s, p50 {res['p50_ms']:.2f} ms, "
-                        f"p99 {res['p99_ms']:.2f} ms",
+                        f"p99 {res['p99_ms']:.2f} ms, client CPU {res['client_cpu_ms']:.3f} ms/req",
                         flush=True,
                     )
     for side, runs in found.items():
         print(
             f"{side}: median {statistics.median(x['img_s'] for x in runs):.1f} img/s, "
             f"p50 {statistics.median(x['p50_ms'] for x in runs):.2f} ms, "
-            f"p99 {statistics.median(x['p99_ms'] for x in runs):.2f} ms"
+            f"p99 {statistics.median(x['p99_ms'] for x in runs):.2f} ms, "
+            f"client CPU {statistics.median(x['client_cpu_ms'] for x in runs):.3f} ms/req"
         )
     print(f"perf_analyzer: {found['perf_analyzer'][0]['command']}")
     ratios = [x["img_s"] / y["img_s"] for x, y in zip(found["cpp"], found["perf_analyzer"])]
