@@ -112,7 +112,7 @@ Status Classify(long code, const std::string &body, enum StatusCode otherwise) {
   std::string message = Reason(body);
   std::string lower = Lower(message);
   enum StatusCode status = otherwise;
-  if (code == 503 && (lower.find("klite" "servicedeny") != std::string::npos ||
+  if (code == 503 && (lower.find("kliteservicedeny") != std::string::npos ||
                       lower.find("maximum queue size") != std::string::npos ||
                       (lower.find("queue") != std::string::npos && lower.find("full") != std::string::npos))) {
     status = kLiteServiceDeny;
