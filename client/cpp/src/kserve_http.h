@@ -29,6 +29,10 @@ struct OutputView {
 class KServeHttp {
  public:
   struct Connection;  // a curl handle and its reusable buffers
+  struct Piece {      // one piece of a request body, sent from where it lies
+    const char *data;
+    size_t size;
+  };
 
   // kLiteParamInvalid unless `url` looks like http(s)://host:port.
   static Status Create(const std::string &url, std::unique_ptr<KServeHttp> *out);
@@ -55,8 +59,9 @@ class KServeHttp {
   std::unique_ptr<Connection> Acquire();
   void Release(std::unique_ptr<Connection> connection);
   // Sends one request on a pooled connection; the answer's status, body and JSON header length land in it.
-  Status Send(Connection *c, const char *method, const std::string &path, const std::string *body,
-              const char *content_type, long header_length);
+  // `body`: the pieces of a POST body, sent in order without joining them (nullptr: a GET).
+  Status Send(Connection *c, const std::string &path, const std::vector<Piece> *body, const char *content_type,
+              long header_length);
   Status Get(const std::string &path, const char *otherwise, json::Value *out);
 
   const std::string base_;
