@@ -13,7 +13,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import urllib.request
@@ -27,8 +26,9 @@ from onnx import helper
 
 import mslite_triton as mslite
 from mslite_triton import _admin_key, _pending
-from mslite_triton.server.workers import workers_of
 from mslite_triton_backend.mslite_backend import protocol
+from tests.integration.test_java import unload
+from tests.support.processes import free_port, worker_pids
 from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
@@ -191,21 +191,6 @@ def test_sample_uploads_a_local_file(server, builds, files, python_output, tmp_p
             unload(server, name)
 
 
-def unload(server, name: str) -> None:
-    req = urllib.request.Request(f"{server.http_url}/v2/repository/models/{name}/unload", data=b"{}", method="POST")
-    key = getattr(server, "admin_key", None)
-    if key:
-        req.add_header("mslite-key", key)
-    with urllib.request.urlopen(req, timeout=60):
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_each_failure_gives_its_status(server, builds, files):
     main, driver = builds["plain"].main, builds["plain"].driver
     unknown = run(main, server.http_url, "triton://no_such_model")
@@ -253,7 +238,7 @@ def test_runner_refuses_predicts_beyond_its_bound(server, builds, tmp_path: Path
     loaded = mslite.ModelParallelRunner()
     loaded.build_from_file(str(tmp_path / "private.onnx"), ctx)  # the C++ runner binds to this model
     name = loaded._remote.info.name
-    (worker,) = [w.pid for w in workers_of(server.process.pid) if w.instance.startswith(name + "_")]
+    (worker,) = worker_pids(server, name)
 
     proc = subprocess.Popen(
         [str(builds["plain"].driver), "bound", server.http_url, name],
