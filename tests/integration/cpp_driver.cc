@@ -2,6 +2,8 @@
 //
 //   cpp_driver shape URL MODEL D0,D1,...  one predict with the first input reshaped (zeros): its Status
 //   cpp_driver inplace URL MODEL          outputs allocated by the caller, as MindSpore Lite's sample does
+//   cpp_driver batch URL MODEL IN OUT     the first input's batch dim set from IN's size (raw values), the
+//                                         first output written to OUT; prints its shape
 //   cpp_driver bound URL MODEL            [runner] max_pending_predicts=1: a second predict while the
 //                                         first is held (the test stops the worker between READY and go)
 //
@@ -9,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -80,6 +84,30 @@ int InPlace(const std::string &url, const std::string &model) {
   return 0;
 }
 
+int Batch(const std::string &url, const std::string &model, const std::string &in, const std::string &out) {
+  ms::ModelParallelRunner runner;
+  ms::Status s = runner.Init("triton://" + model, Config(url));
+  if (s != ms::kSuccess) return Print("init", s), 1;
+  std::ifstream file(in, std::ios::binary);
+  std::vector<char> values((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto inputs = runner.GetInputs();
+  size_t sample = inputs[0].DataSize();  // GetInputs shows a dynamic batch dim as 1
+  std::vector<int64_t> shape = inputs[0].Shape();
+  shape[0] = static_cast<int64_t>(values.size() / sample);
+  inputs[0].SetShape(shape);
+  std::memcpy(inputs[0].MutableData(), values.data(), inputs[0].DataSize());
+  std::vector<ms::MSTensor> outputs;
+  s = runner.Predict(inputs, &outputs);
+  Print("predict", s);
+  if (s != ms::kSuccess) return 1;
+  std::cout << "shape";
+  for (int64_t d : outputs[0].Shape()) std::cout << " " << d;
+  std::cout << std::endl;
+  std::ofstream(out, std::ios::binary)
+      .write(static_cast<const char *>(outputs[0].Data().get()), static_cast<std::streamsize>(outputs[0].DataSize()));
+  return 0;
+}
+
 int Bound(const std::string &url, const std::string &model) {
   auto config = Config(url);
   config->SetConfigInfo("runner", {{"max_pending_predicts", "1"}});
@@ -119,6 +147,7 @@ int main(int argc, char **argv) {
   if (mode == "shape" && argc == 5) return Shape(argv[2], argv[3], argv[4]);
   if (mode == "inplace" && argc == 4) return InPlace(argv[2], argv[3]);
   if (mode == "bound" && argc == 4) return Bound(argv[2], argv[3]);
-  std::cerr << "usage: cpp_driver shape|inplace|bound URL MODEL [D0,D1,...]\n";
+  if (mode == "batch" && argc == 6) return Batch(argv[2], argv[3], argv[4], argv[5]);
+  std::cerr << "usage: cpp_driver shape|inplace|bound|batch URL MODEL [D0,D1,... | IN OUT]\n";
   return 2;
 }

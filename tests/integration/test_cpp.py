@@ -226,6 +226,29 @@ def test_outputs_fill_the_callers_buffers(server, builds):
     assert "predict kSuccess" in out.stdout and "output shape1 same_buffer=1 elements=1000" in out.stdout
 
 
+def test_a_batch_of_two(server, builds, files, tmp_path):
+    """SetShape on the dynamic batch dim: two images in one predict, equal to the Python client's bit for bit."""
+    one = np.fromfile(files / "input.bin", dtype="<f4")
+    x = np.concatenate([one, one[::-1]]).reshape(2, 3, 224, 224)
+    (tmp_path / "batch.bin").write_bytes(x.tobytes())
+    args = ["batch", server.http_url, "mobilenetv2", str(tmp_path / "batch.bin"), str(tmp_path / "out.bin")]
+    out = run(builds["plain"].driver, server.http_url, *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "predict kSuccess" in out.stdout and "shape 2 1000\n" in out.stdout
+
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file("triton://mobilenetv2", ctx)
+    inputs = runner.get_inputs()
+    inputs[0].shape = list(x.shape)
+    inputs[0].set_data_from_numpy(x)
+    (expected,) = runner.predict(inputs)
+    np.testing.assert_array_equal(
+        np.fromfile(tmp_path / "out.bin", dtype="<f4").reshape(2, 1000), expected.get_data_to_numpy()
+    )
+
+
 def test_runner_refuses_predicts_beyond_its_bound(server, builds, tmp_path: Path) -> None:
     """[runner] max_pending_predicts=1: a second predict while one is held fails at once with kLiteServiceDeny."""
     private = GEN.build_tiny()
