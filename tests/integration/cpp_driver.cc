@@ -1,6 +1,7 @@
 // The C++ client's cases that the sample (examples/cpp/main.cc) does not show, for tests/integration/test_cpp.py.
 //
 //   cpp_driver shape URL MODEL D0,D1,...  one predict with the first input reshaped (zeros): its Status
+//   cpp_driver grown URL MODEL            data set, then the batch dim doubled without new data: refused
 //   cpp_driver inplace URL MODEL          outputs allocated by the caller, as MindSpore Lite's sample does
 //   cpp_driver batch URL MODEL IN OUT     the first input's batch dim set from IN's size (raw values), the
 //                                         first output written to OUT; prints its shape
@@ -56,6 +57,19 @@ int Shape(const std::string &url, const std::string &model, const std::string &d
   auto inputs = runner.GetInputs();
   inputs[0].SetShape(shape);
   std::memset(inputs[0].MutableData(), 0, inputs[0].DataSize());
+  std::vector<ms::MSTensor> outputs;
+  Print("predict", runner.Predict(inputs, &outputs));
+  return 0;
+}
+
+int Grown(const std::string &url, const std::string &model) {
+  ms::ModelParallelRunner runner;
+  ms::Status s = runner.Init("triton://" + model, Config(url));
+  if (s != ms::kSuccess) return Print("init", s), 1;
+  auto inputs = Zeros(&runner);
+  std::vector<int64_t> shape = inputs[0].Shape();
+  shape[0] *= 2;
+  inputs[0].SetShape(shape);
   std::vector<ms::MSTensor> outputs;
   Print("predict", runner.Predict(inputs, &outputs));
   return 0;
@@ -146,8 +160,9 @@ int main(int argc, char **argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "shape" && argc == 5) return Shape(argv[2], argv[3], argv[4]);
   if (mode == "inplace" && argc == 4) return InPlace(argv[2], argv[3]);
+  if (mode == "grown" && argc == 4) return Grown(argv[2], argv[3]);
   if (mode == "bound" && argc == 4) return Bound(argv[2], argv[3]);
   if (mode == "batch" && argc == 6) return Batch(argv[2], argv[3], argv[4], argv[5]);
-  std::cerr << "usage: cpp_driver shape|inplace|bound|batch URL MODEL [D0,D1,... | IN OUT]\n";
+  std::cerr << "usage: cpp_driver shape|grown|inplace|bound|batch URL MODEL [D0,D1,... | IN OUT]\n";
   return 2;
 }

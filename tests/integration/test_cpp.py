@@ -161,7 +161,7 @@ def test_sample_under_address_sanitizer(server, builds, files, python_output, tm
         failed = run(builds["asan"].main, url, *args)
         assert failed.returncode == 1 and "Build model error" in failed.stderr, failed.stderr[-3000:]
         assert not SANITIZER_REPORT.search(failed.stderr), failed.stderr[-4000:]
-    for mode, extra in [("shape", ["1,3,224,225"]), ("inplace", [])]:
+    for mode, extra in [("shape", ["1,3,224,225"]), ("grown", []), ("inplace", [])]:
         driven = run(builds["asan"].driver, server.http_url, mode, server.http_url, "mobilenetv2", *extra)
         assert driven.returncode == 0 and not SANITIZER_REPORT.search(driven.stderr), driven.stderr[-4000:]
 
@@ -217,6 +217,14 @@ def test_each_failure_gives_its_status(server, builds, files):
     (line,) = [x for x in shape.stdout.splitlines() if x.startswith("predict ")]
     assert line.startswith("predict kLiteInputTensorError kLiteInputTensorError: predict failed!"), line
     assert "1,3,224,225" in line and "(HTTP 400)" in line and "NOTE:" not in line
+
+    grown = run(driver, server.http_url, "grown", server.http_url, "mobilenetv2")  # refused before any request
+    assert grown.returncode == 0, grown.stderr
+    assert (
+        "predict kLiteInputTensorError kLiteInputTensorError: predict failed! input 'input' holds 602112 bytes;"
+        in grown.stdout
+    )
+    assert "its shape needs 1204224" in grown.stdout
 
 
 def test_outputs_fill_the_callers_buffers(server, builds):

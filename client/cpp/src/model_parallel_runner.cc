@@ -195,6 +195,11 @@ Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::ve
                                                  impl_->inputs[i].name +
                                                  "') has no data or a dynamic shape; set its shape and data");
       }
+      if (TensorAccess::Capacity(t) < t.DataSize()) {  // the shape grew after the data was set: never read past it
+        return Status(kLiteInputTensorError, "predict failed! input '" + impl_->inputs[i].name + "' holds " +
+                                                 std::to_string(TensorAccess::Capacity(t)) + " bytes; its shape needs " +
+                                                 std::to_string(t.DataSize()) + " (set the shape, then the data)");
+      }
       names.push_back(impl_->inputs[i].name);
     }
     if (!outputs->empty() && outputs->size() != impl_->outputs.size()) {

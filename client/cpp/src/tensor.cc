@@ -157,6 +157,8 @@ void MSTensor::SetData(void *data, bool own_data) {
   impl_->capacity = data == nullptr ? 0 : DataSize();
 }
 
+size_t TensorAccess::Capacity(const MSTensor &tensor) { return tensor.impl_ ? tensor.impl_->capacity : 0; }
+
 bool TensorAccess::Fill(MSTensor *tensor, enum DataType type, const std::vector<int64_t> &shape, const char *bytes,
                         size_t size) {
   MSTensor::Impl *impl = tensor->impl_.get();
