@@ -44,8 +44,9 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
     return 1;
   }
-  const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup_s));
-  const auto stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto after = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  const auto start = Clock::now() + after(warmup_s);
+  const auto stop = start + after(seconds);
   std::mutex mutex;
   std::vector<double> latencies_ms;
   std::atomic<int> errors{0};
@@ -82,13 +83,15 @@ int main(int argc, char **argv) {
   for (auto &t : pool) t.join();
   std::sort(latencies_ms.begin(), latencies_ms.end());
   auto pct = [&](double p) {
-    return latencies_ms.empty() ? 0.0 : latencies_ms[static_cast<size_t>(p * static_cast<double>(latencies_ms.size() - 1))];
+    if (latencies_ms.empty()) return 0.0;
+    return latencies_ms[static_cast<size_t>(p * static_cast<double>(latencies_ms.size() - 1))];
   };
   for (char &c : first_error) {
     if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = ' ';
   }
-  std::printf("{\"img_s\": %.2f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"requests\": %zu, \"errors\": %d, \"error\": \"%s\"}\n",
-              static_cast<double>(latencies_ms.size()) / seconds, pct(0.5), pct(0.99), latencies_ms.size(), errors.load(),
-              first_error.c_str());
+  std::printf(
+      "{\"img_s\": %.2f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"requests\": %zu, \"errors\": %d, \"error\": \"%s\"}\n",
+      static_cast<double>(latencies_ms.size()) / seconds, pct(0.5), pct(0.99), latencies_ms.size(), errors.load(),
+      first_error.c_str());
   return errors.load() == 0 ? 0 : 1;
 }

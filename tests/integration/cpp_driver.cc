@@ -5,6 +5,8 @@
 //   cpp_driver inplace URL MODEL          outputs allocated by the caller, as MindSpore Lite's sample does
 //   cpp_driver batch URL MODEL IN OUT     the first input's batch dim set from IN's size (raw values), the
 //                                         first output written to OUT; prints its shape
+//   cpp_driver buffer URL FILE            Init from the file's bytes in memory (1 worker), one predict, then
+//                                         one with a kernel callback (refused)
 //   cpp_driver bound URL MODEL            [runner] max_pending_predicts=1: a second predict while the
 //                                         first is held (the test stops the worker between READY and go)
 //
@@ -122,6 +124,26 @@ int Batch(const std::string &url, const std::string &model, const std::string &i
   return 0;
 }
 
+int Buffer(const std::string &url, const std::string &path) {
+  std::ifstream file(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto config = Config(url);
+  config->SetWorkersNum(1);
+  ms::ModelParallelRunner runner;
+  ms::Status s = runner.Init(bytes.data(), bytes.size(), config);
+  Print("init", s);
+  if (s != ms::kSuccess) return 1;
+  std::cout << "model: " << runner.GetModelName() << std::endl;
+  auto inputs = Zeros(&runner);
+  std::vector<ms::MSTensor> outputs;
+  Print("predict", runner.Predict(inputs, &outputs));
+  outputs.clear();
+  ms::MSKernelCallBack before = [](const std::vector<ms::MSTensor> &, const std::vector<ms::MSTensor> &,
+                                   const ms::MSCallBackParam &) { return true; };
+  Print("callback", runner.Predict(inputs, &outputs, before));
+  return 0;
+}
+
 int Bound(const std::string &url, const std::string &model) {
   auto config = Config(url);
   config->SetConfigInfo("runner", {{"max_pending_predicts", "1"}});
@@ -162,7 +184,8 @@ int main(int argc, char **argv) {
   if (mode == "inplace" && argc == 4) return InPlace(argv[2], argv[3]);
   if (mode == "grown" && argc == 4) return Grown(argv[2], argv[3]);
   if (mode == "bound" && argc == 4) return Bound(argv[2], argv[3]);
+  if (mode == "buffer" && argc == 4) return Buffer(argv[2], argv[3]);
   if (mode == "batch" && argc == 6) return Batch(argv[2], argv[3], argv[4], argv[5]);
-  std::cerr << "usage: cpp_driver shape|grown|inplace|bound|batch URL MODEL [D0,D1,... | IN OUT]\n";
+  std::cerr << "usage: cpp_driver shape|grown|inplace|bound|batch|buffer URL MODEL|FILE [D0,D1,... | IN OUT]\n";
   return 2;
 }

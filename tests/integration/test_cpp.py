@@ -191,6 +191,21 @@ def test_sample_uploads_a_local_file(server, builds, files, python_output, tmp_p
             unload(server, name)
 
 
+def test_init_from_a_buffer(server, builds, files):
+    """Init(model_data, data_size, config) uploads the bytes as `model_<hash>`; kernel callbacks are refused."""
+    out = run(builds["plain"].driver, server.http_url, "buffer", server.http_url, str(files / "mobilenetv2.onnx"))
+    uploaded = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("model: ")]
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        (name,) = uploaded
+        assert re.fullmatch(r"model_[0-9a-f]{12}", name), name
+        assert "predict kSuccess" in out.stdout
+        assert "callback kLiteNotSupport kLiteNotSupport: predict failed! kernel callbacks" in out.stdout
+    finally:
+        for name in uploaded:
+            unload(server, name)
+
+
 def test_each_failure_gives_its_status(server, builds, files):
     main, driver = builds["plain"].main, builds["plain"].driver
     unknown = run(main, server.http_url, "triton://no_such_model")

@@ -241,7 +241,9 @@ Status KServeHttp::Send(Connection *c, const std::string &path, const std::vecto
   c->header_length = -1;
   const std::string url = base_ + path;
   curl_slist *headers = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip before a large body
-  if (content_type != nullptr) headers = curl_slist_append(headers, (std::string("Content-Type: ") + content_type).c_str());
+  if (content_type != nullptr) {
+    headers = curl_slist_append(headers, (std::string("Content-Type: ") + content_type).c_str());
+  }
   if (header_length >= 0) {
     headers = curl_slist_append(headers, (std::string(kHeaderLength) + ": " + std::to_string(header_length)).c_str());
   }
@@ -333,7 +335,8 @@ Status KServeHttp::Infer(const std::string &model, const std::vector<std::string
     const char *type = KServeName(t.DataType());
     if (type == nullptr) {
       return Status(kLiteNotSupport, "input '" + names[i] + "' has data type " +
-                                         std::to_string(static_cast<int>(t.DataType())) + ", which the server does not take");
+                                         std::to_string(static_cast<int>(t.DataType())) +
+                                         ", which the server does not take");
     }
     head += i == 0 ? "{\"name\":" : ",{\"name\":";
     head += json::Quote(names[i]) + ",\"shape\":[";
@@ -343,7 +346,8 @@ Status KServeHttp::Infer(const std::string &model, const std::vector<std::string
   }
   head += R"(],"outputs":[)";
   for (size_t i = 0; i < outputs.size(); ++i) {
-    head += (i == 0 ? "{\"name\":" : ",{\"name\":") + json::Quote(outputs[i]) + R"(,"parameters":{"binary_data":true}})";
+    head += (i == 0 ? "{\"name\":" : ",{\"name\":") + json::Quote(outputs[i]) +
+            R"(,"parameters":{"binary_data":true}})";
   }
   head += "]}";
 

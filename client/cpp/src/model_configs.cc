@@ -98,9 +98,10 @@ Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, un
     groups += gpu ? R"({"kind":"KIND_GPU","count":1,"gpus":[)" + std::to_string(ids[i % ids.size()]) + "]}"
                   : R"({"kind":"KIND_CPU","count":1})";
   }
+  int inter_op = ctx && ctx->GetInterOpParallelNum() > 0 ? ctx->GetInterOpParallelNum() : 1;
   std::vector<std::pair<std::string, std::string>> params = {
       {"thread_num", std::to_string(threads)},
-      {"inter_op_parallel_num", std::to_string(ctx && ctx->GetInterOpParallelNum() > 0 ? ctx->GetInterOpParallelNum() : 1)},
+      {"inter_op_parallel_num", std::to_string(inter_op)},
       {"thread_affinity_mode", std::to_string(ctx ? ctx->GetThreadAffinityMode() : 0)},
       {"precision_mode", fp16 ? "preferred_fp16" : "enforce_fp32"},
   };

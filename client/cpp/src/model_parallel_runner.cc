@@ -46,16 +46,14 @@ Status Prefixed(const char *what, const Status &s) {
   return Status(s.StatusCode(), std::string(what) + " failed! " + s.GetErrDescription());
 }
 
-// Upload the file unless the same file and config is loaded already; the server-side name in *name.
-Status Upload(KServeHttp *http, const std::string &path, const RunnerConfig &config, const Sections &sections,
-              std::string *name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(kLiteFileError, "model_path does not exist or cannot be read: " + path);
-  std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// Upload the model unless the same model and config is loaded already; the server-side name in *name.
+// `label` names it in messages and gives the name's stem (the file's path, or "model" for a buffer).
+Status Upload(KServeHttp *http, const std::string &label, const std::string &model, const RunnerConfig &config,
+              const Sections &sections, std::string *name) {
   // Told by content, as the Python client does: ONNX's ModelProto starts with field 1 as a varint (0x08),
   // MindIR's with a string (0x0A or 0x12; the server converts it); a .ms flatbuffer has "MSL" at offset 4.
   std::string file = "1/model.onnx";
-  std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  std::string base = label.substr(label.find_last_of('/') == std::string::npos ? 0 : label.find_last_of('/') + 1);
   if (model.size() >= 8 && model.compare(4, 3, "MSL") == 0) {
     return Status(kLiteNotSupport, "'" + base + "': MindSpore Lite's .ms format cannot be served; serve the .mindir "
                                                 "(or an ONNX export) the .ms file was converted from");
@@ -67,7 +65,7 @@ Status Upload(KServeHttp *http, const std::string &path, const RunnerConfig &con
   std::string members;
   Status s = BuildModelConfig(config, sections, std::thread::hardware_concurrency(), &members);
   if (s.IsError()) return s;
-  *name = UploadName(path, members, model);
+  *name = UploadName(label, members, model);
   bool ready = false;
   s = http->ModelReady(*name, &ready);
   if (s.IsError() || ready) return s;
@@ -87,6 +85,10 @@ class ModelParallelRunner::Impl {
   int max_pending = protocol::DEFAULT_MAX_PENDING;  // 0: no bound
   std::atomic<int> pending{0};
 
+  // Init's work: `model_path` is triton://NAME or a file's path; `model_bytes`, when given, the model itself.
+  Status Start(const std::string &model_path, const std::string *model_bytes,
+               const std::shared_ptr<RunnerConfig> &runner_config);
+
   std::vector<MSTensor> Tensors(bool in) const {
     std::shared_lock<std::shared_mutex> read(lock);
     std::vector<MSTensor> out;
@@ -103,63 +105,84 @@ ModelParallelRunner::~ModelParallelRunner() {
 
 Status ModelParallelRunner::Init(const std::string &model_path, const std::shared_ptr<RunnerConfig> &runner_config) {
   try {
-    std::unique_lock<std::shared_mutex> write(impl_->lock);
-    if (impl_->http != nullptr) return Status(kSuccess, "already initialised with '" + impl_->model + "'");
-    RunnerConfig defaults;
-    const RunnerConfig &config = runner_config ? *runner_config : defaults;
-    Sections sections;
-    Status s = ReadSections(config, &sections);
-    if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
-    std::string bound = std::to_string(protocol::DEFAULT_MAX_PENDING);
-    auto runner = sections.find(protocol::RUNNER_SECTION);
-    if (runner != sections.end() && runner->second.count(protocol::MAX_PENDING_KEY) != 0) {
-      bound = runner->second.at(protocol::MAX_PENDING_KEY);
-    }
-    if (bound.empty() || bound.size() > 9 || bound.find_first_not_of("0123456789") != std::string::npos) {
-      return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! [") + protocol::RUNNER_SECTION +
-                                           "] " + protocol::MAX_PENDING_KEY + " must be a non-negative int, got '" +
-                                           bound + "'");
-    }
-    std::shared_ptr<Context> ctx = config.GetContext();
-    std::string url = ctx ? ctx->GetServerUrl() : "";
-    if (url.empty()) {
-      const char *env = std::getenv(protocol::URL_ENV);
-      url = env == nullptr ? "" : env;
-    }
-    if (url.empty()) {
-      return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! no server: call "
-                                                   "Context::SetServerUrl(\"http://host:8000\") or set ") +
-                                           protocol::URL_ENV);
-    }
-    std::unique_ptr<KServeHttp> http;
-    s = KServeHttp::Create(url, &http);
-    if (s.IsOk()) s = http->Live();
-    std::string name;
-    const std::string prefix = protocol::BIND_PREFIX;
-    if (s.IsOk()) {
-      if (model_path.compare(0, prefix.size(), prefix) == 0) {
-        name = model_path.substr(prefix.size());
-      } else {
-        s = Upload(http.get(), model_path, config, sections, &name);
-      }
-    }
-    json::Value meta, model_config;
-    if (s.IsOk()) s = http->Metadata(name, &meta);
-    if (s.IsOk()) s = http->Config(name, &model_config);
-    const json::Value *max_batch = model_config.Find("max_batch_size");
-    bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
-    if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, &impl_->inputs);
-    if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, &impl_->outputs);
-    if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
-    impl_->output_names.clear();
-    for (const TensorSpec &spec : impl_->outputs) impl_->output_names.push_back(spec.name);
-    impl_->max_pending = std::stoi(bound);
-    impl_->model = name;
-    impl_->http = std::move(http);
-    return kSuccess;
+    return impl_->Start(model_path, nullptr, runner_config);
   } catch (const std::exception &e) {  // bad_alloc and the like: nothing throws across the API
     return Status(kLiteMemoryFailed, std::string("ModelParallelRunner's init failed! ") + e.what());
   }
+}
+
+Status ModelParallelRunner::Init(const void *model_data, size_t data_size,
+                                 const std::shared_ptr<RunnerConfig> &runner_config) {
+  try {
+    if (model_data == nullptr || data_size == 0) {
+      return Status(kLiteNullptr, "ModelParallelRunner's init failed! the model buffer is empty");
+    }
+    const std::string bytes(static_cast<const char *>(model_data), data_size);
+    return impl_->Start("model", &bytes, runner_config);
+  } catch (const std::exception &e) {
+    return Status(kLiteMemoryFailed, std::string("ModelParallelRunner's init failed! ") + e.what());
+  }
+}
+
+Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std::string *model_bytes,
+                                        const std::shared_ptr<RunnerConfig> &runner_config) {
+  std::unique_lock<std::shared_mutex> write(lock);
+  if (http != nullptr) return Status(kSuccess, "already initialised with '" + model + "'");
+  RunnerConfig defaults;
+  const RunnerConfig &config = runner_config ? *runner_config : defaults;
+  Sections sections;
+  Status s = ReadSections(config, &sections);
+  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  std::string bound = std::to_string(protocol::DEFAULT_MAX_PENDING);
+  auto runner = sections.find(protocol::RUNNER_SECTION);
+  if (runner != sections.end() && runner->second.count(protocol::MAX_PENDING_KEY) != 0) {
+    bound = runner->second.at(protocol::MAX_PENDING_KEY);
+  }
+  if (bound.empty() || bound.size() > 9 || bound.find_first_not_of("0123456789") != std::string::npos) {
+    return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! [") + protocol::RUNNER_SECTION +
+                                         "] " + protocol::MAX_PENDING_KEY + " must be a non-negative int, got '" +
+                                         bound + "'");
+  }
+  std::shared_ptr<Context> ctx = config.GetContext();
+  std::string url = ctx ? ctx->GetServerUrl() : "";
+  if (url.empty()) {
+    const char *env = std::getenv(protocol::URL_ENV);
+    url = env == nullptr ? "" : env;
+  }
+  if (url.empty()) {
+    return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! no server: call "
+                                                 "Context::SetServerUrl(\"http://host:8000\") or set ") +
+                                         protocol::URL_ENV);
+  }
+  std::unique_ptr<KServeHttp> server;
+  s = KServeHttp::Create(url, &server);
+  if (s.IsOk()) s = server->Live();
+  std::string name;
+  const std::string prefix = protocol::BIND_PREFIX;
+  if (s.IsOk() && model_bytes != nullptr) {
+    s = Upload(server.get(), model_path, *model_bytes, config, sections, &name);
+  } else if (s.IsOk() && model_path.compare(0, prefix.size(), prefix) == 0) {
+    name = model_path.substr(prefix.size());
+  } else if (s.IsOk()) {
+    std::ifstream in(model_path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    s = in ? Upload(server.get(), model_path, bytes, config, sections, &name)
+           : Status(kLiteFileError, "model_path does not exist or cannot be read: " + model_path);
+  }
+  json::Value meta, model_config;
+  if (s.IsOk()) s = server->Metadata(name, &meta);
+  if (s.IsOk()) s = server->Config(name, &model_config);
+  const json::Value *max_batch = model_config.Find("max_batch_size");
+  bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
+  if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, &inputs);
+  if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, &outputs);
+  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  output_names.clear();
+  for (const TensorSpec &spec : outputs) output_names.push_back(spec.name);
+  max_pending = std::stoi(bound);
+  model = name;
+  http = std::move(server);
+  return kSuccess;
 }
 
 std::vector<MSTensor> ModelParallelRunner::GetInputs() {
@@ -178,11 +201,16 @@ std::vector<MSTensor> ModelParallelRunner::GetOutputs() {
   }
 }
 
-Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs) {
+Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
+                                    const MSKernelCallBack &before, const MSKernelCallBack &after) {
   try {
     if (outputs == nullptr) return Status(kLiteNullptr, "predict failed! outputs must not be null");
+    if (before || after) {
+      return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
+    }
+    if (inputs.empty()) return Status(kLiteError, "predict failed! inputs must not be empty");
     std::shared_lock<std::shared_mutex> read(impl_->lock);
-    if (impl_->http == nullptr) return Status(kLiteUninitializedObj, "predict failed! call Init first");
+    if (impl_->http == nullptr) return Status(kLiteNullptr, "predict failed! call Init first");
     if (inputs.size() != impl_->inputs.size()) {
       return Status(kLiteInputTensorError, "model input len:" + std::to_string(impl_->inputs.size()) +
                                                " not equal input len:" + std::to_string(inputs.size()) + "!");
@@ -197,8 +225,9 @@ Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::ve
       }
       if (TensorAccess::Capacity(t) < t.DataSize()) {  // the shape grew after the data was set: never read past it
         return Status(kLiteInputTensorError, "predict failed! input '" + impl_->inputs[i].name + "' holds " +
-                                                 std::to_string(TensorAccess::Capacity(t)) + " bytes; its shape needs " +
-                                                 std::to_string(t.DataSize()) + " (set the shape, then the data)");
+                                                 std::to_string(TensorAccess::Capacity(t)) +
+                                                 " bytes; its shape needs " + std::to_string(t.DataSize()) +
+                                                 " (set the shape, then the data)");
       }
       names.push_back(impl_->inputs[i].name);
     }
@@ -228,7 +257,8 @@ Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::ve
     for (size_t i = 0; i < views.size(); ++i) {
       const OutputView &v = views[i];
       if (!in_place) outputs->emplace_back(v.name, v.type, std::vector<int64_t>(), nullptr, 0);
-      if (i >= outputs->size() || !TensorAccess::Fill(&(*outputs)[i], v.type, v.shape, body.data() + v.offset, v.size)) {
+      const char *bytes = body.data() + v.offset;
+      if (i >= outputs->size() || !TensorAccess::Fill(&(*outputs)[i], v.type, v.shape, bytes, v.size)) {
         return Status(kLiteMemoryFailed, "predict failed! cannot store output '" + v.name + "'");
       }
     }

@@ -45,6 +45,7 @@ std::string Status::CodeAsString(enum StatusCode c) {
     MSLITE_TRITON_CODE(kLiteUninitializedObj)
     MSLITE_TRITON_CODE(kLiteFileError)
     MSLITE_TRITON_CODE(kLiteServiceDeny)
+    MSLITE_TRITON_CODE(kLiteModelRebuild)
     MSLITE_TRITON_CODE(kLiteOutOfTensorRange)
     MSLITE_TRITON_CODE(kLiteInputTensorError)
     MSLITE_TRITON_CODE(kLiteReentrantError)

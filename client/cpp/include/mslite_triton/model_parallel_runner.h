@@ -3,6 +3,7 @@
 #ifndef MSLITE_TRITON_MODEL_PARALLEL_RUNNER_H_
 #define MSLITE_TRITON_MODEL_PARALLEL_RUNNER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,10 +26,14 @@ class RunnerConfig {
 
   void SetWorkersNum(int32_t workers_num) { workers_num_ = workers_num; }
   int32_t GetWorkersNum() const { return workers_num_; }
-  void SetContext(const std::shared_ptr<Context> &context) { context_ = context; }
+  void SetContext(const std::shared_ptr<Context> &context) {
+    if (context != nullptr) context_ = context;  // a null context is ignored, as MindSpore Lite's
+  }
   std::shared_ptr<Context> GetContext() const { return context_; }
-  // Replaces the keys of `section` given here (a later call for the same section adds to it).
-  void SetConfigInfo(const std::string &section, const std::map<std::string, std::string> &config);
+  // Replaces the whole section.
+  void SetConfigInfo(const std::string &section, const std::map<std::string, std::string> &config) {
+    config_info_[section] = config;
+  }
   std::map<std::string, std::map<std::string, std::string>> GetConfigInfo() const { return config_info_; }
   // A MindSpore Lite config file ([section] lines, key=value lines, # comments), read at Init; keys given by
   // SetConfigInfo win over the file's.
@@ -58,12 +63,15 @@ class ModelParallelRunner {
   ModelParallelRunner &operator=(const ModelParallelRunner &) = delete;
 
   Status Init(const std::string &model_path, const std::shared_ptr<RunnerConfig> &runner_config = nullptr);
+  // The same from a model in memory (ONNX or MindIR bytes); its server-side name starts with "model_".
+  Status Init(const void *model_data, size_t data_size, const std::shared_ptr<RunnerConfig> &runner_config = nullptr);
   // Fresh tensors (name, type, shape, no data) on every call; a dynamic batch dim reads 1.
   std::vector<MSTensor> GetInputs();
   std::vector<MSTensor> GetOutputs();
   // An empty *outputs gets new tensors; a full one (one per model output) is filled in place, into each
-  // tensor's own buffer when it is large enough.
-  Status Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs);
+  // tensor's own buffer when it is large enough. Kernel callbacks are refused (kLiteNotSupport).
+  Status Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
+                 const MSKernelCallBack &before = nullptr, const MSKernelCallBack &after = nullptr);
 
   // This library's own: the server-side model name ("" before Init), and predicts now in flight.
   std::string GetModelName() const;

@@ -37,6 +37,7 @@ enum StatusCode : uint32_t {
   kLiteUninitializedObj = kLite | (0x0FFFFFFF & -9),
   kLiteFileError = kLite | (0x0FFFFFFF & -10),
   kLiteServiceDeny = kLite | (0x0FFFFFFF & -11),
+  kLiteModelRebuild = kLite | (0x0FFFFFFF & -12),
   kLiteOutOfTensorRange = kLite | (0x0FFFFFFF & -100),
   kLiteInputTensorError = kLite | (0x0FFFFFFF & -101),
   kLiteReentrantError = kLite | (0x0FFFFFFF & -102),

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,6 +87,16 @@ class MSTensor {
   friend struct TensorAccess;  // the runner fills output tensors in place
   std::shared_ptr<Impl> impl_;
 };
+
+// MindSpore Lite's per-kernel callback types, so ported Predict calls compile. The server runs the graph, so
+// there are no kernels to call back from: Predict refuses a callback with kLiteNotSupport.
+struct MSCallBackParam {
+  std::string node_name;
+  std::string node_type;
+  double execute_time = 0;
+};
+using MSKernelCallBack = std::function<bool(const std::vector<MSTensor> &inputs, const std::vector<MSTensor> &outputs,
+                                            const MSCallBackParam &opInfo)>;
 
 // Bytes per element of a type; 0 for types without a fixed size.
 size_t DataTypeSize(enum DataType type);
