@@ -4,14 +4,14 @@
 #include <strings.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <utility>
 
 #include "encoding.h"
+#include "endpoint.h"
 #include "protocol.h"
+#include "server_errors.h"
 
 namespace mslite_triton {
 namespace {
@@ -47,91 +47,6 @@ size_t OnHeader(char *data, size_t size, size_t n, void *user) {
     *static_cast<long *>(user) = std::strtol(std::string(data + kName + 1, size * n - kName - 1).c_str(), nullptr, 10);
   }
   return size * n;
-}
-
-std::string Lower(std::string s) {
-  for (char &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string Encode(const std::string &name) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (char c : name) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += c;
-    } else {
-      out += '%';
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    }
-  }
-  return out;
-}
-
-// scheme, host and port of `url`; false unless it is http(s)://host[:port][/...].
-bool SplitUrl(const std::string &url, std::string *scheme, std::string *host, int *port) {
-  size_t sep = url.find("://");
-  if (sep == std::string::npos) return false;
-  *scheme = url.substr(0, sep);
-  std::string rest = url.substr(sep + 3);
-  rest = rest.substr(0, rest.find('/'));
-  size_t colon = rest.rfind(':');
-  *port = -1;
-  if (colon != std::string::npos && rest.find(']', colon) == std::string::npos) {
-    std::string digits = rest.substr(colon + 1);
-    if (digits.empty() || digits.size() > 5 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
-    *port = std::stoi(digits);
-    rest = rest.substr(0, colon);
-  }
-  *host = rest;
-  return (*scheme == "http" || *scheme == "https") && !host->empty();
-}
-
-// The server's reason without a Python traceback ("\n  At:\n ...") or the model-author advice that some
-// Triton errors carry.
-std::string Reason(const std::string &body) {
-  std::string message = body;
-  json::Value parsed;
-  std::string ignored;
-  if (json::Parse(body.data(), body.size(), &parsed, &ignored)) {
-    const json::Value *error = parsed.Find("error");
-    if (error != nullptr && error->kind == json::Value::kString) message = error->text;
-  }
-  // advice Triton appends for model authors (about the model config), not for the caller of predict
-  size_t advice = message.find("NOTE: Setting a non-zero max_batch_size");
-  if (advice != std::string::npos) message.erase(advice);
-  size_t at = message.find("At:\n");
-  if (at != std::string::npos) {
-    size_t cut = message.find_last_not_of(" \t\n", at == 0 ? 0 : at - 1);
-    message = cut == std::string::npos ? "" : message.substr(0, cut + 1);
-  }
-  size_t a = message.find_first_not_of(" \t\r\n");
-  return a == std::string::npos ? "" : message.substr(a, message.find_last_not_of(" \t\r\n") - a + 1);
-}
-
-// The one error table: HTTP status + message -> MindSpore Lite status (as the Python and Java clients').
-Status Classify(long code, const std::string &body, enum StatusCode otherwise) {
-  std::string message = Reason(body);
-  std::string lower = Lower(message);
-  enum StatusCode status = otherwise;
-  if (code == 503 && (lower.find("kliteservicedeny") != std::string::npos ||
-                      lower.find("maximum queue size") != std::string::npos ||
-                      (lower.find("queue") != std::string::npos && lower.find("full") != std::string::npos))) {
-    status = kLiteServiceDeny;
-  } else if (code == 403 || lower.find("is restricted") != std::string::npos) {
-    status = kLiteError;
-    message = "permission denied (the model-control API needs the admin key: set " +
-              std::string(protocol::ADMIN_KEY_ENV) + "): " + message;
-  } else if (code == 404 || lower.find("unknown model") != std::string::npos ||
-             lower.find("is not found") != std::string::npos) {
-    status = kLiteError;
-    message = "model not found: " + message;
-  } else if (code == 400 && otherwise == kLiteError) {
-    status = kLiteInputTensorError;
-  }
-  return Status(status, message + " (HTTP " + std::to_string(code) + ")");
 }
 
 }  // namespace
@@ -397,23 +312,6 @@ Status KServeHttp::Infer(const std::string &model, const std::vector<std::string
     views->push_back(std::move(view));
   }
   return kSuccess;
-}
-
-std::string AdminKey(const std::string &url) {
-  const char *env = std::getenv(protocol::ADMIN_KEY_ENV);
-  if (env != nullptr && *env != '\0') return env;
-  std::string scheme, host;
-  int port = -1;
-  if (!SplitUrl(url, &scheme, &host, &port) || port < 0) return "";
-  const char *dir = std::getenv(protocol::KEY_DIR_ENV);
-  const char *home = std::getenv("HOME");
-  std::string keys = dir != nullptr && *dir != '\0' ? dir : std::string(home ? home : "") + "/.mslite-triton/keys";
-  if (host == "localhost") host = "127.0.0.1";
-  std::ifstream in(keys + "/" + host + "_" + std::to_string(port) + ".key");
-  std::string key;
-  std::getline(in, key);
-  size_t end = key.find_last_not_of(" \t\r\n");
-  return end == std::string::npos ? "" : key.substr(0, end + 1);
 }
 
 }  // namespace mslite_triton

@@ -74,10 +74,6 @@ class KServeHttp {
 const char *KServeName(enum DataType type);
 enum DataType FromKServe(const std::string &name);
 
-// The admin key for `url`: MSLITE_TRITON_KEY, else the key file the server wrote for its host and port
-// ($MSLITE_TRITON_KEY_DIR or ~/.mslite-triton/keys, <host>_<port>.key), else "".
-std::string AdminKey(const std::string &url);
-
 }  // namespace mslite_triton
 
 #endif  // MSLITE_TRITON_SRC_KSERVE_HTTP_H_
