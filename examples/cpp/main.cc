@@ -11,6 +11,7 @@
 // random, as in MindSpore Lite's sample; with it, every thread sends that file's float32 values, and
 // --dump DIR writes each output to DIR/out_<thread>_<task>.bin. Exit status 0 when every predict succeeded.
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -42,12 +43,11 @@ struct Options {
   int tasks = 2;
 };
 
-template <typename T, typename Distribution>
-void GenerateRandomData(size_t size, void *data, Distribution distribution) {
-  std::mt19937 random_engine;
-  size_t elements_num = size / sizeof(T);
-  (void)std::generate_n(static_cast<T *>(data), elements_num,
-                        [&distribution, &random_engine]() { return static_cast<T>(distribution(random_engine)); });
+// Uniform values in [0.1, 1.0), the same on every run.
+void FillRandom(float *values, size_t count) {
+  std::mt19937 engine(0);
+  std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
+  for (size_t i = 0; i < count; ++i) values[i] = uniform(engine);
 }
 
 // As MindSpore Lite's sample: the caller allocates the input and hands it to the tensor (which frees it).
@@ -71,7 +71,7 @@ int SetInputData(std::vector<mindspore::MSTensor> *inputs, const std::vector<cha
     return -1;
   }
   if (file_data.empty()) {
-    GenerateRandomData<float>(size, input_data, std::uniform_real_distribution<float>(0.1f, 1.0f));
+    FillRandom(static_cast<float *>(input_data), size / sizeof(float));
   } else {
     std::memcpy(input_data, file_data.data(), size);
   }
