@@ -64,13 +64,28 @@ clean:
 	rm -rf $(VENV) examples/model model_repository/*/[0-9]* model_repository/*/input.bin
 
 ## Clients in other languages and the container files (README "Clients in other languages", "Deployment").
-.PHONY: java-client cpp-example compose-config
+.PHONY: java-client cpp-client cpp-example compose-config
 java-client: system-packages
 	javac -Xlint:all --release 17 -d client/java/build client/java/src/mslite/triton/*.java client/java/examples/Main.java
 
-cpp-example: system-packages
+## The C++ client: client/cpp/build/libmslite_triton.a (link with -lcurl -pthread; client/cpp/CMakeLists.txt too).
+CPP_BUILD := client/cpp/build
+CPP_OBJECTS := $(patsubst client/cpp/src/%.cc,$(CPP_BUILD)/%.o,$(wildcard client/cpp/src/*.cc))
+CPP_HEADERS := $(wildcard client/cpp/include/mslite_triton/*.h client/cpp/src/*.h)
+CPP_FLAGS := -O2 -std=c++17 -Wall -Wextra -fPIC -Iclient/cpp/include
+$(CPP_BUILD)/%.o: client/cpp/src/%.cc $(CPP_HEADERS)
+	@mkdir -p $(CPP_BUILD)
+	$(CXX) $(CPP_FLAGS) -c $< -o $@
+$(CPP_BUILD)/libmslite_triton.a: $(CPP_OBJECTS)
+	$(AR) rcs $@ $^
+cpp-client: system-packages $(CPP_BUILD)/libmslite_triton.a
+
+## MindSpore Lite's C++ concurrent sample on MobileNetV2 (5 threads x 2 predicts), against MSLITE_TRITON_URL
+## or a `mslite-triton serve` started for the run.
+cpp-example: cpp-client models
 	@mkdir -p examples/cpp/build
-	g++ -O2 -std=c++17 -Wall -Wextra -o examples/cpp/build/predict examples/cpp/predict.cc -lcurl -pthread
+	$(CXX) $(CPP_FLAGS) -o examples/cpp/build/main examples/cpp/main.cc $(CPP_BUILD)/libmslite_triton.a -lcurl -pthread
+	sh examples/cpp/run.sh
 
 compose-config:
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose config -q

@@ -1,52 +1,264 @@
-"""The C++ example (examples/cpp/predict.cc, libcurl only) built with the system compiler and run against the server.
+"""The C++ client (client/cpp, libcurl only) built with the system compiler and run against the session's server.
 
-It sends MobileNetV2's sample input as KServe v2 binary tensor data from several threads; its output must equal
-the Python client's bit for bit, and a server error must reach its caller with the server's message.
+The library, MindSpore Lite's ported sample (examples/cpp/main.cc) and tests/integration/cpp_driver.cc are
+compiled once with -Wall -Wextra -Werror, and once more with -fsanitize=address,undefined (LeakSanitizer
+included), each source in parallel. Outputs must equal the Python client's bit for bit; each failure must
+come back as MindSpore Lite's Status with the reason in ToString().
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import re
 import shutil
+import signal
 import subprocess
+import threading
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import mslite_triton as mslite
+from mslite_backend import protocol, settings
+from mslite_triton import _admin_key, _pending
+from tests.integration.test_java import unload
+from tests.support.processes import free_port, worker_pids
 from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
 
 APT_LINE = "apt-get update && apt-get install -y --no-install-recommends g++ libcurl4-openssl-dev"
+CPP = ROOT / "client" / "cpp"
+WARNINGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{CPP / 'include'}"]
+FLAVOURS = {
+    "plain": ["-O2"],
+    "asan": ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+}
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak)Sanitizer|runtime error:")
+
+
+@dataclass(frozen=True)
+class Build:
+    main: Path  # the sample
+    driver: Path
+
+
+def compile_flavour(out: Path, flags: list[str], pool: ThreadPoolExecutor) -> Build:
+    sources = sorted((CPP / "src").glob("*.cc"))
+    programs = {"main": ROOT / "examples" / "cpp" / "main.cc", "driver": Path(__file__).with_name("cpp_driver.cc")}
+    jobs = {
+        src: pool.submit(
+            subprocess.run,
+            ["g++", *WARNINGS, *flags, "-c", str(src), "-o", str(out / f"{src.parent.name}_{src.stem}.o")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        for src in [*sources, *programs.values()]
+    }
+    for src, job in jobs.items():
+        done = job.result()
+        if "curl/curl.h" in done.stderr:
+            pytest.fail(f"libcurl's headers are missing (scripts/check_system.sh says so too): {APT_LINE}")
+        assert done.returncode == 0, f"{src.name}:\n{done.stderr}"
+    library = [str(out / f"src_{src.stem}.o") for src in sources]
+    for name, src in programs.items():
+        link = subprocess.run(
+            ["g++", *flags, "-o", str(out / name), str(out / f"{src.parent.name}_{src.stem}.o"), *library]
+            + ["-lcurl", "-pthread"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert link.returncode == 0, link.stderr
+    return Build(out / "main", out / "driver")
 
 
 @pytest.fixture(scope="module")
-def binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Build]:
     if shutil.which("g++") is None:
         pytest.fail(f"no C++ compiler: {APT_LINE}")
-    out = tmp_path_factory.mktemp("cpp") / "predict"
-    source = ROOT / "examples" / "cpp" / "predict.cc"
-    build = subprocess.run(
-        ["g++", "-O2", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(source), "-lcurl", "-pthread"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if "curl/curl.h" in build.stderr:
-        pytest.fail(f"libcurl's headers are missing (scripts/check_system.sh says so too): {APT_LINE}")
-    assert build.returncode == 0, build.stderr
-    return out
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the machine's two cores
+        return {
+            name: compile_flavour(tmp_path_factory.mktemp(f"cpp_{name}"), flags, pool)
+            for name, flags in FLAVOURS.items()
+        }
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("cpp_input") / "input.bin"
-    path.write_bytes(GEN.make_input_bin().astype("<f4").tobytes())
-    return path
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("cpp_files")
+    (d / "input.bin").write_bytes(GEN.make_input_bin().astype("<f4").tobytes())
+    (d / "mobilenetv2.onnx").write_bytes(GEN.build_mobilenetv2().SerializeToString())
+    return d
 
 
-def python_predict(server, x: np.ndarray) -> np.ndarray:
+@pytest.fixture(scope="module")
+def python_output(server, files) -> np.ndarray:
+    """What the Python client returns for the same input, from the repository's mobilenetv2."""
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file("triton://mobilenetv2", ctx)
+    inputs = runner.get_inputs()
+    inputs[0].set_data_from_numpy(np.fromfile(files / "input.bin", dtype="<f4").reshape(1, 3, 224, 224))
+    (out,) = runner.predict(inputs)
+    return out.get_data_to_numpy()
+
+
+def run(program: Path, url: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, settings.URL_ENV: url, "ASAN_OPTIONS": "detect_leaks=1"}
+    return subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def assert_dumps_equal(folder: Path, expected: np.ndarray, threads: int, tasks: int) -> None:
+    dumps = sorted(folder.glob("out_*.bin"))
+    assert sorted(p.name for p in dumps) == sorted(f"out_{t}_{k}.bin" for t in range(threads) for k in range(tasks))
+    for p in dumps:
+        np.testing.assert_array_equal(np.fromfile(p, dtype="<f4").reshape(expected.shape), expected, err_msg=p.name)
+
+
+def test_cpp_names_match_the_wire_contract() -> None:
+    """protocol.h's copies of the names Python defines (protocol.py, settings.py, _pending.py, _admin_key.py)."""
+    text = (CPP / "src" / "protocol.h").read_text()
+    cpp: dict[str, object] = dict(re.findall(r'inline constexpr char (\w+)\[\] = "([^"]*)";', text))
+    cpp.update({k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", text)})
+    shared = {name: value for name, value in vars(protocol).items() if name in cpp}
+    assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
+    assert {name: cpp[name] for name in shared} == shared
+    for module in (settings, _pending, _admin_key):
+        mine = {name: value for name, value in vars(module).items() if name in cpp}
+        assert mine and {name: cpp[name] for name in mine} == mine
+    assert {"RUNNER_SECTION", "MAX_PENDING_KEY", "DEFAULT_MAX_PENDING", "HEADER", "URL_ENV", "KEY_DIR_ENV"} <= set(cpp)
+
+
+def test_sample_at_8_threads_matches_the_python_client(server, builds, files, python_output, tmp_path):
+    args = ["triton://mobilenetv2", str(files / "input.bin"), "--threads", "8", "--tasks", "2", "--dump", str(tmp_path)]
+    out = run(builds["plain"].main, server.http_url, *args)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "model: mobilenetv2\n" in out.stdout and "clients: 8, failed: 0" in out.stdout
+    assert out.stdout.count("tensor name is:shape1 tensor size is:4000 tensor elements num is:1000") == 16
+    assert_dumps_equal(tmp_path, python_output, 8, 2)
+
+
+def test_sample_under_address_sanitizer(server, builds, files, python_output, tmp_path):
+    """The same 8 x 2 predicts and every error path below: no memory error, no leak, no undefined behaviour."""
+    args = ["triton://mobilenetv2", str(files / "input.bin"), "--threads", "8", "--tasks", "2", "--dump", str(tmp_path)]
+    out = run(builds["asan"].main, server.http_url, *args)
+    assert out.returncode == 0 and not SANITIZER_REPORT.search(out.stderr), out.stderr[-4000:]
+    assert_dumps_equal(tmp_path, python_output, 8, 2)
+    for args, url in [
+        (["triton://no_such_model"], server.http_url),
+        (["triton://mobilenetv2"], f"http://127.0.0.1:{free_port()}"),
+        ([str(files / "missing.onnx")], server.http_url),
+    ]:
+        failed = run(builds["asan"].main, url, *args)
+        assert failed.returncode == 1 and "Build model error" in failed.stderr, failed.stderr[-3000:]
+        assert not SANITIZER_REPORT.search(failed.stderr), failed.stderr[-4000:]
+    for mode, extra in [("shape", ["1,3,224,225"]), ("grown", []), ("inplace", [])]:
+        driven = run(builds["asan"].driver, server.http_url, mode, server.http_url, "mobilenetv2", *extra)
+        assert driven.returncode == 0 and not SANITIZER_REPORT.search(driven.stderr), driven.stderr[-4000:]
+
+
+def test_sample_uploads_a_local_file(server, builds, files, python_output, tmp_path):
+    """Init with an ONNX path uploads it (with the admin key the server wrote) at 1 worker, as Python's would."""
+    model = str(files / "mobilenetv2.onnx")
+    layout = ["--workers", "1", "--threads", "2", "--tasks", "1"]
+    out = run(builds["plain"].main, server.http_url, model, str(files / "input.bin"), *layout, "--dump", str(tmp_path))
+    uploaded = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("model: ")]
+    try:
+        assert out.returncode == 0, out.stderr[-3000:]
+        (name,) = uploaded
+        assert re.fullmatch(r"mobilenetv2_[0-9a-f]{12}", name), name
+        with urllib.request.urlopen(f"{server.http_url}/v2/models/{name}/config", timeout=10) as resp:
+            config = resp.read().decode()
+        assert '"count":1' in config.replace(" ", "") and config.count("KIND_CPU") == 1
+        dumps = sorted(tmp_path.glob("out_*.bin"))
+        assert len(dumps) == 2
+        for p in dumps:  # another worker/thread layout than the repository model's: float precision
+            got = np.fromfile(p, dtype="<f4").reshape(python_output.shape)
+            np.testing.assert_allclose(got, python_output, rtol=1e-5, atol=1e-7, err_msg=p.name)
+        again = run(builds["plain"].main, server.http_url, model, *layout)
+        assert again.returncode == 0 and f"model: {name}\n" in again.stdout  # the same file and config: reused
+    finally:
+        for name in uploaded:  # leave the server as it was
+            unload(server, name)
+
+
+def test_init_from_a_buffer(server, builds, files):
+    """Init(model_data, data_size, config) uploads the bytes as `model_<hash>`; kernel callbacks are refused."""
+    out = run(builds["plain"].driver, server.http_url, "buffer", server.http_url, str(files / "mobilenetv2.onnx"))
+    uploaded = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("model: ")]
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        (name,) = uploaded
+        assert re.fullmatch(r"model_[0-9a-f]{12}", name), name
+        assert "predict kSuccess" in out.stdout
+        assert "callback kLiteNotSupport kLiteNotSupport: predict failed! kernel callbacks" in out.stdout
+    finally:
+        for name in uploaded:
+            unload(server, name)
+
+
+def test_each_failure_gives_its_status(server, builds, files):
+    main, driver = builds["plain"].main, builds["plain"].driver
+    unknown = run(main, server.http_url, "triton://no_such_model")
+    assert unknown.returncode == 1
+    assert "Build model error kLiteError: ModelParallelRunner's init failed! model not found:" in unknown.stderr
+    assert "no_such_model" in unknown.stderr
+
+    down = run(main, f"http://127.0.0.1:{free_port()}", "triton://mobilenetv2")
+    assert down.returncode == 1
+    assert "Build model error kLiteError: ModelParallelRunner's init failed! cannot reach the server" in down.stderr
+
+    grpc = run(main, server.grpc_url, "triton://mobilenetv2")
+    assert grpc.returncode == 1 and "kLiteParamInvalid" in grpc.stderr and "KServe v2 over HTTP" in grpc.stderr
+
+    missing = run(main, server.http_url, str(files / "missing.onnx"))
+    assert missing.returncode == 1 and "Build model error kLiteFileError" in missing.stderr
+
+    not_a_model = run(main, server.http_url, str(files / "input.bin"))
+    assert not_a_model.returncode == 1 and "kLiteNotSupport" in not_a_model.stderr
+
+    shape = run(driver, server.http_url, "shape", server.http_url, "mobilenetv2", "1,3,224,225")
+    assert shape.returncode == 0, shape.stderr
+    assert "init kSuccess" in shape.stdout
+    (line,) = [x for x in shape.stdout.splitlines() if x.startswith("predict ")]
+    assert line.startswith("predict kLiteInputTensorError kLiteInputTensorError: predict failed!"), line
+    assert "1,3,224,225" in line and "(HTTP 400)" in line and "NOTE:" not in line
+
+    grown = run(driver, server.http_url, "grown", server.http_url, "mobilenetv2")  # refused before any request
+    assert grown.returncode == 0, grown.stderr
+    assert (
+        "predict kLiteInputTensorError kLiteInputTensorError: predict failed! input 'input' holds 602112 bytes;"
+        in grown.stdout
+    )
+    assert "its shape needs 1204224" in grown.stdout
+
+
+def test_outputs_fill_the_callers_buffers(server, builds):
+    """MindSpore Lite's sample allocates its outputs (one element spare); Predict writes into them."""
+    out = run(builds["plain"].driver, server.http_url, "inplace", server.http_url, "mobilenetv2")
+    assert out.returncode == 0, out.stderr
+    assert "predict kSuccess" in out.stdout and "output shape1 same_buffer=1 elements=1000" in out.stdout
+
+
+def test_a_batch_of_two(server, builds, files, tmp_path):
+    """SetShape on the dynamic batch dim: two images in one predict, equal to the Python client's bit for bit."""
+    one = np.fromfile(files / "input.bin", dtype="<f4")
+    x = np.concatenate([one, one[::-1]]).reshape(2, 3, 224, 224)
+    (tmp_path / "batch.bin").write_bytes(x.tobytes())
+    args = ["batch", server.http_url, "mobilenetv2", str(tmp_path / "batch.bin"), str(tmp_path / "out.bin")]
+    out = run(builds["plain"].driver, server.http_url, *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "predict kSuccess" in out.stdout and "shape 2 1000\n" in out.stdout
+
     ctx = mslite.Context()
     ctx.server_url = server.grpc_url
     runner = mslite.ModelParallelRunner()
@@ -54,44 +266,55 @@ def python_predict(server, x: np.ndarray) -> np.ndarray:
     inputs = runner.get_inputs()
     inputs[0].shape = list(x.shape)
     inputs[0].set_data_from_numpy(x)
-    (out,) = runner.predict(inputs)
-    return out.get_data_to_numpy()
+    (expected,) = runner.predict(inputs)
+    np.testing.assert_array_equal(
+        np.fromfile(tmp_path / "out.bin", dtype="<f4").reshape(2, 1000), expected.get_data_to_numpy()
+    )
 
 
-def test_cpp_predict_matches_the_python_client(server, binary, image, tmp_path):
-    dump = tmp_path / "out.bin"
-    out = subprocess.run(
-        [str(binary), server.http_url, "mobilenetv2", str(image), "--threads", "4", "--dump", str(dump)],
-        capture_output=True,
+def test_runner_refuses_predicts_beyond_its_bound(server, builds, tmp_path: Path) -> None:
+    """[runner] max_pending_predicts=1: a second predict while one is held fails at once with kLiteServiceDeny."""
+    private = GEN.build_tiny()
+    helper.set_model_props(private, {"test": "cpp pending bound"})
+    (tmp_path / "private.onnx").write_bytes(private.SerializeToString())
+    ctx = mslite.Context()
+    ctx.server_url = server.grpc_url
+    ctx.cpu.thread_num = 1
+    ctx.parallel.workers_num = 1
+    loaded = mslite.ModelParallelRunner()
+    loaded.build_from_file(str(tmp_path / "private.onnx"), ctx)  # the C++ runner binds to this model
+    name = loaded._remote.info.name
+    (worker,) = worker_pids(server, name)
+
+    proc = subprocess.Popen(
+        [str(builds["plain"].driver), "bound", server.http_url, name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
     )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("tensor name is:shape1 shape:[1,1000] tensor elements num is:1000") == 4
-    assert "requests: 4, failed: 0" in out.stdout
-    expected = python_predict(server, np.fromfile(image, dtype="<f4").reshape(1, 3, 224, 224))
-    np.testing.assert_array_equal(np.fromfile(dump, dtype="<f4").reshape(1, 1000), expected)
-
-
-def test_cpp_batch_of_two(server, binary, image, tmp_path):
-    batch = tmp_path / "batch.bin"
-    x = np.concatenate([np.fromfile(image, dtype="<f4"), np.fromfile(image, dtype="<f4")[::-1]]).reshape(2, 3, 224, 224)
-    batch.write_bytes(x.tobytes())
-    dump = tmp_path / "out.bin"
-    out = subprocess.run(
-        [str(binary), server.http_url, "mobilenetv2", str(batch), "--dump", str(dump)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "shape:[2,1000] tensor elements num is:2000" in out.stdout
-    np.testing.assert_array_equal(np.fromfile(dump, dtype="<f4").reshape(2, 1000), python_predict(server, x))
-
-
-def test_cpp_reports_the_server_error(server, binary, image):
-    out = subprocess.run(
-        [str(binary), server.http_url, "no_such_model", str(image)], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 1
-    assert "predict failed: kLiteError: HTTP 404" in out.stderr and "no_such_model" in out.stderr
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
+    try:
+        ready = lines.get(timeout=120)
+        assert ready == "READY\n", ready
+        os.kill(worker, signal.SIGSTOP)  # the first predict waits in the worker until SIGCONT
+        try:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert lines.get(timeout=60) == "HELD\n"
+            second = lines.get(timeout=60)  # answered while the first predict is still held
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=30)
+    rest = "".join(lines.get() for _ in range(lines.qsize()))
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+    assert second.startswith("SECOND kLiteServiceDeny kLiteServiceDeny: predict failed! "), second
+    assert "max_pending_predicts=1" in second
+    assert "HELD_RESULT kSuccess" in rest and "AFTER kSuccess" in rest and "PLAIN kSuccess" in rest

@@ -1,0 +1,63 @@
+#include "endpoint.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+
+#include "protocol.h"
+
+namespace mslite_triton {
+
+std::string Encode(const std::string &name) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : name) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+bool SplitUrl(const std::string &url, std::string *scheme, std::string *host, int *port) {
+  size_t sep = url.find("://");
+  if (sep == std::string::npos) return false;
+  *scheme = url.substr(0, sep);
+  std::string rest = url.substr(sep + 3);
+  rest = rest.substr(0, rest.find('/'));
+  size_t colon = rest.rfind(':');
+  *port = -1;
+  if (colon != std::string::npos && rest.find(']', colon) == std::string::npos) {
+    std::string digits = rest.substr(colon + 1);
+    if (digits.empty() || digits.size() > 5 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+    *port = std::stoi(digits);
+    rest = rest.substr(0, colon);
+  }
+  *host = rest;
+  return (*scheme == "http" || *scheme == "https") && !host->empty();
+}
+
+std::string AdminKey(const std::string &url) {
+  const char *env = std::getenv(protocol::ADMIN_KEY_ENV);
+  if (env != nullptr && *env != '\0') return env;
+  std::string scheme, host;
+  int port = -1;
+  if (!SplitUrl(url, &scheme, &host, &port) || port < 0) return "";
+  const char *dir = std::getenv(protocol::KEY_DIR_ENV);
+  const char *home = std::getenv("HOME");
+  std::string keys = dir != nullptr && *dir != '\0' ? dir : std::string(home ? home : "") + "/.mslite-triton/keys";
+  if (host == "localhost") host = "127.0.0.1";
+  std::ifstream in(keys + "/" + host + "_" + std::to_string(port) + ".key");
+  std::string key;
+  std::getline(in, key);
+  size_t end = key.find_last_not_of(" \t\r\n");
+  return end == std::string::npos ? "" : key.substr(0, end + 1);
+}
+
+}  // namespace mslite_triton

@@ -1,0 +1,21 @@
+// Where the server is and how to name things on it: URLs, the admin key, model names in paths.
+#ifndef MSLITE_TRITON_SRC_ENDPOINT_H_
+#define MSLITE_TRITON_SRC_ENDPOINT_H_
+
+#include <string>
+
+namespace mslite_triton {
+
+// scheme, host and port (-1 when absent) of `url`; false unless it is http(s)://host[:port][/...].
+bool SplitUrl(const std::string &url, std::string *scheme, std::string *host, int *port);
+
+// The admin key for `url`: MSLITE_TRITON_KEY, else the key file the server wrote for its host and port
+// ($MSLITE_TRITON_KEY_DIR or ~/.mslite-triton/keys, <host>_<port>.key), else "".
+std::string AdminKey(const std::string &url);
+
+// `name` percent-encoded for a URL path.
+std::string Encode(const std::string &name);
+
+}  // namespace mslite_triton
+
+#endif  // MSLITE_TRITON_SRC_ENDPOINT_H_

@@ -1,0 +1,278 @@
+#include "mslite_triton/model_parallel_runner.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <shared_mutex>
+#include <thread>
+
+#include "json.h"
+#include "kserve_http.h"
+#include "model_configs.h"
+#include "protocol.h"
+#include "tensor_access.h"
+
+namespace mslite_triton {
+namespace {
+
+struct TensorSpec {
+  std::string name;
+  enum DataType type;
+  std::vector<int64_t> shape;
+};
+
+Status Specs(const json::Value *items, bool batched, std::vector<TensorSpec> *specs) {
+  specs->clear();
+  for (const json::Value &t : items == nullptr ? std::vector<json::Value>() : items->items) {
+    const json::Value *name = t.Find("name");
+    const json::Value *type = t.Find("datatype");
+    TensorSpec spec{name == nullptr ? "" : name->text, FromKServe(type == nullptr ? "" : type->text), {}};
+    if (spec.type == DataType::kTypeUnknown) {
+      return Status(kLiteNotSupport, "tensor '" + spec.name + "' has datatype " + (type ? type->text : "?") +
+                                         ", not supported here");
+    }
+    const json::Value *shape = t.Find("shape");
+    for (const json::Value &d : shape == nullptr ? std::vector<json::Value>() : shape->items) {
+      spec.shape.push_back(d.AsInt(-1));
+    }
+    if (batched && !spec.shape.empty() && spec.shape[0] == -1) spec.shape[0] = 1;  // code written for one sample runs
+    specs->push_back(std::move(spec));
+  }
+  return kSuccess;
+}
+
+Status Prefixed(const char *what, const Status &s) {
+  return Status(s.StatusCode(), std::string(what) + " failed! " + s.GetErrDescription());
+}
+
+// Upload the model unless the same model and config is loaded already; the server-side name in *name.
+// `label` names it in messages and gives the name's stem (the file's path, or "model" for a buffer).
+Status Upload(KServeHttp *http, const std::string &label, const std::string &model, const RunnerConfig &config,
+              const Sections &sections, std::string *name) {
+  // Told by content, as the Python client does: ONNX's ModelProto starts with field 1 as a varint (0x08),
+  // MindIR's with a string (0x0A or 0x12; the server converts it); a .ms flatbuffer has "MSL" at offset 4.
+  std::string file = "1/model.onnx";
+  std::string base = label.substr(label.find_last_of('/') == std::string::npos ? 0 : label.find_last_of('/') + 1);
+  if (model.size() >= 8 && model.compare(4, 3, "MSL") == 0) {
+    return Status(kLiteNotSupport, "'" + base + "': MindSpore Lite's .ms format cannot be served; serve the .mindir "
+                                                "(or an ONNX export) the .ms file was converted from");
+  } else if (!model.empty() && (model[0] == 0x0A || model[0] == 0x12)) {
+    file = "1/model.mindir";
+  } else if (model.empty() || model[0] != 0x08) {
+    return Status(kLiteNotSupport, "'" + base + "' is neither an ONNX nor a MindIR model");
+  }
+  std::string members;
+  Status s = BuildModelConfig(config, sections, std::thread::hardware_concurrency(), &members);
+  if (s.IsError()) return s;
+  *name = UploadName(label, members, model);
+  bool ready = false;
+  s = http->ModelReady(*name, &ready);
+  if (s.IsError() || ready) return s;
+  return http->Load(*name, "{" + members + ",\"name\":" + json::Quote(*name) + "}", "file:" + file, model);
+}
+
+}  // namespace
+
+class ModelParallelRunner::Impl {
+ public:
+  mutable std::shared_mutex lock;  // Init and the destructor write; Predict and the getters share it
+  std::unique_ptr<KServeHttp> http;
+  std::string model;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<std::string> output_names;
+  int max_pending = protocol::DEFAULT_MAX_PENDING;  // 0: no bound
+  std::atomic<int> pending{0};
+
+  // Init's work: `model_path` is triton://NAME or a file's path; `model_bytes`, when given, the model itself.
+  Status Start(const std::string &model_path, const std::string *model_bytes,
+               const std::shared_ptr<RunnerConfig> &runner_config);
+
+  std::vector<MSTensor> Tensors(bool in) const {
+    std::shared_lock<std::shared_mutex> read(lock);
+    std::vector<MSTensor> out;
+    for (const TensorSpec &s : in ? inputs : outputs) out.emplace_back(s.name, s.type, s.shape, nullptr, 0);
+    return out;
+  }
+};
+
+ModelParallelRunner::ModelParallelRunner() : impl_(std::make_unique<Impl>()) {}
+
+ModelParallelRunner::~ModelParallelRunner() {
+  std::unique_lock<std::shared_mutex> write(impl_->lock);  // waits for the calls in flight
+}
+
+Status ModelParallelRunner::Init(const std::string &model_path, const std::shared_ptr<RunnerConfig> &runner_config) {
+  try {
+    return impl_->Start(model_path, nullptr, runner_config);
+  } catch (const std::exception &e) {  // bad_alloc and the like: nothing throws across the API
+    return Status(kLiteMemoryFailed, std::string("ModelParallelRunner's init failed! ") + e.what());
+  }
+}
+
+Status ModelParallelRunner::Init(const void *model_data, size_t data_size,
+                                 const std::shared_ptr<RunnerConfig> &runner_config) {
+  try {
+    if (model_data == nullptr || data_size == 0) {
+      return Status(kLiteNullptr, "ModelParallelRunner's init failed! the model buffer is empty");
+    }
+    const std::string bytes(static_cast<const char *>(model_data), data_size);
+    return impl_->Start("model", &bytes, runner_config);
+  } catch (const std::exception &e) {
+    return Status(kLiteMemoryFailed, std::string("ModelParallelRunner's init failed! ") + e.what());
+  }
+}
+
+Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std::string *model_bytes,
+                                        const std::shared_ptr<RunnerConfig> &runner_config) {
+  std::unique_lock<std::shared_mutex> write(lock);
+  if (http != nullptr) return Status(kSuccess, "already initialised with '" + model + "'");
+  RunnerConfig defaults;
+  const RunnerConfig &config = runner_config ? *runner_config : defaults;
+  Sections sections;
+  Status s = ReadSections(config, &sections);
+  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  std::string bound = std::to_string(protocol::DEFAULT_MAX_PENDING);
+  auto runner = sections.find(protocol::RUNNER_SECTION);
+  if (runner != sections.end() && runner->second.count(protocol::MAX_PENDING_KEY) != 0) {
+    bound = runner->second.at(protocol::MAX_PENDING_KEY);
+  }
+  if (bound.empty() || bound.size() > 9 || bound.find_first_not_of("0123456789") != std::string::npos) {
+    return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! [") + protocol::RUNNER_SECTION +
+                                         "] " + protocol::MAX_PENDING_KEY + " must be a non-negative int, got '" +
+                                         bound + "'");
+  }
+  std::shared_ptr<Context> ctx = config.GetContext();
+  std::string url = ctx ? ctx->GetServerUrl() : "";
+  if (url.empty()) {
+    const char *env = std::getenv(protocol::URL_ENV);
+    url = env == nullptr ? "" : env;
+  }
+  if (url.empty()) {
+    return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! no server: call "
+                                                 "Context::SetServerUrl(\"http://host:8000\") or set ") +
+                                         protocol::URL_ENV);
+  }
+  std::unique_ptr<KServeHttp> server;
+  s = KServeHttp::Create(url, &server);
+  if (s.IsOk()) s = server->Live();
+  std::string name;
+  const std::string prefix = protocol::BIND_PREFIX;
+  if (s.IsOk() && model_bytes != nullptr) {
+    s = Upload(server.get(), model_path, *model_bytes, config, sections, &name);
+  } else if (s.IsOk() && model_path.compare(0, prefix.size(), prefix) == 0) {
+    name = model_path.substr(prefix.size());
+  } else if (s.IsOk()) {
+    std::ifstream in(model_path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    s = in ? Upload(server.get(), model_path, bytes, config, sections, &name)
+           : Status(kLiteFileError, "model_path does not exist or cannot be read: " + model_path);
+  }
+  json::Value meta, model_config;
+  if (s.IsOk()) s = server->Metadata(name, &meta);
+  if (s.IsOk()) s = server->Config(name, &model_config);
+  const json::Value *max_batch = model_config.Find("max_batch_size");
+  bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
+  if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, &inputs);
+  if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, &outputs);
+  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  output_names.clear();
+  for (const TensorSpec &spec : outputs) output_names.push_back(spec.name);
+  max_pending = std::stoi(bound);
+  model = name;
+  http = std::move(server);
+  return kSuccess;
+}
+
+std::vector<MSTensor> ModelParallelRunner::GetInputs() {
+  try {
+    return impl_->Tensors(true);
+  } catch (...) {
+    return {};
+  }
+}
+
+std::vector<MSTensor> ModelParallelRunner::GetOutputs() {
+  try {
+    return impl_->Tensors(false);
+  } catch (...) {
+    return {};
+  }
+}
+
+Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
+                                    const MSKernelCallBack &before, const MSKernelCallBack &after) {
+  try {
+    if (outputs == nullptr) return Status(kLiteNullptr, "predict failed! outputs must not be null");
+    if (before || after) {
+      return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
+    }
+    if (inputs.empty()) return Status(kLiteError, "predict failed! inputs must not be empty");
+    std::shared_lock<std::shared_mutex> read(impl_->lock);
+    if (impl_->http == nullptr) return Status(kLiteNullptr, "predict failed! call Init first");
+    if (inputs.size() != impl_->inputs.size()) {
+      return Status(kLiteInputTensorError, "model input len:" + std::to_string(impl_->inputs.size()) +
+                                               " not equal input len:" + std::to_string(inputs.size()) + "!");
+    }
+    std::vector<std::string> names;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const MSTensor &t = inputs[i];
+      if (t == nullptr || t.Data() == nullptr || t.ElementNum() < 0) {
+        return Status(kLiteInputTensorError, "predict failed! input " + std::to_string(i) + " ('" +
+                                                 impl_->inputs[i].name +
+                                                 "') has no data or a dynamic shape; set its shape and data");
+      }
+      if (TensorAccess::Capacity(t) < t.DataSize()) {  // the shape grew after the data was set: never read past it
+        return Status(kLiteInputTensorError, "predict failed! input '" + impl_->inputs[i].name + "' holds " +
+                                                 std::to_string(TensorAccess::Capacity(t)) +
+                                                 " bytes; its shape needs " + std::to_string(t.DataSize()) +
+                                                 " (set the shape, then the data)");
+      }
+      names.push_back(impl_->inputs[i].name);
+    }
+    if (!outputs->empty() && outputs->size() != impl_->outputs.size()) {
+      return Status(kLiteParamInvalid, "predict failed! outputs must be empty or hold one tensor per model output (" +
+                                           std::to_string(impl_->outputs.size()) + ")");
+    }
+    // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent.
+    int bound = impl_->max_pending;
+    if (impl_->pending.fetch_add(1) + 1 > bound && bound > 0) {
+      impl_->pending.fetch_sub(1);
+      return Status(kLiteServiceDeny, "predict failed! The number of waiting tasks in the queue exceeds the limit: " +
+                                          std::to_string(bound) + " predicts of this runner are in flight ([" +
+                                          protocol::RUNNER_SECTION + "] " + protocol::MAX_PENDING_KEY + "=" +
+                                          std::to_string(bound) + ")");
+    }
+    struct Done {
+      std::atomic<int> &pending;
+      ~Done() { pending.fetch_sub(1); }
+    } done{impl_->pending};
+    std::string body;
+    std::vector<OutputView> views;
+    Status s = impl_->http->Infer(impl_->model, names, inputs, impl_->output_names, &body, &views);
+    if (s.IsError()) return Prefixed("predict", s);
+    if (views.empty()) return Status(kLiteError, "predict failed! the server returned no outputs");
+    bool in_place = !outputs->empty();
+    for (size_t i = 0; i < views.size(); ++i) {
+      const OutputView &v = views[i];
+      if (!in_place) outputs->emplace_back(v.name, v.type, std::vector<int64_t>(), nullptr, 0);
+      const char *bytes = body.data() + v.offset;
+      if (i >= outputs->size() || !TensorAccess::Fill(&(*outputs)[i], v.type, v.shape, bytes, v.size)) {
+        return Status(kLiteMemoryFailed, "predict failed! cannot store output '" + v.name + "'");
+      }
+    }
+    return kSuccess;
+  } catch (const std::exception &e) {
+    return Status(kLiteMemoryFailed, std::string("predict failed! ") + e.what());
+  }
+}
+
+std::string ModelParallelRunner::GetModelName() const {
+  std::shared_lock<std::shared_mutex> read(impl_->lock);
+  return impl_->model;
+}
+
+int ModelParallelRunner::GetPendingPredicts() const { return impl_->pending.load(); }
+
+}  // namespace mslite_triton

@@ -1,0 +1,28 @@
+// The names this client shares with the server and the other clients, defined once here for C++.
+#ifndef MSLITE_TRITON_SRC_PROTOCOL_H_
+#define MSLITE_TRITON_SRC_PROTOCOL_H_
+
+namespace mslite_triton {
+namespace protocol {
+
+// Copies of the wire contract's names (mslite_backend/protocol.py, settings.py); a test checks they match.
+inline constexpr char BATCHING_SECTION[] = "dynamic_batching";
+inline constexpr char MAX_BATCH_SIZE_KEY[] = "max_batch_size";
+inline constexpr char MAX_QUEUE_DELAY_KEY[] = "max_queue_delay_microseconds";
+inline constexpr char MAX_QUEUE_SIZE_KEY[] = "max_queue_size";
+inline constexpr char QUEUE_POLICY_KEY[] = "default_queue_policy";
+inline constexpr char ADMIN_KEY_ENV[] = "MSLITE_TRITON_KEY";
+
+// The clients' own names (the Python client's _pending.py and _admin_key.py; the test checks these too).
+inline constexpr char RUNNER_SECTION[] = "runner";  // client-side only, never sent to the server
+inline constexpr char MAX_PENDING_KEY[] = "max_pending_predicts";
+inline constexpr int DEFAULT_MAX_PENDING = 1000;  // MindSpore Lite's task-queue bound (kNumMaxTaskQueueSize)
+inline constexpr char HEADER[] = "mslite-key";  // the admin key's header
+inline constexpr char KEY_DIR_ENV[] = "MSLITE_TRITON_KEY_DIR";
+inline constexpr char URL_ENV[] = "MSLITE_TRITON_URL";
+inline constexpr char BIND_PREFIX[] = "triton://";
+
+}  // namespace protocol
+}  // namespace mslite_triton
+
+#endif  // MSLITE_TRITON_SRC_PROTOCOL_H_
