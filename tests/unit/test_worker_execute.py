@@ -87,6 +87,7 @@ def _error(response: Any) -> tuple[int, str]:
         (zoo.string_identity(), {}, "general"),  # strings converted for ORT on every run
         (linear_model(), {"variable_weights_list": "w"}, "updatable"),
     ],
+    ids=["multi_io", "multi_io-merged", "bool_input", "strings", "updatable_weights"],
 )
 def test_initialize_chooses_the_executor_from_the_model(load: Any, model: Any, params: Any, kind: str) -> None:
     worker = load(model, **params)
