@@ -59,7 +59,7 @@ class TritonPythonModel:
     """One worker: an ONNX Runtime session serving the requests Triton routes to this instance."""
 
     @staticmethod
-    def auto_complete_config(auto_complete_model_config: Any) -> Any:
+    def auto_complete_config(auto_complete_model_config: pb_utils.ModelConfig) -> pb_utils.ModelConfig:
         """Fill inputs, outputs, dtypes, dims, max_batch_size and dynamic batching from the ONNX file."""
         config = auto_complete_model_config.as_dict()
         filename = config.get("default_model_filename") or "model.onnx"
@@ -160,14 +160,14 @@ class TritonPythonModel:
         self._version_metric.set(version)
         _log().log_info(f"mslite: instance '{self.instance_name}' serves weights version {version}")
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
         """Exactly one response per request; a bad request fails alone.
 
         Weights updates are applied while the inputs are read, before anything runs, so the other requests
         of the batch already see them; every other request goes through the executor `initialize` chose.
         The metrics are only queued, and only when a publisher sends them.
         """
-        pending: list[Any] = []  # the response of each update, None for each request to run
+        pending: list[pb_utils.InferenceResponse | None] = []  # an update's response, or None: the request runs
         feeds: list[Feeds] = []
         for request in requests:
             raw = request.parameters()
@@ -196,7 +196,7 @@ class TritonPythonModel:
             self.metrics.record(elapsed_ms, _samples(feeds) if self._batched else len(feeds))
         return results
 
-    def _respond(self, request: Any, result: Result) -> Any:
+    def _respond(self, request: pb_utils.InferenceRequest, result: Result) -> pb_utils.InferenceResponse:
         """The response of one request that ran: its outputs, or its error (counted in the metrics)."""
         if isinstance(result, BackendError):
             self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
@@ -209,7 +209,7 @@ class TritonPythonModel:
             [pb_utils.Tensor(n, result[n]) for n in names if n in result and (not requested or n in requested)]
         )
 
-    def _update(self, request: Any, params: dict[str, Any]) -> Any:
+    def _update(self, request: pb_utils.InferenceRequest, params: dict[str, Any]) -> pb_utils.InferenceResponse:
         """Publish the new weights a request carries (or names) to every worker; the reply has no outputs.
 
         Only an update that proves the admin key is applied (`UpdateGuard`).
@@ -271,7 +271,7 @@ class TritonPythonModel:
         self._version_family = None
 
 
-def _refusal(error: BackendError) -> Any:
+def _refusal(error: BackendError) -> pb_utils.InferenceResponse:
     """The error response of one request: Triton's code for the error's class, a message safe for a client."""
     code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(error), "INTERNAL"))
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(error)), code))
