@@ -151,15 +151,16 @@ def measure_composed(
     rounds: int,
     settings: PerfSettings,
     describe: Callable[[PerfPoint], str],
+    extra_backends: dict[str, Path] | None = None,
 ) -> dict[tuple[str, int], list[PerfPoint]]:
     """`measure_alternated` over the models `names` of a repository that `compose(root)` writes.
 
-    They are served together by one server that loads only them; the server and the repository are gone
-    afterwards.
+    They are served together by one server that loads only them (with `extra_backends` beside ours); the
+    server and the repository are gone afterwards.
     """
     with tempfile.TemporaryDirectory(prefix="bench-composed-") as tmp:
         compose(Path(tmp))
-        server = BenchServer(Path(tmp)).start()
+        server = BenchServer(Path(tmp), extra_backends=extra_backends).start()
         try:
             server.only(*names)
             return measure_alternated(tools, server, names, levels, rounds, settings, describe)

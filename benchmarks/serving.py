@@ -141,8 +141,11 @@ class BenchServer:
     """The embedded server on loopback, with `backends/naive/model.py` (and the C++ peer's folder, when given)
     added before start; models loaded on demand."""
 
-    def __init__(self, repository: Path, peer_backend: Path | None = None) -> None:
+    def __init__(
+        self, repository: Path, peer_backend: Path | None = None, extra_backends: dict[str, Path] | None = None
+    ) -> None:
         self.peer_backend = peer_backend
+        self.extra_backends = dict(extra_backends or {})  # backend name -> a folder like backend/mslite
         # perf_analyzer cannot send the admin key over gRPC (its -H is HTTP-only), and `--shared-memory
         # system` registers regions through the restricted API: the benchmark's server runs unrestricted.
         # A supervisor restart would change the worker pids mid-measurement: off too. (Either switch is
@@ -160,6 +163,8 @@ class BenchServer:
         shutil.copy2(NAIVE_MODEL_PY, naive / "model.py")
         if self.peer_backend is not None:  # beside python/ and mslite/, as in a Triton container's backends/
             shutil.copytree(self.peer_backend, self.server.workspace / "backends" / "onnxruntime", symlinks=True)
+        for name, folder in self.extra_backends.items():
+            shutil.copytree(folder, self.server.workspace / "backends" / name, symlinks=True)
         self.server.start()
         return self
 

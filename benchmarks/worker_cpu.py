@@ -7,7 +7,8 @@ request (utime + stime of the stubs from /proc around each perf_analyzer run, ov
 counted) moves much less, and it is what our per-request code costs. Every variant is the repository
 model served 2 workers x 1 thread (`ours`: the config as shipped, auto-completed; `ours_all`: every queued
 request per `execute`; `ours_nometrics`: no metrics publisher;
-`ours_pinned`: worker i pinned to core slice i; `naive`: the naive baseline), all loaded at
+`ours_pinned`: worker i pinned to core slice i; `naive`: the naive baseline; `before`: the shipped config
+served by backend/mslite as it was at git revision `--baseline`, to measure a change), all loaded at
 once, measured by perf_analyzer over gRPC in alternation (the order reversed every other round). The last
 lines give each variant's median worker CPU per request, tritonserver's, throughput, p50 and requests
 per `execute`, with the ratio of the CPU figure to the first variant's.
@@ -16,7 +17,11 @@ per `execute`, with the ratio of the CPU figure to the first variant's.
 from __future__ import annotations
 
 import argparse
+import io
 import statistics
+import subprocess
+import tarfile
+import tempfile
 from pathlib import Path
 
 from tests.support.tools import ensure_tools
@@ -33,11 +38,19 @@ VARIANTS = {  # name -> what is appended to (or replaces the batcher of) the shi
 }
 
 
+BASELINE = "before"  # the variant served by the backend of `--baseline`
+BASELINE_BACKEND = "mslite_before"
+
+
 def compose(root: Path, names: list[str], source: str, workers: int) -> None:
     """One model directory per variant of the repository's `source` model (the naive baseline as `naive`)."""
     specs = [ModelSpec(n, source, "naive" if n == "naive" else "mslite", workers, 1) for n in names]
     compose_repository(root, ROOT / "model_repository", specs)
     for name in names:
+        if name == BASELINE:
+            path = root / name / "config.pbtxt"
+            path.write_text(path.read_text().replace('backend: "mslite"', f'backend: "{BASELINE_BACKEND}"'))
+            continue
         change = VARIANTS.get(name)
         if change is None:
             continue
@@ -54,25 +67,31 @@ def main() -> None:
     p.add_argument("--levels", default="1,8", help="perf_analyzer concurrencies")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
+    p.add_argument("--baseline", help=f"a git revision: adds the variant '{BASELINE}', its backend/mslite")
     a = p.parse_args()
-    names = variant_names(p, a.variants, VARIANTS)
+    names = variant_names(p, a.variants, {**VARIANTS, BASELINE: None} if a.baseline else VARIANTS)
+    if a.baseline and BASELINE not in names:
+        names.append(BASELINE)
     levels = [int(c) for c in a.levels.split(",")]
     tools = ensure_tools(ROOT)
     # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
     settings = PerfSettings(interval_ms=a.interval_ms, max_trials=3, stability_pct=1000)
-    found = measure_composed(
-        tools,
-        lambda root: compose(root, names, a.model, a.workers),
-        names,
-        levels,
-        a.rounds,
-        settings,
-        lambda pt: (
-            f"worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
-            f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
-            f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute"
-        ),
-    )
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
+        extra = {BASELINE_BACKEND: backend_at(a.baseline, Path(tmp))} if a.baseline else {}
+        found = measure_composed(
+            tools,
+            lambda root: compose(root, names, a.model, a.workers),
+            names,
+            levels,
+            a.rounds,
+            settings,
+            lambda pt: (
+                f"worker {pt.worker_cpu_ms_per_img * 1e3:.1f} us/req, "
+                f"tritonserver {pt.server_cpu_ms_per_img * 1e3:.1f} us/req, {pt.infer_s:.0f} req/s, "
+                f"p50 {pt.p50_ms:.2f} ms, {pt.avg_batch:.2f} requests per execute"
+            ),
+            extra_backends=extra,
+        )
     for c, name, pts, ratio in medians_by_level(found, names, levels, "worker_cpu_ms_per_img"):
         print(
             f"c={c} {name}: worker {statistics.median(x.worker_cpu_ms_per_img for x in pts) * 1e3:.1f} us/req "
@@ -82,6 +101,18 @@ def main() -> None:
             f"{statistics.median(x.p50_ms for x in pts):.2f} ms, "
             f"{statistics.median(x.avg_batch for x in pts):.2f} requests per execute"
         )
+
+
+def backend_at(revision: str, into: Path) -> Path:
+    """backend/mslite as it was at git `revision`, written under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", revision, "backend/mslite"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "backend" / "mslite"
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from mslite_backend.affinity import config_with_instance, worker_index
+from mslite_backend.batching import Feeds, Result
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_resized_inputs, declared_variable_weights
 from mslite_backend.errors import (
     BackendError,
@@ -24,6 +25,7 @@ from mslite_backend.errors import (
     UpdateDenied,
     client_message,
 )
+from mslite_backend.executors import Executor, choose_executor
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.metrics import (
     WEIGHTS_VERSION_FAMILY,
@@ -35,8 +37,7 @@ from mslite_backend.metrics_publisher import MetricsPublisher
 from mslite_backend.mindir import onnx_source
 from mslite_backend.owned_files import close_stub_region
 from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
-from mslite_backend.runtime import layout
-from mslite_backend.session import failure
+from mslite_backend.runtime import ModelRuntime
 from mslite_backend.update_auth import UpdateGuard
 
 # exception class -> Triton error code name (pb_utils fills TritonError in only after this module is imported)
@@ -58,7 +59,7 @@ class TritonPythonModel:
     """One worker: an ONNX Runtime session serving the requests Triton routes to this instance."""
 
     @staticmethod
-    def auto_complete_config(auto_complete_model_config: Any) -> Any:
+    def auto_complete_config(auto_complete_model_config: pb_utils.ModelConfig) -> pb_utils.ModelConfig:
         """Fill inputs, outputs, dtypes, dims, max_batch_size and dynamic batching from the ONNX file."""
         config = auto_complete_model_config.as_dict()
         filename = config.get("default_model_filename") or "model.onnx"
@@ -87,10 +88,10 @@ class TritonPythonModel:
         return auto_complete_model_config
 
     def __init__(self) -> None:
-        self.runtime: Any = None
+        self.runtime: ModelRuntime | None = None
+        self.executor: Executor | None = None  # how requests run, chosen in `initialize` (`choose_executor`)
         self.instance: InstanceInfo | None = None
         self.output_names: list[str] = []
-        self._single_output: str | None = None  # the name of the only output, when there is one
         self._batched = False  # the config's axis 0 is the batch: samples are rows, not requests
         self._version_family: Any = None
         self._version_metric: Any = None
@@ -101,7 +102,6 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
         close_stub_region()  # first: the region carries every request's tensors
-        from mslite_backend.runtime import ModelRuntime  # imports onnxruntime: keep it out of auto-complete
 
         try:
             name = args.get("model_instance_name", "")
@@ -116,15 +116,15 @@ class TritonPythonModel:
                     f"count changed); the workers already running keep the threads they were sized with"
                 )
             version_dir = f"{args['model_repository']}/{args['model_version']}"
-            self.runtime = ModelRuntime.load(version_dir, cfg, self.instance)
+            self.runtime = runtime = ModelRuntime.load(version_dir, cfg, self.instance)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(str(e)) from None
         # In name order (by bytes, as std::map orders them): the order in which Triton's C++ ONNX Runtime
         # backend answers, whichever outputs were requested and in whatever order
         self.output_names = sorted(t["name"] for t in model_config.get("output", []))
-        self._single_output = self.output_names[0] if len(self.output_names) == 1 else None
         self._batched = cfg.batched
-        for note in self.runtime.notes:
+        self.executor = choose_executor(runtime)
+        for note in runtime.notes:
             _log().log_warn(note)
         labels = worker_labels(cfg.model_name, self.instance.name, os.getpid())
         if cfg.metrics:
@@ -134,7 +134,7 @@ class TritonPythonModel:
                 counter_family=lambda name, text: pb_utils.MetricFamily(name, text, pb_utils.MetricFamily.COUNTER),
                 warn=lambda message: _log().log_warn(message),
             )
-        store = self.runtime.weights
+        store = runtime.weights
         if store is not None:
             self._version_family = pb_utils.MetricFamily(
                 name=WEIGHTS_VERSION_FAMILY, description=WEIGHTS_VERSION_HELP, kind=pb_utils.MetricFamily.GAUGE
@@ -148,10 +148,11 @@ class TritonPythonModel:
                     "inference port can update these weights"
                 )
         _log().log_info(
-            f"mslite: instance '{self.instance.name}' ready: providers={list(self.runtime.session.providers)} "
+            f"mslite: instance '{self.instance.name}' ready: providers={list(runtime.session.providers)} "
+            f"executor={self.executor.kind} "
             f"intra_op_threads={cfg.intra_op_threads} inter_op_threads={cfg.inter_op_threads} "
             f"spinning={cfg.allow_spinning} worker={self.instance.index}/{cfg.workers} "
-            f"cores={sorted(os.sched_getaffinity(0))} weights={'shared' if self.runtime.shared else 'per-worker'} "
+            f"cores={sorted(os.sched_getaffinity(0))} weights={'shared' if runtime.shared else 'per-worker'} "
             f"updatable={len(cfg.variable_weights)} pid={os.getpid()}"
         )
 
@@ -159,102 +160,34 @@ class TritonPythonModel:
         self._version_metric.set(version)
         _log().log_info(f"mslite: instance '{self.instance_name}' serves weights version {version}")
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
         """Exactly one response per request; a bad request fails alone.
 
-        Weights updates are applied first, so the other requests of the batch already see them.
-        On CPU this runs for every one or two requests, and a small model's run costs less than the Python
-        around it: a batch without updates (the common case) takes the short path, the common result
-        (a dict of outputs, one output) is answered inline, and the metrics are only queued, and only
-        when a publisher sends them.
+        Weights updates are applied while the inputs are read, before anything runs, so the other requests
+        of the batch already see them; every other request goes through the executor `initialize` chose.
+        The metrics are only queued, and only when a publisher sends them.
         """
-        feeds = []
+        pending: list[pb_utils.InferenceResponse | None] = []  # an update's response, or None: the request runs
+        feeds: list[Feeds] = []
         for request in requests:
-            raw = request.parameters()
-            if raw and UPDATE_PARAMETER in raw:  # may be an update: the general path sorts it out
-                return self._execute_with_updates(requests)
-            feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
-        single = self._single_output
-        plain = self.runtime.plain_run() if single is not None else None
-        if plain is not None:
-            return self._answer_plain(requests, feeds, single, *plain)
-        results = self._run(feeds)
-        if single is not None:
-            tensor, response = pb_utils.Tensor, pb_utils.InferenceResponse
-            responses = []
-            for request, result in zip(requests, results):
-                if type(result) is dict and single in result:  # the common case, inline
-                    responses.append(response([tensor(single, result[single])]))
-                else:
-                    responses.append(self._answer(request, result))
-            return responses
-        return [self._answer(request, result) for request, result in zip(requests, results)]
-
-    def _answer_plain(
-        self, requests: list[Any], feeds: list[dict[str, Any]], single: str, run: Any, accepted: set[tuple]
-    ) -> list[Any]:
-        """`execute` where a valid request is one ORT run (`ModelRuntime.plain_run`): one loop, run and answer.
-
-        A request of a layout not yet accepted, or whose run fails, takes `ModelRuntime.execute`'s way
-        (or its error's). On CPU the tiny model's whole run is a few microseconds: every call and
-        container less per request shows in the worker's CPU. The execution time recorded includes
-        building the responses.
-        """
-        tensor, response = pb_utils.Tensor, pb_utils.InferenceResponse
-        names = self.runtime.output_names
-        index = names.index(single)
-        responses = []
-        started = time.perf_counter()
-        for request, f in zip(requests, feeds):
-            if layout(f) in accepted:
-                try:
-                    responses.append(response([tensor(single, run(names, f, None)[index])]))
-                    continue
-                except Exception as e:
-                    result: Any = failure(e)
-            else:
-                result = self._run_one(f)
-            if type(result) is dict and single in result:
-                responses.append(response([tensor(single, result[single])]))
-            else:
-                responses.append(self._answer(request, result))
-        if self._publisher is not None:
-            elapsed_ms = (time.perf_counter() - started) * 1000.0
-            self.metrics.record(elapsed_ms, _samples(feeds) if self._batched else len(feeds))
-        return responses
-
-    def _run_one(self, feeds: dict[str, Any]) -> Any:
-        """The runtime's result for one request (its checks included), or the error of a bug of ours."""
-        try:
-            return self.runtime.execute([feeds])[0]
-        except Exception:
-            _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
-            return InferenceFailure("internal error in the mslite backend")
-
-    def _execute_with_updates(self, requests: list[Any]) -> list[Any]:
-        """`execute` for a batch in which a request may be a weights update: the updates first, then the rest."""
-        responses: list[Any] = [None] * len(requests)
-        served: list[int] = []
-        feeds = []
-        for i, request in enumerate(requests):
             raw = request.parameters()
             if raw and UPDATE_PARAMETER in raw:  # parse only what may be an update
                 params = json.loads(raw)
                 if UPDATE_PARAMETER in params:
-                    responses[i] = self._update(request, params)
+                    pending.append(self._update(request, params))
                     continue
-            served.append(i)
+            pending.append(None)
             feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
-        if feeds:
-            for i, result in zip(served, self._run(feeds)):
-                responses[i] = self._answer(requests[i], result)
-        return responses
+        results = iter(self._run(feeds) if feeds else ())
+        respond = self._respond
+        return [respond(request, next(results)) if done is None else done for request, done in zip(requests, pending)]
 
-    def _run(self, feeds: list[dict[str, Any]]) -> list[Any]:
-        """The runtime's results for the inputs of the served requests (an error for each, if it fails)."""
+    def _run(self, feeds: list[Feeds]) -> list[Result]:
+        """The executor's results for the inputs of the requests to run (an error for each, if it fails)."""
+        assert self.executor is not None, "execute before initialize"
         started = time.perf_counter()
         try:
-            results = self.runtime.execute(feeds)
+            results = self.executor(feeds)
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
             results = [InferenceFailure("internal error in the mslite backend")] * len(feeds)
@@ -263,22 +196,31 @@ class TritonPythonModel:
             self.metrics.record(elapsed_ms, _samples(feeds) if self._batched else len(feeds))
         return results
 
-    def _answer(self, request: Any, result: Any) -> Any:
-        """The response of one served request; a failed one is counted in the metrics."""
+    def _respond(self, request: pb_utils.InferenceRequest, result: Result) -> pb_utils.InferenceResponse:
+        """The response of one request that ran: its outputs, or its error (counted in the metrics)."""
         if isinstance(result, BackendError):
             self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
-        return self._response(request, result)
+            return _refusal(result)
+        # with one output there is nothing to choose (and Triton checks requested names before we run); the
+        # requested names are a set, whose order differs in every worker: the outputs go in `output_names` order
+        names = self.output_names
+        requested = request.requested_output_names() if len(names) > 1 else None
+        return pb_utils.InferenceResponse(
+            [pb_utils.Tensor(n, result[n]) for n in names if n in result and (not requested or n in requested)]
+        )
 
-    def _update(self, request: Any, params: dict[str, Any]) -> Any:
+    def _update(self, request: pb_utils.InferenceRequest, params: dict[str, Any]) -> pb_utils.InferenceResponse:
         """Publish the new weights a request carries (or names) to every worker; the reply has no outputs.
 
         Only an update that proves the admin key is applied (`UpdateGuard`).
         """
+        runtime = self.runtime
+        assert runtime is not None, "execute before initialize"
         started = time.perf_counter()
         manifest, file = str(params[UPDATE_PARAMETER]), params.get(FILE_PARAMETER)
         try:
             proof = params.get(PROOF_PARAMETER)
-            name = self.runtime.cfg.model_name
+            name = runtime.cfg.model_name
             data = None if file is not None else pb_utils.get_input_tensor_by_name(request, WEIGHTS_INPUT)
             values = None if data is None else data.as_numpy()
             self.update_guard.check(
@@ -287,24 +229,24 @@ class TritonPythonModel:
                 "" if file is None else str(file),
                 proof and str(proof),
                 values,
-                used=self.runtime.weights,  # None without updatable weights: refused below anyway
+                used=runtime.weights,  # None without updatable weights: refused below anyway
             )
             if file is not None:
-                version = self.runtime.update_weights(manifest, file=str(file))
-                size = self.runtime.weights.size
+                version = runtime.update_weights(manifest, file=str(file))
+                size = runtime.weights.size if runtime.weights is not None else 0
             else:
                 if values is None:
                     raise RequestError(f"a weights update needs its data in input '{WEIGHTS_INPUT}'")
                 size = values.nbytes
-                version = self.runtime.update_weights(manifest, values)
+                version = runtime.update_weights(manifest, values)
         except UpdateDenied as e:  # for the operator: someone tried to change the weights without the key
             _log().log_warn(f"mslite: instance '{self.instance_name}': {e}")
-            return self._response(request, e)
+            return _refusal(e)
         except BackendError as e:
-            return self._response(request, e)
+            return _refusal(e)
         except Exception:
             _log().log_error(f"mslite: weights update failed:\n{traceback.format_exc()}")
-            return self._response(request, InferenceFailure("internal error while updating weights"))
+            return _refusal(InferenceFailure("internal error while updating weights"))
         _log().log_info(
             f"mslite: instance '{self.instance_name}' published weights version {version} "
             f"({size / 2**20:.1f} MiB{' from a file' if file is not None else ''} in "
@@ -317,21 +259,6 @@ class TritonPythonModel:
         """The Triton instance name of this worker."""
         return self.instance.name if self.instance else ""
 
-    def _response(self, request: Any, result: Any) -> Any:
-        if isinstance(result, BackendError):
-            code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(result), "INTERNAL"))
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(result)), code))
-        # with one output there is nothing to choose (and Triton checks requested names before we run); the
-        # requested names are a set, whose order differs in every worker: the outputs go in `output_names` order
-        names = self.output_names
-        requested = request.requested_output_names() if len(names) > 1 else None
-        tensors = [
-            pb_utils.Tensor(name, result[name])
-            for name in names
-            if name in result and (not requested or name in requested)
-        ]
-        return pb_utils.InferenceResponse(output_tensors=tensors)
-
     def finalize(self) -> None:
         """Flush the metrics, leave the weights store and drop the session (safe to call twice)."""
         if self._publisher is not None:
@@ -342,6 +269,12 @@ class TritonPythonModel:
         self.runtime = None
         self._version_metric = None  # a Metric must go before its MetricFamily
         self._version_family = None
+
+
+def _refusal(error: BackendError) -> pb_utils.InferenceResponse:
+    """The error response of one request: Triton's code for the error's class, a message safe for a client."""
+    code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(error), "INTERNAL"))
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(error)), code))
 
 
 def _samples(feeds: list[dict[str, Any]]) -> int:

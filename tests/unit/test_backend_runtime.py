@@ -493,7 +493,7 @@ def _strings(rows: list[list[bytes]]) -> np.ndarray:
 
 def test_strings_round_trip_byte_for_byte(tmp_path: Path) -> None:
     runtime = _load(tmp_path, zoo.string_identity())
-    assert runtime.plain_run() is None  # strings are converted on every run
+    assert runtime.direct_run() is None  # strings are converted on every run
     sent = _strings([TEXTS[:3], TEXTS[3:]])
     got = _ok(runtime.execute([{"INPUT0": sent}])[0])["OUTPUT0"]
     assert got.dtype == object and got.shape == (2, 3)

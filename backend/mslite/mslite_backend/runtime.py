@@ -175,20 +175,19 @@ class ModelRuntime:
                     "(bytes other than 0/1 found)"
                 )
 
-    def plain_run(self) -> tuple[Callable[..., list[np.ndarray]], set[tuple]] | None:
-        """ORT's own run and the layouts `validate` accepted, for callers that run a request with nothing else.
+    def direct_run(self) -> Callable[..., list[np.ndarray]] | None:
+        """ORT's own run, when a request that passed `validate` needs nothing else to run (`PlainExecutor`).
 
-        A request whose `layout` is in the set passes `validate` as it is: `run(self.output_names, feeds,
-        None)` is then all `execute` would do with it, and its exceptions go through `session.failure`.
-        None when a run needs more: updatable weights, buckets or a session per bucket, merging, BOOL
-        inputs (checked on every request), strings (converted on every run), or a provider other than the CPU's.
+        `run(self.output_names, feeds, None)`, whose exceptions go through `session.failure`. None when a run
+        needs more: updatable weights, buckets or a session per bucket, merging, BOOL inputs (checked on
+        every request), strings (converted on every run), or a provider other than the CPU's.
         """
         direct = self.session.direct
-        if direct is None or not self._one_session or self.weights is not None or self.merge or self._bool_inputs:
+        if direct is None or not self._one_session or self.weights is not None or self.merge:
             return None
-        if self._strings:
+        if self._bool_inputs or self._strings:
             return None
-        return direct, self._accepted
+        return direct
 
     def _check_layout(self, feeds: Feeds) -> None:
         """Everything `validate` checks that follows from the names, dtypes and shapes alone."""
@@ -262,15 +261,11 @@ class ModelRuntime:
         """
         weights = self.weights.snapshot().arrays if self.weights is not None else None
         if len(requests) == 1 or not self.merge:  # CPU: each request runs alone, so no grouping (once per request)
-            # Without buckets or updatable weights, a run is the session's run and nothing else: called here
-            # directly, one Python frame fewer per request (2-4 us of worker CPU per tiny request, near the noise).
-            direct = self._one_session and not weights and not self._strings
-            session_run, names = self.session.run, self.output_names
             out: list[Result] = []
             for feeds in requests:
                 try:
                     self.validate(feeds)
-                    out.append(dict(zip(names, session_run(names, feeds))) if direct else self.run(feeds, weights))
+                    out.append(self.run(feeds, weights))
                 except BackendError as e:
                     out.append(e)
             return out
