@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mslite_backend.owned_files import remove_prefixed, sweep_dead_owners
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
@@ -35,6 +35,9 @@ from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
 from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
+
+if TYPE_CHECKING:  # started only by servers that are supervised, imported then
+    from mslite_triton.server.supervisor import Supervisor
 
 __all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "ServerConfig", "ServerStartError"]
 
@@ -67,7 +70,7 @@ class EmbeddedServer:
         self.key_files: list[Path] = []
         self.restarts = 0
         self._binary: Path | None = None
-        self._supervisor: Any = None
+        self._supervisor: Supervisor | None = None
         self._stop_lock = threading.Lock()
         self._upload_copies: set[str] = set()  # Triton's copies of uploaded models our workers ran from
         # Names this launcher to the workers: their models' weights stores are ours, outlive any worker and

@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import time
 import urllib.parse
-from typing import Any
 
 from mslite_backend.owned_files import process_alive, sweep_dead_owners
 from mslite_triton._transport import REGION_PREFIXES, region_owner
 from mslite_triton.errors import ServerUnavailableError
+from mslite_triton.server.supervised_server import SupervisedServer
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ SWEEP_INTERVAL_S = 2.0  # how often Triton is asked; a dead client's region goes
 class ClientRegionSweep:
     """Finds and unregisters dead clients' regions on one embedded server (`server.http_json` carries the key)."""
 
-    def __init__(self, server: Any, interval_s: float = SWEEP_INTERVAL_S) -> None:
+    def __init__(self, server: SupervisedServer, interval_s: float = SWEEP_INTERVAL_S) -> None:
         self.server = server
         self.interval_s = interval_s
         self.swept: list[str] = []  # names unregistered so far, for logs and tests

@@ -1,0 +1,229 @@
+"""Turns what one supervisor poll sees into events: a process of the server died or hangs.
+
+The detector does nothing itself: it reads an `Observer` (the real one reads `/proc` and asks the server,
+`supervisor.py`; unit tests pass fixed observations) and returns what to heal. Its state is what it must
+remember between polls, for as long as one tritonserver process lives: `healed` resets it after each heal,
+the one place that does.
+
+The rules, in the order of one poll (the first that finds tritonserver gone or hung ends the poll):
+- tritonserver exited; or it did not answer its liveness check `live_failures` times in a row.
+- the gateway exited; or it was stopped (state T) or did not answer its probe for `hang_s` in a row.
+- a worker seen alive is a zombie two polls in a row (one sighting could be a worker Triton is reaping at
+  an unload); or it was stopped for `hang_s` (the supervisor kills it while stopped: let run again, it
+  can crash tritonserver).
+- a model in the catalog is short of one of its instances two polls in a row: a worker that died before
+  a poll ever saw it alive (e.g. while a heal was loading its model) leaves no other trace.
+- the set of live workers changed since the catalog last learnt it (a model was loaded or unloaded).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from mslite_triton.server.workers import Worker, describe_exit
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GatewaySeen:
+    """The gateway's process as one poll sees it."""
+
+    pid: int | None
+    running: bool
+    code: int | None = None  # its exit code once it ended
+
+
+class Observer(Protocol):
+    """What one poll looks at; each is asked only when what was asked before leaves a reason to."""
+
+    def now(self) -> float:
+        """A monotonic clock, in seconds."""
+
+    def server_exit(self) -> tuple[bool, int | None]:
+        """(True, exit code) once tritonserver has exited or was never started; (False, None) while it runs."""
+
+    def server_answers(self) -> bool:
+        """True when tritonserver answered its liveness check in time."""
+
+    def gateway(self) -> GatewaySeen | None:
+        """The gateway's process; None when the server runs without one."""
+
+    def gateway_state(self, pid: int) -> str:
+        """The gateway's state letter in /proc (`T`: stopped)."""
+
+    def gateway_answers(self) -> bool:
+        """True when the gateway answered its probe in time."""
+
+    def workers(self) -> list[Worker]:
+        """The worker processes of tritonserver, zombies included."""
+
+
+@dataclass(frozen=True)
+class ServerDown:
+    """tritonserver exited or hangs: restart it."""
+
+    cause: str
+
+
+@dataclass(frozen=True)
+class GatewayDown:
+    """The gateway exited, or hangs (`hung_pid`: kill it first); start it again."""
+
+    cause: str
+    hung_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkersLost:
+    """Workers died or hang: load their models again.
+
+    `dead` maps the pid of each lost worker to its instance name; `stopped` are those to kill first (hung,
+    not dead yet); `short` are catalog models short of a worker that no poll saw alive.
+    """
+
+    dead: Mapping[int, str]
+    stopped: frozenset[int]
+    exits: Mapping[int, int | None]  # wait status of each dead pid (None: unknown)
+    short: frozenset[str]
+
+    @property
+    def how(self) -> str:
+        """How the workers ended, for the log and the heal's cause."""
+        if self.stopped:
+            return "was stopped and killed"
+        return "died (" + "; ".join(f"pid {pid} {describe_exit(s)}" for pid, s in sorted(self.exits.items())) + ")"
+
+
+@dataclass(frozen=True)
+class WorkersChanged:
+    """The live workers are not the ones the catalog learnt: it should learn them (then call `learnt`)."""
+
+    alive: frozenset[int]
+    instances: frozenset[str]
+
+
+Event = ServerDown | GatewayDown | WorkersLost | WorkersChanged
+
+
+@dataclass
+class _Memory:
+    """What the detector remembers between polls of one tritonserver process."""
+
+    not_live: int = 0  # liveness checks failed in a row
+    hung_since: dict[int, float] = field(default_factory=dict)  # pid stopped or not answering -> since when
+    serving: dict[int, str] = field(default_factory=dict)  # pid -> instance name of workers seen alive
+    suspects: frozenset[int] = frozenset()  # workers seen as zombies at the last poll
+    short: frozenset[str] = frozenset()  # catalog models short of a live instance at the last poll
+    learnt: frozenset[int] = frozenset()  # the live workers the catalog last learnt
+
+
+class FaultDetector:
+    """Finds dead and hung processes of one embedded server, poll by poll (see the module docstring)."""
+
+    def __init__(self, *, live_failures: int = 3, hang_s: float = 10.0) -> None:
+        self.live_failures = live_failures
+        self.hang_s = hang_s
+        self._memory = _Memory()
+
+    @property
+    def server_answering(self) -> bool:
+        """False while tritonserver fails its liveness checks (calls to it would wait too)."""
+        return self._memory.not_live == 0
+
+    def serving(self, instances: set[str]) -> list[int]:
+        """The pids of the live workers seen serving any of `instances`."""
+        return [pid for pid, name in self._memory.serving.items() if name in instances]
+
+    def look(self, seen: Observer, catalog: Mapping[str, set[str]]) -> Iterator[Event]:
+        """One poll: what to heal, given the catalog's models and the instance names each should have.
+
+        Lazily, in the order of the module docstring: a heal acted on before taking the next event
+        happens before the next process is looked at. Stop taking events after a heal of tritonserver
+        or of workers (what follows was seen before it).
+        """
+        m = self._memory
+        exited, code = seen.server_exit()
+        if exited:
+            yield ServerDown(f"tritonserver exited (code {code})")
+            return
+        if not seen.server_answers():
+            m.not_live += 1
+            log.warning("tritonserver did not answer its liveness check (%d of %d)", m.not_live, self.live_failures)
+            if m.not_live >= self.live_failures:
+                yield ServerDown(f"tritonserver did not answer for {m.not_live} checks in a row (hung)")
+            return
+        m.not_live = 0
+        gateway = self._look_at_gateway(seen)
+        if gateway is not None:
+            yield gateway
+        yield from self._look_at_workers(seen, catalog)
+
+    def _look_at_gateway(self, seen: Observer) -> GatewayDown | None:
+        gateway = seen.gateway()
+        if gateway is None:
+            return None
+        if gateway.pid is not None and gateway.running:
+            # a stopped gateway's port still accepts connections (the kernel's backlog): its state says it at once
+            hung = seen.gateway_state(gateway.pid) == "T" or not seen.gateway_answers()
+            if self._hung_too_long(gateway.pid, hung, seen.now()):
+                return GatewayDown(f"gateway hung for {self.hang_s:.0f} s (stopped or not answering)", gateway.pid)
+            return None
+        return GatewayDown(f"gateway exited (code {gateway.code})")
+
+    def _look_at_workers(self, seen: Observer, catalog: Mapping[str, set[str]]) -> Iterator[Event]:
+        m = self._memory
+        workers = seen.workers()
+        live = [w for w in workers if w.state != "Z"]
+        for w in live:
+            if w.instance:
+                m.serving[w.pid] = w.instance
+        dead = frozenset(w.pid for w in workers if w.state == "Z" and w.pid in m.serving)
+        confirmed, m.suspects = set(dead & m.suspects), dead
+        now = seen.now()
+        stopped = frozenset(
+            w.pid for w in workers if w.pid in m.serving and self._hung_too_long(w.pid, w.state == "T", now)
+        )
+        instances = frozenset(w.instance for w in live if w.instance)
+        short = frozenset(name for name, wanted in catalog.items() if not wanted <= instances)
+        short, m.short = short & m.short, short
+        if confirmed or stopped or short:
+            lost = {pid: m.serving.pop(pid) for pid in confirmed | stopped}
+            exits = {w.pid: w.exit_status for w in workers if w.pid in lost}
+            yield WorkersLost(lost, stopped, exits, short)
+        alive = frozenset(w.pid for w in live)
+        if alive != m.learnt:
+            yield WorkersChanged(alive, instances)
+
+    def _hung_too_long(self, pid: int, hung: bool, now: float) -> bool:
+        """Note whether `pid` is hung now; True once it has been for `hang_s` in a row (then forgotten: it goes)."""
+        since = self._memory.hung_since
+        if not hung:
+            since.pop(pid, None)
+            return False
+        if now - since.setdefault(pid, now) < self.hang_s:
+            return False
+        del since[pid]
+        return True
+
+    def learnt(self, alive: frozenset[int]) -> None:
+        """The catalog has learnt the live workers of a `WorkersChanged` event."""
+        self._memory.learnt = alive
+
+    def healed(self, what: str, retired: list[int] | tuple[int, ...] = ()) -> None:
+        """Forget what a heal made stale, the one place that does.
+
+        A new tritonserver ("tritonserver") starts a new memory: its workers, counters and timers are new.
+        Reloaded models ("worker") have new workers: the catalog learns them again, the count of polls a
+        model was short of a worker starts over, and the `retired` old workers are no longer serving.
+        A restarted gateway leaves nothing stale (its hung pid was forgotten when it was reported).
+        """
+        if what == "tritonserver":
+            self._memory = _Memory()
+        elif what == "worker":
+            m = self._memory
+            serving = {pid: name for pid, name in m.serving.items() if pid not in retired}
+            self._memory = replace(m, serving=serving, short=frozenset(), learnt=frozenset())
