@@ -271,6 +271,8 @@ def test_every_known_key_is_accepted_without_warning() -> None:
         "warmup": "0",
         "batch_buckets": "1,2,4",
         "merge_requests": "auto",
+        "io_binding": "auto",
+        "cuda_graphs": "1",
         "max_request_bytes": "1048576",
         "metrics": "0",
         "ascend_device_ids": "0,1",
