@@ -614,6 +614,24 @@ def median_points(points: list[dict[str, Any]]) -> dict[tuple[str, int, bool], d
     }
 
 
+def queue_delay_sweep(args: Any, pa_env: dict[str, str], url: str, served: dict) -> list[dict[str, Any]]:
+    """`sweep_variants` at c=8 over shared memory, two loaded at a time, after the served variants are unloaded."""
+    control = grpc_client(url)
+    for name in served:
+        control.unload_model(name)
+    delays = tuple(int(d) for d in args.sweep_delays.split(",") if d.strip())
+    names = list(sweep_variants(delays, args.device))
+    points = []
+    for pair in (names[i : i + 2] for i in range(0, len(names), 2)):
+        for name in pair:
+            control.load_model(name)
+        for name in pair:
+            points.append(perf_analyzer(args.perf_analyzer, pa_env, url, 8, True, args.interval_ms, name))
+        for name in pair:
+            control.unload_model(name)
+    return points
+
+
 def bar_figures(r: dict[str, Any]) -> dict[str, float | None]:
     """The figures the bars read, all from MODEL (the shipped GPU defaults)."""
     steps = r["steps"]
@@ -711,7 +729,7 @@ def main() -> None:
     r["configs"] = {name: (repo / name / "config.pbtxt").read_text() for name in served}
     cfg = ServerConfig(
         model_repository=repo,
-        load_models=tuple(variants),
+        load_models=tuple(served),  # the sweep's variants are loaded later, two at a time (GPU memory)
         restrict_admin=False,
         supervise=False,
         startup_timeout_s=300,
@@ -753,15 +771,6 @@ def main() -> None:
         log.write_text("phase,thread,t_s,batch,ms\n")
         proof.step("latency_loop_batch1", latency_loop, url, args.seconds, False, log)
         proof.step("latency_loop_mixed", latency_loop, url, args.seconds, True, log)
-        sweep = []
-        for name in sweep_variants(delays, args.device):
-            p = proof.step(
-                f"{name}_c8", perf_analyzer, args.perf_analyzer, pa_env, url, 8, True, args.interval_ms, name
-            )
-            r["steps"].pop(f"{name}_c8", None)
-            if p:
-                sweep.append(p)
-        r["queue_delay_sweep_c8_shm"] = sweep
         if args.multicard:
             proof.step("batch_split", batch_split, server.grpc_url, args.model_bs1, args.device, 20)
             proof.step("multicard_flow", multicard_flow, server.grpc_url, args.model_bs1, args.device, 20)
@@ -769,6 +778,9 @@ def main() -> None:
         pids = worker_pids(Path(server.log_path), MODEL)
         r["worker_pids"] = pids
         r["gpu_mem_per_worker_gb"] = gpu_mem_per_worker_gb(pids)
+        # the sweep: the served variants unloaded first, then each delay's pair loaded, measured and unloaded
+        r["queue_delay_sweep_c8_shm"] = proof.step("queue_delay_sweep", queue_delay_sweep, args, pa_env, url, served)
+        r["steps"].pop("queue_delay_sweep", None)
     finally:
         try:
             shutil.copy(server.log_path, args.out / "tritonserver.log")
