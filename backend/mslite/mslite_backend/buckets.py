@@ -34,14 +34,6 @@ def parse(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def capped(sizes: tuple[int, ...], max_batch_size: int) -> tuple[int, ...]:
-    """`sizes` up to `max_batch_size`, and `max_batch_size` itself when the largest is below it."""
-    if not sizes:
-        return ()
-    kept = tuple(b for b in sizes if b <= max_batch_size)
-    return kept + ((max_batch_size,) if not kept or kept[-1] < max_batch_size else ())
-
-
 def bucket_for(batch: int, buckets: tuple[int, ...]) -> int:
     """The smallest bucket that holds `batch`, else the largest (the batch is then run in chunks)."""
     return next((b for b in buckets if b >= batch), buckets[-1])

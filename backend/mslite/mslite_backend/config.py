@@ -15,9 +15,11 @@ from typing import Any
 
 from .errors import ConfigError
 from .protocol import (
+    DEFAULT_GPU_BUCKETS,
     RESIZED_INPUTS_PARAMETER,
     VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
+    capped_buckets,
 )
 from .resized import Shapes, declared_resized
 from .settings import MODEL_MAX_REQUEST_BYTES
@@ -47,7 +49,6 @@ _SINGLE_KEYS = (
     RESIZED_INPUTS_PARAMETER,
 )
 DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
-DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
 # Weights: sharing (bool) under either name; the updatable tensors under any of protocol.VARIABLE_WEIGHTS_KEYS.
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
@@ -230,10 +231,8 @@ class BackendConfig:
         """
         if not self.batched:
             return ()
-        from .buckets import capped
-
         sizes = self.batch_buckets or (DEFAULT_GPU_BUCKETS if kind == "GPU" or self.binds_for(kind) else ())
-        return capped(sizes, self.max_batch_size)
+        return capped_buckets(sizes, self.max_batch_size)
 
 
 class _Getter:

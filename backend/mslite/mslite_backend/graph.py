@@ -6,12 +6,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .buckets import capped
 from .buckets import parse as parse_buckets
-from .config import DEFAULT_GPU_BUCKETS, BackendConfig, TensorSpec
+from .config import BackendConfig, TensorSpec
 from .dtypes import short_name, triton_type_of_onnx
 from .errors import ConfigError, ModelLoadError
-from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE, sample_values
+from .protocol import BATCHING_SECTION, DEFAULT_GPU_BUCKETS, DEFAULT_MAX_BATCH_SIZE, capped_buckets, sample_values
 from .protocol import batcher_defaults as protocol_batcher_defaults
 from .protocol import is_light as protocol_is_light
 from .resized import Shapes, free_dims
@@ -162,7 +161,7 @@ def batcher_defaults(model_config: dict[str, Any], max_batch_size: int, *, light
             sizes = parse_buckets(raw.get("string_value", "") if isinstance(raw, dict) else str(raw)) if raw else ()
         except ValueError as e:
             raise ConfigError(f"model '{model_config.get('name', '?')}': parameter 'batch_buckets': {e}") from None
-        gpu_buckets = capped(sizes or DEFAULT_GPU_BUCKETS, max_batch_size)
+        gpu_buckets = capped_buckets(sizes or DEFAULT_GPU_BUCKETS, max_batch_size)
     return protocol_batcher_defaults(
         current, max_batch_size=max_batch_size, cpu_only=cpu_only, light=light, gpu_buckets=gpu_buckets
     )

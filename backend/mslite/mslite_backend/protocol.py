@@ -20,6 +20,7 @@ BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "msli
 # -- the dynamic batcher ------------------------------------------------------------------------------
 DEFAULT_MAX_BATCH_SIZE = 64  # auto-complete's max_batch_size for models whose tensors all have a dynamic first dim
 CPU_PREFERRED_BATCH = (2,)  # requests Triton hands a CPU worker per `execute` (each still runs alone)
+DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the batch sizes a GPU worker runs at unless `batch_buckets` says
 # How long Triton may hold a request for a GPU worker to fill a bucket: PROVISIONAL, not yet measured. The
 # GPU proof run (benchmarks/gpu_proof.sh) measures 0 / 100 / 300 / 500 us and this becomes its best value.
 GPU_MAX_QUEUE_DELAY_US = 100
@@ -91,6 +92,14 @@ def sample_values(shapes: Iterable[Sequence[int] | None], *, batched: bool) -> i
             n *= d
         total += n
     return total
+
+
+def capped_buckets(sizes: Sequence[int], max_batch_size: int) -> tuple[int, ...]:
+    """`sizes` up to `max_batch_size`, and `max_batch_size` itself when the largest kept is below it."""
+    if not sizes:
+        return ()
+    kept = tuple(b for b in sizes if b <= max_batch_size)
+    return kept + ((max_batch_size,) if not kept or kept[-1] < max_batch_size else ())
 
 
 def batcher_defaults(
