@@ -17,7 +17,6 @@ import tritonclient.grpc as grpcclient
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
-from tests.unit.test_backend_bound import _control_flow
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +34,7 @@ FALLBACK_LINE = "model 'control_flow': buckets run plain, not on bound buffers: 
 def served(tmp_path_factory: pytest.TempPathFactory):
     repo: Path = tmp_path_factory.mktemp("bound_repo")
     add_model(repo, "bound", model_zoo.multi_io(), BOUND)
-    add_model(repo, "control_flow", _control_flow(), BOUND)
+    add_model(repo, "control_flow", model_zoo.control_flow(), BOUND)
     with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False)) as srv:
         yield srv
 

@@ -6,9 +6,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from mslite_backend.bound import BoundBucket, PlainBucket, check_input, differs, run_rows
 from mslite_backend.config import BackendConfig, InstanceInfo
@@ -116,28 +114,10 @@ def test_a_bad_request_fails_alone_on_the_bound_path(tmp_path: Path) -> None:
     assert "shape expected [-1, 3], got [2, 4]" in str(second)
 
 
-def _control_flow() -> onnx.ModelProto:
-    """y = x, through an If whose branch is chosen by a constant: control flow a CUDA graph cannot record."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
-    branch = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["out"])],
-        "branch",
-        [],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])],
-    )
-    nodes = [
-        helper.make_node("Constant", [], ["cond"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
-        helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
-    ]
-    graph = helper.make_graph(nodes, "control_flow", [x], [y])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)], ir_version=zoo.IR_VERSION)
-
-
 @pytest.mark.parametrize(
     ("build", "why"),
     [
-        (_control_flow, "the graph has control flow (If)"),
+        (zoo.control_flow, "the graph has control flow (If)"),
         (zoo.variable_seq, "input 'tokens' has dynamic dims [-1] (dynamic shapes inside the graph)"),
     ],
 )
@@ -145,22 +125,13 @@ def test_a_model_the_bound_path_cannot_run_falls_back_with_one_log_line(tmp_path
     rt = _load(tmp_path, build(), max_batch_size=8, io_binding="true")
     assert rt.bound == {} and choose_executor(rt).kind != "bound"
     assert [n for n in rt.notes if "bound" in n] == [f"model 'm': buckets run plain, not on bound buffers: {why}"]
-    feeds = {"x": np.ones((3, 3), np.float32)} if build is _control_flow else {"tokens": np.ones((3, 5), np.float32)}
+    feeds = {"x": np.ones((3, 3), np.float32)} if build is zoo.control_flow else {"tokens": np.ones((3, 5), np.float32)}
     (result,) = choose_executor(rt)([feeds])
     assert isinstance(result, dict)  # and it still serves
 
 
-def _noisy() -> onnx.ModelProto:
-    """y = x + uniform noise drawn on every run: no two runs agree, so no bound run can equal a plain one."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
-    nodes = [helper.make_node("RandomUniformLike", ["x"], ["noise"]), helper.make_node("Add", ["x", "noise"], ["y"])]
-    graph = helper.make_graph(nodes, "noisy", [x], [y])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)], ir_version=zoo.IR_VERSION)
-
-
 def test_the_load_time_check_refuses_a_differing_bucket(tmp_path: Path) -> None:
-    rt = _load(tmp_path, _noisy(), max_batch_size=4, io_binding="true")
+    rt = _load(tmp_path, zoo.noisy(), max_batch_size=4, io_binding="true")
     assert sorted(rt.bound) == [1, 2, 4]
     assert all(isinstance(b, PlainBucket) for b in rt.bound.values())  # each serves plain runs
     (note,) = [n for n in rt.notes if "serve plain runs" in n]  # one line for the model, naming every bucket
