@@ -790,6 +790,13 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     figures = bar_figures(r)
     r.update(figures)
+    # what a missed bar can be read against: every variant's medians are in served_medians, the delays in the sweep
+    r["tried"] = {
+        "ours_plain": "no bound buffers, no batching delay (before this round)",
+        "ours_graphs": "bound buckets and CUDA graphs, no batching delay",
+        MODEL: "bound buckets, CUDA graphs and the GPU batching defaults from auto-complete (every bar key)",
+        "queue_delay_sweep_c8_shm": f"ours_graphs at delays {args.sweep_delays} us, with and without preferred sizes",
+    }
     r["bars"] = verdict(figures)
     r["run_s"] = time.perf_counter() - t_run
     proof.save()
