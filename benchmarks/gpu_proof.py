@@ -55,6 +55,11 @@ SERVED: dict[str, tuple[str, str | None, str]] = {
     "ours_defaults": ("mslite", None, BIND % "true"),  # bound + graphs + the GPU batching defaults
     "cpp_peer": ("onnxruntime", None, ""),  # Triton's C++ ONNX Runtime backend (--peer-backend)
 }
+# The memory candidate, measured after the side-by-side points (loaded alone): the shipped defaults with one
+# session for every bucket, each bucket's CUDA graph under its own id (`bucket_sessions` one)
+ONE_SESSION = "ours_one_session"
+ONE_SESSION_PARAM = 'parameters { key: "bucket_sessions" value { string_value: "one" } }\n'
+ONE_SESSION_VARIANT = ("mslite", None, BIND % "true" + ONE_SESSION_PARAM)
 # The queue delays measured for GPU_MAX_QUEUE_DELAY_US, each with and without the preferred sizes
 SWEEP_DELAYS_US = (0, 100, 300, 500)
 BARS = {
@@ -260,22 +265,22 @@ def infer(client: Any, x: np.ndarray, in_name: str, out_name: str, model: str = 
     return res.as_numpy(out_name)  # type: ignore[no-any-return]
 
 
-def io_names(url: str) -> tuple[str, str]:
-    meta = grpc_client(url).get_model_metadata(MODEL, as_json=True)
+def io_names(url: str, model: str = MODEL) -> tuple[str, str]:
+    meta = grpc_client(url).get_model_metadata(model, as_json=True)
     return meta["inputs"][0]["name"], meta["outputs"][0]["name"]
 
 
-def served_outputs(url: str, x: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
+def served_outputs(url: str, x: np.ndarray, ref: np.ndarray, model: str = MODEL) -> dict[str, Any]:
     """Every image alone (c=1), then all at once from 8 threads, then as one batch of 8: max abs diffs."""
-    in_name, out_name = io_names(url)
+    in_name, out_name = io_names(url, model)
     client = grpc_client(url)
-    alone = np.concatenate([infer(client, x[i : i + 1], in_name, out_name) for i in range(len(x))])
+    alone = np.concatenate([infer(client, x[i : i + 1], in_name, out_name, model) for i in range(len(x))])
     concurrent: list[np.ndarray | None] = [None] * len(x)
 
     def one(i: int) -> None:
         c = grpc_client(url)
         for j in range(i, len(x), 8):
-            concurrent[j] = infer(c, x[j : j + 1], in_name, out_name)
+            concurrent[j] = infer(c, x[j : j + 1], in_name, out_name, model)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
     for t in threads:
@@ -283,7 +288,7 @@ def served_outputs(url: str, x: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
     for t in threads:
         t.join()
     together = np.concatenate([c for c in concurrent if c is not None])
-    batch8 = infer(client, x[:8], in_name, out_name)
+    batch8 = infer(client, x[:8], in_name, out_name, model)
     result = {
         "max_abs_diff_one_at_a_time": float(np.abs(alone - ref).max()),
         "max_abs_diff_8_concurrent": float(np.abs(together - ref).max()),
@@ -632,6 +637,23 @@ def queue_delay_sweep(args: Any, pa_env: dict[str, str], url: str, served: dict)
     return points
 
 
+def one_session(args: Any, pa_env: dict[str, str], url: str, log: Path, x: np.ndarray, ref: Any) -> dict:
+    """ONE_SESSION loaded alone: its GPU memory per worker, its outputs, and c=8 over shared memory and gRPC."""
+    control = grpc_client(url)
+    control.load_model(ONE_SESSION)
+    try:
+        result: dict[str, Any] = {"gpu_mem_per_worker_gb": gpu_mem_per_worker_gb(worker_pids(log, ONE_SESSION))}
+        if ref is not None:
+            result["outputs"] = served_outputs(url, x, ref, ONE_SESSION)
+        for shm in (True, False):
+            point = perf_analyzer(args.perf_analyzer, pa_env, url, 8, shm, args.interval_ms, ONE_SESSION)
+            result[f"c8_{'shm' if shm else 'grpc'}"] = point
+        result["gpu_mem_per_worker_gb_after"] = gpu_mem_per_worker_gb(worker_pids(log, ONE_SESSION))
+        return result
+    finally:
+        control.unload_model(ONE_SESSION)
+
+
 def bar_figures(r: dict[str, Any]) -> dict[str, float | None]:
     """The figures the bars read, all from MODEL (the shipped GPU defaults)."""
     steps = r["steps"]
@@ -723,7 +745,7 @@ def main() -> None:
 
     served = {k: v for k, v in SERVED.items() if k != "cpp_peer" or args.peer_backend is not None}
     delays = tuple(int(d) for d in args.sweep_delays.split(",") if d.strip())
-    variants = {**served, **sweep_variants(delays, args.device)}
+    variants = {**served, ONE_SESSION: ONE_SESSION_VARIANT, **sweep_variants(delays, args.device)}
     work = Path(tempfile.mkdtemp(prefix="gpu-proof-"))
     repo = write_repository(work, args.model, args.device, variants)
     r["configs"] = {name: (repo / name / "config.pbtxt").read_text() for name in served}
@@ -778,9 +800,11 @@ def main() -> None:
         pids = worker_pids(Path(server.log_path), MODEL)
         r["worker_pids"] = pids
         r["gpu_mem_per_worker_gb"] = gpu_mem_per_worker_gb(pids)
-        # the sweep: the served variants unloaded first, then each delay's pair loaded, measured and unloaded
+        # the sweep: the served variants unloaded first, then each delay's pair loaded, measured and unloaded;
+        # then the one-session memory candidate alone
         r["queue_delay_sweep_c8_shm"] = proof.step("queue_delay_sweep", queue_delay_sweep, args, pa_env, url, served)
         r["steps"].pop("queue_delay_sweep", None)
+        proof.step("one_session", one_session, args, pa_env, url, Path(server.log_path), x, ref)
     finally:
         try:
             shutil.copy(server.log_path, args.out / "tritonserver.log")

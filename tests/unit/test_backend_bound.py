@@ -196,3 +196,26 @@ def test_gpu_workers_bind_by_default_and_cuda_graphs_false_turns_capture_off(
     asked.clear()
     _load(_dir(tmp_path, "off"), zoo.multi_io(), max_batch_size=4, instance=gpu, cuda_graphs="false")
     assert not any(asked)
+
+
+def test_one_session_for_every_bucket_gives_each_bucket_its_own_graph_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The CPU provider stands in for CUDA (it ignores `gpu_graph_id`): what is checked is one session, the ids, and
+    # outputs equal to a plain session's.
+    import mslite_backend.session as session_module
+    from mslite_backend.providers import ProviderChoice
+
+    monkeypatch.setattr(session_module, "choose", lambda *a, **k: ProviderChoice("CPUExecutionProvider"))
+    gpu = InstanceInfo(name="t_0", kind="GPU", device_id=0)
+    rt = _load(_dir(tmp_path, "one"), zoo.multi_io(), max_batch_size=4, instance=gpu, bucket_sessions="one")
+    assert rt.bucket_sessions == {} and sorted(rt.bound) == [1, 2, 4]
+    ids = [b._options.get_run_config_entry("gpu_graph_id") for b in rt.bound.values()]  # type: ignore[attr-defined]
+    assert ids == ["0", "1", "2"]
+    plain = _load(_dir(tmp_path, "plain"), zoo.multi_io(), max_batch_size=4, io_binding="false")
+    requests = [_feeds("multi_io", n) for n in (1, 3, 2, 4)]
+    for got, want in zip(choose_executor(rt)(requests), choose_executor(plain)(requests)):
+        assert isinstance(got, dict) and isinstance(want, dict)
+        _same(got, want)
+    with pytest.raises(ConfigError, match="'bucket_sessions' has bad value 'two'"):
+        _config(bucket_sessions="two")

@@ -273,6 +273,7 @@ def test_every_known_key_is_accepted_without_warning() -> None:
         "merge_requests": "auto",
         "io_binding": "auto",
         "cuda_graphs": "1",
+        "bucket_sessions": "auto",
         "max_request_bytes": "1048576",
         "metrics": "0",
         "ascend_device_ids": "0,1",

@@ -50,7 +50,16 @@ class Bucket(Protocol):
 class BoundBucket:
     """A bucket on pre-allocated, bound buffers: in host memory on CPU, on the device for CUDA."""
 
-    def __init__(self, session: Any, size: int, inputs: Layout, outputs: Layout, device: str, device_id: int) -> None:
+    def __init__(
+        self,
+        session: Any,
+        size: int,
+        inputs: Layout,
+        outputs: Layout,
+        device: str,
+        device_id: int,
+        graph_id: int | None = None,
+    ) -> None:
         """Allocate and bind every buffer once.
 
         Args:
@@ -60,6 +69,8 @@ class BoundBucket:
             outputs: every output's dtype and dims (without the batch); all fixed.
             device: "cpu" or "cuda".
             device_id: the device of a CUDA worker.
+            graph_id: the CUDA graph id of this bucket when several buckets share one session (run option
+                `gpu_graph_id`: each captures and replays its own graph); None: the session's one graph.
         """
         import onnxruntime as ort
 
@@ -68,6 +79,10 @@ class BoundBucket:
         self.dirty = 0
         self._on_host = device == "cpu"
         self._run = session.run_bound
+        self._options = None
+        if graph_id is not None:
+            self._options = ort.RunOptions()
+            self._options.add_run_config_entry("gpu_graph_id", str(graph_id))
         self._binding = session.io_binding()
         self._device_inputs: dict[str, Any] = {}
         for name, host in self.inputs.items():
@@ -93,7 +108,7 @@ class BoundBucket:
         """Copy the inputs to the device (CUDA), run or replay, and read every output once."""
         for name, value in self._device_inputs.items():
             value.update_inplace(self.inputs[name])
-        self._run(self._binding)
+        self._run(self._binding, self._options)
         if self._on_host:  # the next run writes the same buffers: the caller gets its own copy
             return {name: host.copy() for name, host in self._host_outputs.items()}
         return {name: value.numpy() for name, value in self._device_outputs.items()}

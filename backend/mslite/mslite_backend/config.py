@@ -41,6 +41,7 @@ _SINGLE_KEYS = (
     "merge_requests",
     "io_binding",
     "cuda_graphs",
+    "bucket_sessions",
     "max_request_bytes",
     "metrics",
     "ascend_device_ids",
@@ -114,6 +115,9 @@ class BackendConfig:
     merge_requests: bool | None = None  # None ("auto"): merge on accelerators, one run per request on CPU
     io_binding: bool | None = None  # None ("auto"): bound buffers per bucket on GPU, plain runs on CPU (`bound`)
     cuda_graphs: bool = True  # GPU bound buckets capture and replay a CUDA graph; false: bound runs only
+    # "auto": a GPU worker opens one session per bucket; "one": one session for every bucket, each bucket's
+    # CUDA graph captured under its own graph id (one copy of the weights; unmeasured on a GPU, hence opt-in)
+    bucket_sessions: str = "auto"
     max_request_bytes: int = MODEL_MAX_REQUEST_BYTES
     metrics: bool = True
     device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
@@ -197,6 +201,7 @@ class BackendConfig:
             merge_requests=get.one("merge_requests", _auto_boolean, None),
             io_binding=get.one("io_binding", _auto_boolean, None),
             cuda_graphs=get.one("cuda_graphs", _boolean, True),
+            bucket_sessions=get.one("bucket_sessions", _bucket_sessions, "auto"),
             max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
             metrics=get.one("metrics", _boolean, True),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
@@ -338,6 +343,13 @@ def _auto_boolean(raw: str) -> bool | None:
         return _boolean(raw)
     except ValueError:
         raise ValueError("expected auto or one of 1/0/true/false/yes/no/on/off") from None
+
+
+def _bucket_sessions(raw: str) -> str:
+    low = raw.strip().lower()
+    if low in ("auto", "one"):
+        return low
+    raise ValueError("expected auto (one session per bucket on GPU) or one")
 
 
 def _execution_mode(raw: str) -> str:

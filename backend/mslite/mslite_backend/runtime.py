@@ -97,7 +97,7 @@ class ModelRuntime:
             session, notes = _open_session(prepared, cfg, instance)
         buckets = cfg.buckets_for(instance.kind)
         per_bucket = {}
-        if session_per_bucket(instance.kind, buckets):
+        if session_per_bucket(instance.kind, buckets) and cfg.bucket_sessions != "one":
             others = {b: _open_session(prepared, cfg, instance, cuda_graph=graphs)[0] for b in buckets[1:]}
             per_bucket = {buckets[0]: session, **others}
         store = None
@@ -147,6 +147,8 @@ class ModelRuntime:
             device_id: the worker's device.
         """
         sessions = self.bucket_sessions or dict.fromkeys(self.buckets, self.session)
+        # buckets sharing one session capture their CUDA graphs under distinct ids (ignored off CUDA)
+        shared = len({id(s) for s in sessions.values()}) < len(sessions)
         reference = open_plain()
         names = self.output_names
 
@@ -154,8 +156,10 @@ class ModelRuntime:
             return dict(zip(names, reference.run(names, feeds)))
 
         refused = []
-        for size in self.buckets:
-            bucket: Bucket = BoundBucket(sessions[size], size, self._expected, self._outputs, device, device_id)
+        for graph_id, size in enumerate(self.buckets):
+            bucket: Bucket = BoundBucket(
+                sessions[size], size, self._expected, self._outputs, device, device_id, graph_id if shared else None
+            )
             why = differs(bucket, plain, check_input(self._expected, size))
             if why is not None:
                 refused.append(f"{size} ({why})")

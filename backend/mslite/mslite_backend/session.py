@@ -116,14 +116,14 @@ class OrtSession:
         """A new ONNX Runtime IOBinding of this session (`bound.BoundBucket` binds its buffers to it)."""
         return self._session.io_binding()
 
-    def run_bound(self, binding: Any) -> None:
-        """Run on the buffers bound to `binding` (its outputs are written in place).
+    def run_bound(self, binding: Any, options: Any = None) -> None:
+        """Run on the buffers bound to `binding` (its outputs are written in place), with ORT `RunOptions`.
 
         Raises:
             RequestError, InferenceFailure: as `run`.
         """
         try:
-            self._session.run_with_iobinding(binding)
+            self._session.run_with_iobinding(binding, options)
         except Exception as e:
             raise failure(e) from e
 
