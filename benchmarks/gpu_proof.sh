@@ -6,7 +6,8 @@
 # The measuring itself is benchmarks/gpu_proof.py.
 #
 # On the GPU machine, after the environment set-up (docs/performance.md, "GPU"), with the peer built by
-# benchmarks/build_ort_peer_gpu.sh (its onnxruntime/ folder; without it the peer's bars are MISSING):
+# benchmarks/build_ort_peer_gpu.sh (its onnxruntime/ folder, or a folder with only its libtriton_onnxruntime.so:
+# the installed onnxruntime-gpu's libraries are then linked beside it; without a peer its bars are MISSING):
 #     GPU_PROOF_PEER=/path/to/onnxruntime bash benchmarks/gpu_proof.sh
 # It writes benchmarks/results/gpu/summary.json, the committed summary. Here, on CPU, to test the script end to
 # end in a few minutes (KIND_CPU workers, the CPU provider, short windows, one round; written to /tmp):
@@ -101,7 +102,20 @@ fi
 cat "$OUT/device.txt"
 
 PEER=()
-[ -n "${GPU_PROOF_PEER:-}" ] && PEER=(--peer-backend "$GPU_PROOF_PEER")
+if [ -n "${GPU_PROOF_PEER:-}" ]; then
+  PEER_DIR=$GPU_PROOF_PEER
+  if [ ! -e "$PEER_DIR/libonnxruntime.so.1" ]; then
+    # only libtriton_onnxruntime.so was carried: ONNX Runtime's core and providers from the installed
+    # onnxruntime(-gpu), linked beside it (the core finds its providers next to itself)
+    CAPI=$("$PY" -c 'import onnxruntime, os; print(os.path.join(os.path.dirname(onnxruntime.__file__), "capi"))')
+    PEER_DIR=$SHIM/peer
+    mkdir -p "$PEER_DIR" && cp "$GPU_PROOF_PEER/libtriton_onnxruntime.so" "$PEER_DIR/"
+    for f in "$CAPI"/libonnxruntime*.so*; do ln -s "$f" "$PEER_DIR/"; done
+    CORE=$(cd "$PEER_DIR" && ls libonnxruntime.so.1.* | head -1)
+    ln -sf "$CORE" "$PEER_DIR/libonnxruntime.so.1"
+  fi
+  PEER=(--peer-backend "$PEER_DIR")
+fi
 "$PY" -m benchmarks.gpu_proof --device "$DEVICE" --model "$MODEL" --model-bs1 "$MODEL_BS1" \
   --perf-analyzer "$PA" --out "$OUT" "${PEER[@]}" "${DRY[@]}" "$@"
 rc=$?
