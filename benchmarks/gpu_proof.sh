@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# The GPU proof in one command: MobileNetV2 served by 2 KIND_GPU workers against in-process ONNX Runtime CUDA
-# (outputs, throughput, latency, perf_analyzer over gRPC and shared memory, the multi-card sample's batch split). Every
-# result goes to $OUT (summary.json, log.txt, latencies.csv, tritonserver.log, device.txt); the bars are
-# printed at the end. The measuring itself is benchmarks/gpu_proof.py.
+# The GPU proof in one command: MobileNetV2 served by 2 KIND_GPU workers (as before, with CUDA graphs, with graphs
+# and the GPU batching defaults) beside Triton's C++ ONNX Runtime backend, against in-process ONNX Runtime CUDA:
+# outputs, throughput, latency, images per execute, GPU memory per worker, the queue-delay sweep. Every result goes
+# to $OUT (summary.json, log.txt, latencies.csv, tritonserver.log, device.txt); the bars are printed at the end.
+# The measuring itself is benchmarks/gpu_proof.py.
 #
-# On the GPU machine, after the environment set-up (docs/performance.md, "GPU"):
-#     bash benchmarks/gpu_proof.sh
-# Here, on CPU (the same flow with KIND_CPU workers and the CPU provider, to test the script):
-#     GPU_PROOF_DEVICE=cpu OUT=/tmp/gpu-proof bash benchmarks/gpu_proof.sh
+# On the GPU machine, after the environment set-up (docs/performance.md, "GPU"), with the peer built by
+# benchmarks/build_ort_peer_gpu.sh (its onnxruntime/ folder, or a folder with only its libtriton_onnxruntime.so:
+# the installed onnxruntime-gpu's libraries are then linked beside it; without a peer its bars are MISSING):
+#     GPU_PROOF_PEER=/path/to/onnxruntime bash benchmarks/gpu_proof.sh
+# It writes benchmarks/results/gpu/summary.json, the committed summary. Here, on CPU, to test the script end to
+# end in a few minutes (KIND_CPU workers, the CPU provider, short windows, one round; written to /tmp):
+#     bash benchmarks/gpu_proof.sh --dry-run
 #
 # What it takes from GPU_PROOF_EXTRA (default .gpu/extra), when there: model.onnx and model_bs1.onnx,
 # bin/perf_analyzer with lib/ (libb64.so.0d, libcudart.so.12), and wheels/ (Python packages the machine
 # lacks). Missing pieces come from this checkout: the generated model (make models), .tools-venv's perf_analyzer.
+# Environment: GPU_PROOF_PEER (the C++ peer's backend folder), GPU_PROOF_PA (a perf_analyzer binary),
+# GPU_PROOF_PYTHON, GPU_PROOF_EXTRA (below), OUT. Other arguments go to gpu_proof.py (see its --help).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 DEVICE=${GPU_PROOF_DEVICE:-gpu}
+DRY=()
+if [ "${1:-}" = "--dry-run" ]; then
+  shift
+  DEVICE=cpu
+  DRY=(--levels 1,8 --rounds 1 --interval-ms 500 --seconds 1.5 --sweep-delays 500)
+fi
 EXTRA=${GPU_PROOF_EXTRA:-$ROOT/.gpu/extra}
-OUT=${OUT:-$ROOT/benchmarks/results/gpu_proof}
+if [ "$DEVICE" = gpu ]; then OUT=${OUT:-$ROOT/benchmarks/results/gpu}; else OUT=${OUT:-/tmp/gpu-proof-dry-run}; fi
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 echo "gpu_proof: device=$DEVICE root=$ROOT out=$OUT $(date -u +%FT%TZ)"
@@ -51,7 +63,10 @@ export PYTHONPATH="$ROOT:$SHIM:$SHIM/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 # perf_analyzer (tritonclient 2.40's binary) and its libraries, for perf_analyzer alone (GPU_PROOF_PA_LIBS)
-if [ -x "$EXTRA/bin/perf_analyzer" ]; then
+if [ -n "${GPU_PROOF_PA:-}" ]; then
+  PA=$GPU_PROOF_PA
+  PA_LIBS=$(ls -d "$(dirname "$(dirname "$PA")")"/lib/python3*/site-packages/nvidia/cuda_runtime/lib 2>/dev/null | head -1)
+elif [ -x "$EXTRA/bin/perf_analyzer" ]; then
   PA=$EXTRA/bin/perf_analyzer
   PA_LIBS=$EXTRA/lib
   # OpenSSL 3 from the machine, else the carried copy
@@ -86,8 +101,23 @@ fi
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
+PEER=()
+if [ -n "${GPU_PROOF_PEER:-}" ]; then
+  PEER_DIR=$GPU_PROOF_PEER
+  if [ ! -e "$PEER_DIR/libonnxruntime.so.1" ]; then
+    # only libtriton_onnxruntime.so was carried: ONNX Runtime's core and providers from the installed
+    # onnxruntime(-gpu), linked beside it (the core finds its providers next to itself)
+    CAPI=$("$PY" -c 'import onnxruntime, os; print(os.path.join(os.path.dirname(onnxruntime.__file__), "capi"))')
+    PEER_DIR=$SHIM/peer
+    mkdir -p "$PEER_DIR" && cp "$GPU_PROOF_PEER/libtriton_onnxruntime.so" "$PEER_DIR/"
+    for f in "$CAPI"/libonnxruntime*.so*; do ln -s "$f" "$PEER_DIR/"; done
+    CORE=$(cd "$PEER_DIR" && ls libonnxruntime.so.1.* | head -1)
+    ln -sf "$CORE" "$PEER_DIR/libonnxruntime.so.1"
+  fi
+  PEER=(--peer-backend "$PEER_DIR")
+fi
 "$PY" -m benchmarks.gpu_proof --device "$DEVICE" --model "$MODEL" --model-bs1 "$MODEL_BS1" \
-  --perf-analyzer "$PA" --out "$OUT" "$@"
+  --perf-analyzer "$PA" --out "$OUT" "${PEER[@]}" "${DRY[@]}" "$@"
 rc=$?
 rm -rf "$SHIM"
 echo "gpu_proof: exit $rc $(date -u +%FT%TZ)"

@@ -67,9 +67,9 @@ class TritonPythonModel:
             directory, filename = onnx_source(pb_utils.get_model_dir(), filename)  # MindIR: converted once
             io = read_graph_io(f"{directory}/{filename}", declared_resized_inputs(config), str(config.get("name")))
             updatable = declared_variable_weights(config)
+            plan = plan_auto_complete(config, io)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(f"model '{config.get('name')}': {e}") from None
-        plan = plan_auto_complete(config, io)
         if plan.max_batch_size is not None:
             auto_complete_model_config.set_max_batch_size(plan.max_batch_size)
         if plan.dynamic_batching:

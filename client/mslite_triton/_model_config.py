@@ -11,6 +11,7 @@ from typing import Any
 from mslite_backend.protocol import (
     BATCHING_KEYS,
     BATCHING_SECTION,
+    DEFAULT_GPU_BUCKETS,
     DEFAULT_MAX_BATCH_SIZE,
     MAX_BATCH_SIZE_KEY,
     MAX_QUEUE_DELAY_KEY,
@@ -18,6 +19,7 @@ from mslite_backend.protocol import (
     PREFERRED_BATCH_SIZE_KEY,
     RESIZED_INPUTS_PARAMETER,
     batcher_defaults,
+    capped_buckets,
     queue_policy,
 )
 
@@ -139,8 +141,9 @@ def build_model_config(
     With `batchable` (every graph tensor has a dynamic first dimension) max_batch_size is 64, and the
     batcher's defaults are the backend's auto-complete rule (`protocol.batcher_defaults`: on CPU, up to 2
     queued requests per `execute`, each run alone, or every queued one for a `light` model
-    (`protocol.is_light`); on GPU Triton batches freely). No queue bound unless the
-    `[dynamic_batching]` section sets `max_queue_size` (`protocol.queue_policy` says what it costs).
+    (`protocol.is_light`); on GPU the buckets above 1 as preferred sizes and `protocol.GPU_MAX_QUEUE_DELAY_US`).
+    No queue bound unless the `[dynamic_batching]` section sets `max_queue_size` (`protocol.queue_policy` says
+    what it costs).
 
     Worker i runs on device `device_ids[i % len(device_ids)]` (`parallel.device_ids`, else the target's
     `device_id`).
@@ -197,8 +200,12 @@ def build_model_config(
         )
     if batchable:
         cpu_only = target == "cpu"
+        mbs = config[MAX_BATCH_SIZE_KEY]
+        gpu_buckets = capped_buckets(DEFAULT_GPU_BUCKETS, mbs) if target == "gpu" else ()
+        if gpu_buckets and MAX_QUEUE_DELAY_KEY not in batching:
+            del dynamic[MAX_QUEUE_DELAY_KEY]  # the GPU delay, as auto-complete gives it
         dynamic.update(
-            batcher_defaults(dynamic, max_batch_size=config[MAX_BATCH_SIZE_KEY], cpu_only=cpu_only, light=light)
+            batcher_defaults(dynamic, max_batch_size=mbs, cpu_only=cpu_only, light=light, gpu_buckets=gpu_buckets)
         )
     return config
 

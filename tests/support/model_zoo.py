@@ -259,6 +259,33 @@ def small_classifier(seed: int = 0) -> onnx.ModelProto:
     )
 
 
+def control_flow() -> onnx.ModelProto:
+    """y = x, through an If whose branch is chosen by a constant: control flow a CUDA graph cannot record."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["out"])],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["cond"], value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+        helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+    ]
+    graph = helper.make_graph(nodes, "control_flow", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
+def noisy() -> onnx.ModelProto:
+    """y = x + uniform noise drawn on every run: no two runs agree, so no bound run can equal a plain one."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    nodes = [helper.make_node("RandomUniformLike", ["x"], ["noise"]), helper.make_node("Add", ["x", "noise"], ["y"])]
+    graph = helper.make_graph(nodes, "noisy", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+
+
 def slow(rounds: int = 8, size: int = 1024) -> onnx.ModelProto:
     """A model that keeps one core busy: ``rounds`` chained ``size x size`` MatMul + Tanh
     (~5 ms each on a quiet 2-core machine with one thread free, many times that under load).

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from mslite_backend.config import BackendConfig
-from mslite_backend.errors import ModelLoadError
+from mslite_backend.errors import ConfigError, ModelLoadError
 from mslite_backend.graph import (
     DEFAULT_MAX_BATCH_SIZE,
     GraphIO,
@@ -22,6 +22,7 @@ from mslite_backend.graph import (
     plan_auto_complete,
     read_graph_io,
 )
+from mslite_backend.protocol import GPU_MAX_QUEUE_DELAY_US
 from tests.support import model_zoo as zoo
 
 
@@ -162,13 +163,49 @@ def test_minimal_config_of_a_batchable_model_turns_batching_on(tmp_path: Path) -
           "dynamic_batching": {"preferred_batch_size": [4], "default_queue_policy": {"max_queue_size": 7}}},
          {}),
         ({"instance_group": [{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_GPU"}]}, {}),
-        ({"instance_group": [{"kind": "KIND_GPU", "count": 1, "gpus": [0, 1]}]}, {}),
+        # GPU workers: the buckets above 1 (up to max_batch_size) and the GPU queue delay
+        ({"instance_group": [{"kind": "KIND_GPU", "count": 1, "gpus": [0, 1]}]},
+         {"preferred_batch_size": [2, 4, 8, 16, 32, 64], "max_queue_delay_microseconds": GPU_MAX_QUEUE_DELAY_US}),
     ],
 )  # fmt: skip
 def test_batcher_defaults_fill_only_what_the_config_leaves_out(config: dict, expected: dict) -> None:
     fill = batcher_defaults({"name": "m", **config}, 64)
     assert fill == expected
     assert "default_queue_policy" not in fill  # no queue bound by default: it turns off Triton's prefetching
+
+
+def _gpu(**params: str) -> dict:
+    return {
+        "name": "m",
+        "instance_group": [{"kind": "KIND_GPU", "count": 2}],
+        "parameters": {k: {"string_value": v} for k, v in params.items()},
+    }
+
+
+def test_gpu_auto_complete_prefers_the_buckets_above_one(tmp_path: Path) -> None:
+    io = _io(zoo.small_classifier(), tmp_path)
+    plan = plan_auto_complete(_gpu(), io)
+    assert plan.max_batch_size == 64
+    assert plan.batcher_defaults == {
+        "preferred_batch_size": [2, 4, 8, 16, 32, 64],  # 1 is left out: listing it would cancel the delay
+        "max_queue_delay_microseconds": GPU_MAX_QUEUE_DELAY_US,
+    }
+    # the workers' own buckets, capped as the workers cap them (max_batch_size is a bucket too)
+    assert batcher_defaults(_gpu(batch_buckets="1,4,16,128"), 32)["preferred_batch_size"] == [4, 16, 32]
+    assert batcher_defaults(_gpu(batch_buckets="1"), 1) == {"max_queue_delay_microseconds": GPU_MAX_QUEUE_DELAY_US}
+
+
+def test_gpu_auto_complete_keeps_what_the_config_sets(tmp_path: Path) -> None:
+    config = {**_gpu(), "dynamic_batching": {"preferred_batch_size": [8], "max_queue_delay_microseconds": 0}}
+    assert batcher_defaults(config, 64) == {}
+    with pytest.raises(ConfigError, match="batch_buckets"):
+        batcher_defaults(_gpu(batch_buckets="0,x"), 64)
+
+
+def test_cpu_auto_complete_is_unchanged_by_the_gpu_defaults(tmp_path: Path) -> None:
+    io = _io(zoo.small_classifier(), tmp_path)
+    for config in ({"name": "m"}, {"name": "m", "instance_group": [{"kind": "KIND_CPU", "count": 2}]}):
+        assert plan_auto_complete(config, io).batcher_defaults == {"preferred_batch_size": [2]}
 
 
 def test_batcher_defaults_keep_preferred_sizes_within_max_batch_size() -> None:

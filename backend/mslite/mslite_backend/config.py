@@ -15,9 +15,11 @@ from typing import Any
 
 from .errors import ConfigError
 from .protocol import (
+    DEFAULT_GPU_BUCKETS,
     RESIZED_INPUTS_PARAMETER,
     VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
+    capped_buckets,
 )
 from .resized import Shapes, declared_resized
 from .settings import MODEL_MAX_REQUEST_BYTES
@@ -37,6 +39,9 @@ _SINGLE_KEYS = (
     "warmup",
     "batch_buckets",
     "merge_requests",
+    "io_binding",
+    "cuda_graphs",
+    "bucket_sessions",
     "max_request_bytes",
     "metrics",
     "ascend_device_ids",
@@ -45,7 +50,6 @@ _SINGLE_KEYS = (
     RESIZED_INPUTS_PARAMETER,
 )
 DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
-DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
 # Weights: sharing (bool) under either name; the updatable tensors under any of protocol.VARIABLE_WEIGHTS_KEYS.
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
@@ -109,6 +113,11 @@ class BackendConfig:
     variable_weights: tuple[str, ...] = ()
     batch_buckets: tuple[int, ...] = ()  # empty: GPU workers use DEFAULT_GPU_BUCKETS, CPU workers none
     merge_requests: bool | None = None  # None ("auto"): merge on accelerators, one run per request on CPU
+    io_binding: bool | None = None  # None ("auto"): bound buffers per bucket on GPU, plain runs on CPU (`bound`)
+    cuda_graphs: bool = True  # GPU bound buckets capture and replay a CUDA graph; false: bound runs only
+    # "auto": a GPU worker opens one session per bucket; "one": one session for every bucket, each bucket's
+    # CUDA graph captured under its own graph id (one copy of the weights; unmeasured on a GPU, hence opt-in)
+    bucket_sessions: str = "auto"
     max_request_bytes: int = MODEL_MAX_REQUEST_BYTES
     metrics: bool = True
     device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
@@ -190,6 +199,9 @@ class BackendConfig:
             variable_weights=variable_weights(name, params),
             batch_buckets=get.one("batch_buckets", _buckets, ()),
             merge_requests=get.one("merge_requests", _auto_boolean, None),
+            io_binding=get.one("io_binding", _auto_boolean, None),
+            cuda_graphs=get.one("cuda_graphs", _boolean, True),
+            bucket_sessions=get.one("bucket_sessions", _bucket_sessions, "auto"),
             max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
             metrics=get.one("metrics", _boolean, True),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
@@ -207,13 +219,25 @@ class BackendConfig:
             return False
         return self.merge_requests if self.merge_requests is not None else kind != "CPU"
 
+    def binds_for(self, kind: str) -> bool:
+        """Whether a worker of `kind` runs its buckets on pre-allocated bound buffers (`bound.BoundBucket`).
+
+        Fixed shapes are what binding needs, so only batched models; by default GPU workers do, CPU workers
+        only when `io_binding` asks (their plain run is already the cheapest path for a small model).
+        """
+        if not self.batched:
+            return False
+        return self.io_binding if self.io_binding is not None else kind == "GPU"
+
     def buckets_for(self, kind: str) -> tuple[int, ...]:
-        """Fixed batch sizes a worker of `kind` runs at (none: any size), capped by max_batch_size."""
+        """Fixed batch sizes a worker of `kind` runs at (none: any size), capped by max_batch_size.
+
+        GPU workers, and any worker asked to bind its buffers, default to DEFAULT_GPU_BUCKETS.
+        """
         if not self.batched:
             return ()
-        sizes = self.batch_buckets or (DEFAULT_GPU_BUCKETS if kind == "GPU" else ())
-        capped = tuple(b for b in sizes if b <= self.max_batch_size)
-        return capped + ((self.max_batch_size,) if sizes and (not capped or capped[-1] < self.max_batch_size) else ())
+        sizes = self.batch_buckets or (DEFAULT_GPU_BUCKETS if kind == "GPU" or self.binds_for(kind) else ())
+        return capped_buckets(sizes, self.max_batch_size)
 
 
 class _Getter:
@@ -319,6 +343,13 @@ def _auto_boolean(raw: str) -> bool | None:
         return _boolean(raw)
     except ValueError:
         raise ValueError("expected auto or one of 1/0/true/false/yes/no/on/off") from None
+
+
+def _bucket_sessions(raw: str) -> str:
+    low = raw.strip().lower()
+    if low in ("auto", "one"):
+        return low
+    raise ValueError("expected auto (one session per bucket on GPU) or one")
 
 
 def _execution_mode(raw: str) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .batching import Feeds, Result
+from .bound import run_rows
 from .errors import BackendError
 from .runtime import ModelRuntime
 from .session import failure
@@ -73,14 +74,57 @@ class PlainExecutor:
         return results
 
 
-Executor = GeneralExecutor | PlainExecutor
+class BoundExecutor:
+    """Rows written straight into each bucket's bound buffers, run (or replayed), outputs read once and split.
+
+    With merging (GPU by default) the valid requests of one `execute` run back to back through the buckets;
+    a failed merged run is retried request by request, so one bad request cannot fail its neighbours.
+    """
+
+    kind = "bound"
+
+    def __init__(self, runtime: ModelRuntime) -> None:
+        self._validate = runtime.validate
+        self._buckets = runtime.bound
+        self._merge = runtime.merge
+
+    def __call__(self, requests: list[Feeds]) -> list[Result]:
+        """One result (outputs by name, or the request's error) per request, in order."""
+        results: list[Result | None] = [None] * len(requests)
+        valid: list[int] = []
+        for i, feeds in enumerate(requests):
+            try:
+                self._validate(feeds)
+                valid.append(i)
+            except BackendError as e:
+                results[i] = e
+        groups = [valid] if self._merge and len(valid) > 1 else [[i] for i in valid]
+        for group in groups:
+            try:
+                for i, out in zip(group, run_rows(self._buckets, [requests[i] for i in group])):
+                    results[i] = out
+            except BackendError as e:
+                if len(group) == 1:
+                    results[group[0]] = e
+                    continue
+                for i in group:
+                    results[i] = self._one(requests[i])
+        return [r for r in results if r is not None]
+
+    def _one(self, feeds: Feeds) -> Result:
+        try:
+            return run_rows(self._buckets, [feeds])[0]
+        except BackendError as e:
+            return e
+
+
+Executor = GeneralExecutor | PlainExecutor | BoundExecutor
 
 
 def choose_executor(runtime: ModelRuntime) -> Executor:
     """The executor of a loaded model, from what its runs need."""
-    # The GPU executor (a request cut into the configured buckets, each replayed as a captured CUDA graph)
-    # is chosen here, first, once it exists; until then bucketed and per-bucket runs go through the
-    # general executor (`ModelRuntime.run`).
+    if runtime.bound:  # GPU workers by default, CPU workers asked by `io_binding`
+        return BoundExecutor(runtime)
     if runtime.weights is not None:
         return UpdatableExecutor(runtime)
     direct = runtime.direct_run()

@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .buckets import parse as parse_buckets
 from .config import BackendConfig, TensorSpec
 from .dtypes import short_name, triton_type_of_onnx
-from .errors import ModelLoadError
-from .protocol import BATCHING_SECTION, DEFAULT_MAX_BATCH_SIZE, sample_values
+from .errors import ConfigError, ModelLoadError
+from .protocol import BATCHING_SECTION, DEFAULT_GPU_BUCKETS, DEFAULT_MAX_BATCH_SIZE, capped_buckets, sample_values
 from .protocol import batcher_defaults as protocol_batcher_defaults
 from .protocol import is_light as protocol_is_light
 from .resized import Shapes, free_dims
@@ -143,12 +144,27 @@ def batcher_defaults(model_config: dict[str, Any], max_batch_size: int, *, light
     """The dynamic batcher fields the config leaves out that auto-complete fills (`protocol.batcher_defaults`).
 
     CPU-only means every instance group is KIND_CPU (a config without groups gets one CPU instance here).
-    A `light` model (`is_light`) gets no CPU cap.
+    A `light` model (`is_light`) gets no CPU cap. When every group is KIND_GPU, the GPU defaults follow
+    from the buckets the workers will run (`batch_buckets`, else DEFAULT_GPU_BUCKETS).
+
+    Raises:
+        ConfigError: `batch_buckets` is not a list of positive integers.
     """
     groups = model_config.get("instance_group") or []
     cpu_only = all(g.get("kind", "KIND_CPU") == "KIND_CPU" for g in groups)
+    gpu_only = bool(groups) and all(g.get("kind") == "KIND_GPU" for g in groups)
     current = model_config.get(BATCHING_SECTION) or {}
-    return protocol_batcher_defaults(current, max_batch_size=max_batch_size, cpu_only=cpu_only, light=light)
+    gpu_buckets: tuple[int, ...] = ()
+    if gpu_only:
+        raw = (model_config.get("parameters") or {}).get("batch_buckets")
+        try:
+            sizes = parse_buckets(raw.get("string_value", "") if isinstance(raw, dict) else str(raw)) if raw else ()
+        except ValueError as e:
+            raise ConfigError(f"model '{model_config.get('name', '?')}': parameter 'batch_buckets': {e}") from None
+        gpu_buckets = capped_buckets(sizes or DEFAULT_GPU_BUCKETS, max_batch_size)
+    return protocol_batcher_defaults(
+        current, max_batch_size=max_batch_size, cpu_only=cpu_only, light=light, gpu_buckets=gpu_buckets
+    )
 
 
 def check_config_against_graph(cfg: BackendConfig, io: GraphIO) -> None:

@@ -20,6 +20,10 @@ BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "msli
 # -- the dynamic batcher ------------------------------------------------------------------------------
 DEFAULT_MAX_BATCH_SIZE = 64  # auto-complete's max_batch_size for models whose tensors all have a dynamic first dim
 CPU_PREFERRED_BATCH = (2,)  # requests Triton hands a CPU worker per `execute` (each still runs alone)
+DEFAULT_GPU_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # the batch sizes a GPU worker runs at unless `batch_buckets` says
+# How long Triton may hold a request for a GPU worker to fill a bucket: PROVISIONAL, not yet measured. The
+# GPU proof run (benchmarks/gpu_proof.sh) measures 0 / 100 / 300 / 500 us and this becomes its best value.
+GPU_MAX_QUEUE_DELAY_US = 100
 
 BATCHING_SECTION = "dynamic_batching"  # the client's config section (and Triton's config field) for the batcher
 MAX_BATCH_SIZE_KEY = "max_batch_size"
@@ -90,8 +94,21 @@ def sample_values(shapes: Iterable[Sequence[int] | None], *, batched: bool) -> i
     return total
 
 
+def capped_buckets(sizes: Sequence[int], max_batch_size: int) -> tuple[int, ...]:
+    """`sizes` up to `max_batch_size`, and `max_batch_size` itself when the largest kept is below it."""
+    if not sizes:
+        return ()
+    kept = tuple(b for b in sizes if b <= max_batch_size)
+    return kept + ((max_batch_size,) if not kept or kept[-1] < max_batch_size else ())
+
+
 def batcher_defaults(
-    dynamic_batching: Mapping[str, Any], *, max_batch_size: int, cpu_only: bool, light: bool = False
+    dynamic_batching: Mapping[str, Any],
+    *,
+    max_batch_size: int,
+    cpu_only: bool,
+    light: bool = False,
+    gpu_buckets: Sequence[int] = (),
 ) -> dict[str, Any]:
     """The dynamic batcher fields we set when the config leaves them out (both the client and auto-complete).
 
@@ -102,8 +119,19 @@ def batcher_defaults(
     thread, c=8: 2.7 requests per `execute` against 1.9 with two at most, and less worker CPU per
     request). Accelerators keep Triton's batch sizes. Sizes above `max_batch_size` are left out (Triton
     refuses them). No queue policy is ever added (`queue_policy`).
+
+    GPU workers (`gpu_buckets`: the batch sizes their sessions run at) get the buckets above 1 as preferred
+    sizes, so Triton sends a batch at once when it fills a bucket (listing 1 would cancel the delay), and
+    GPU_MAX_QUEUE_DELAY_US to wait for one.
     """
     fill: dict[str, Any] = {}
+    if gpu_buckets:
+        preferred = [b for b in gpu_buckets if 1 < b <= max_batch_size]
+        if preferred and not dynamic_batching.get(PREFERRED_BATCH_SIZE_KEY):
+            fill[PREFERRED_BATCH_SIZE_KEY] = preferred
+        if MAX_QUEUE_DELAY_KEY not in dynamic_batching:
+            fill[MAX_QUEUE_DELAY_KEY] = GPU_MAX_QUEUE_DELAY_US
+        return fill
     fitting = [b for b in CPU_PREFERRED_BATCH if b <= max_batch_size]
     if cpu_only and not light and fitting and not dynamic_batching.get(PREFERRED_BATCH_SIZE_KEY):
         fill[PREFERRED_BATCH_SIZE_KEY] = fitting

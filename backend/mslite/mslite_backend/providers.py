@@ -42,9 +42,17 @@ class ProviderChoice:
 
 
 def choose(
-    kind: str, device_id: int, index: int, params: dict[str, str], *, gpu_precision: str = "enforce_fp32"
+    kind: str,
+    device_id: int,
+    index: int,
+    params: dict[str, str],
+    *,
+    gpu_precision: str = "enforce_fp32",
+    cuda_graph: bool = False,
 ) -> ProviderChoice:
     """Pick the provider of worker `index` of an instance of `kind` on `device_id`.
+
+    `cuda_graph`: a GPU session that captures its first runs as a CUDA graph and replays it (bound buckets).
 
     Raises:
         ConfigError: an Ascend worker without a device, or an unknown precision mode.
@@ -52,9 +60,10 @@ def choose(
     if kind == "GPU":
         # enforce_fp32 (the default) keeps FP32 arithmetic: the CUDA provider's default TF32 convolutions and
         # matmuls change results by ~1e-3 relative, and differently at each batch size (measured on an H200)
-        return ProviderChoice(
-            "CUDAExecutionProvider", {"device_id": device_id, "use_tf32": 0 if gpu_precision == "enforce_fp32" else 1}
-        )
+        cuda: dict[str, Any] = {"device_id": device_id, "use_tf32": 0 if gpu_precision == "enforce_fp32" else 1}
+        if cuda_graph:
+            cuda["enable_cuda_graph"] = "1"
+        return ProviderChoice("CUDAExecutionProvider", cuda)
     if kind == "MODEL" and params.get("ascend_device_ids"):
         devices = [int(d) for d in params["ascend_device_ids"].split(",") if d.strip()]
         if index >= len(devices):

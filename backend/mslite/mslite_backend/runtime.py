@@ -11,6 +11,7 @@ import numpy as np
 
 from .affinity import cores_for_worker, pin_process
 from .batching import Feeds, Result, run_batched
+from .bound import BoundBucket, Bucket, Layout, PlainBucket, check_input, differs, graph_op_types, obstacle
 from .buckets import run_in_buckets, session_per_bucket
 from .config import BackendConfig, InstanceInfo, TensorSpec
 from .dtypes import TRITON_TO_NUMPY, wire_name
@@ -54,8 +55,10 @@ class ModelRuntime:
         self.shared = shared  # True when the constant weights are one file-backed copy for all workers
         self.notes = notes  # for the log: why weights are not shared, fallbacks taken
         self.output_names = [t.name for t in io.outputs]
-        graph_dims = {t.name: t.dims for t in io.inputs}
-        self._expected = {s.name: (_numpy_dtype(cfg, s), _merged_dims(cfg, s, graph_dims[s.name])) for s in cfg.inputs}
+        self._expected = input_layout(cfg, io)
+        self._outputs = output_layout(io)
+        # the bucket size -> bucket of a model on bound buffers (`bind_buckets`); empty: the ordinary paths
+        self.bound: dict[int, Bucket] = {}
         self._required = {s.name for s in cfg.inputs if not s.optional}
         self._bool_inputs = {name for name, (dtype, _) in self._expected.items() if dtype == np.bool_}
         # BYTES tensors: converted for ONNX Runtime on every run (`strings`); models without any skip it
@@ -82,11 +85,21 @@ class ModelRuntime:
         cores = cores_for_worker(cfg, instance.index, sorted(os.sched_getaffinity(0)))
         if cores is not None:  # before the session exists, so ORT's threads start inside the slice
             pin_process(cores)
-        session, notes = _open_session(prepared, cfg, instance)
+        bind, graphs, bind_notes = _bind_plan(cfg, instance, io, path, updatable=bool(prepared.updatable))
+        try:
+            session, notes = _open_session(prepared, cfg, instance, cuda_graph=graphs)
+        except ModelLoadError as e:
+            if not graphs:
+                raise
+            # ONNX Runtime refuses graph capture when nodes fall back to CPU: the buckets run bound, unreplayed
+            graphs = False
+            bind_notes += (f"model '{cfg.model_name}': CUDA graphs off, the session cannot capture one: {e}",)
+            session, notes = _open_session(prepared, cfg, instance)
         buckets = cfg.buckets_for(instance.kind)
         per_bucket = {}
-        if session_per_bucket(instance.kind, buckets):
-            per_bucket = {buckets[0]: session, **{b: _open_session(prepared, cfg, instance)[0] for b in buckets[1:]}}
+        if session_per_bucket(instance.kind, buckets) and cfg.bucket_sessions != "one":
+            others = {b: _open_session(prepared, cfg, instance, cuda_graph=graphs)[0] for b in buckets[1:]}
+            per_bucket = {buckets[0]: session, **others}
         store = None
         if prepared.updatable:
             # Not the directory: a reload of an uploaded model comes from a fresh copy, and must find the store.
@@ -104,20 +117,59 @@ class ModelRuntime:
             io,
             store,
             shared=prepared.shared and not notes,
-            notes=prepared.notes + notes,
+            notes=prepared.notes + notes + bind_notes,
             buckets=buckets,
             merge=cfg.merges_for(instance.kind),
             bucket_sessions=per_bucket,
         )
         try:
             runtime.probe_resized()
-            if cfg.warmup:
+            if bind:  # the load-time check runs every bucket: it is the warm-up too
+                device = "cuda" if session.providers[0] == "CUDAExecutionProvider" else "cpu"
+                runtime.bind_buckets(lambda: _open_session(prepared, cfg, instance)[0], device, instance.device_id)
+            elif cfg.warmup:
                 runtime.warm_up()
         except BaseException:
             runtime.close(failed_load=True)
             raise
         release_free_memory()  # loading's temporaries (parsing, hashing, building) would stay in every worker
         return runtime
+
+    def bind_buckets(self, open_plain: Callable[[], OrtSession], device: str, device_id: int) -> None:
+        """Bind every bucket's buffers, and check each against a plain session (`bound.differs`).
+
+        A bucket whose bound outputs differ from the plain session's in any bit serves plain runs on that
+        session, and the load log says so once; otherwise the plain session is released here.
+
+        Args:
+            open_plain: opens a plain session of the model (no CUDA graph).
+            device: "cpu" or "cuda".
+            device_id: the worker's device.
+        """
+        sessions = self.bucket_sessions or dict.fromkeys(self.buckets, self.session)
+        # buckets sharing one session capture their CUDA graphs under distinct ids (ignored off CUDA)
+        shared = len({id(s) for s in sessions.values()}) < len(sessions)
+        reference = open_plain()
+        names = self.output_names
+
+        def plain(feeds: Feeds) -> dict[str, np.ndarray]:
+            return dict(zip(names, reference.run(names, feeds)))
+
+        refused = []
+        for graph_id, size in enumerate(self.buckets):
+            bucket: Bucket = BoundBucket(
+                sessions[size], size, self._expected, self._outputs, device, device_id, graph_id if shared else None
+            )
+            why = differs(bucket, plain, check_input(self._expected, size))
+            if why is not None:
+                refused.append(f"{size} ({why})")
+                bucket = PlainBucket(reference, size, self._expected, names)
+            self.bound[size] = bucket
+        if refused:
+            self.notes += (
+                f"model '{self.cfg.model_name}': bucket(s) {', '.join(refused)} serve plain runs: the bound run "
+                "of a fixed random input differs from a plain session's",
+            )
 
     def warm_up(self) -> None:
         """Run requests of zeros (batch 1, and every bucket) so the first user request does not pay for lazy init."""
@@ -311,18 +363,59 @@ def layout(feeds: Feeds) -> tuple:
     return tuple([(name, arr.dtype, arr.shape) for name, arr in feeds.items()])
 
 
-def _open_session(prepared: PreparedModel, cfg: BackendConfig, instance: InstanceInfo) -> tuple[OrtSession, tuple]:
+def input_layout(cfg: BackendConfig, io: GraphIO) -> Layout:
+    """Each config input's dtype and dims (without the batch), the graph's fixed sizes filled in."""
+    graph_dims = {t.name: t.dims for t in io.inputs}
+    return {s.name: (_numpy_dtype(cfg, s), _merged_dims(cfg, s, graph_dims[s.name])) for s in cfg.inputs}
+
+
+def output_layout(io: GraphIO) -> Layout:
+    """Each graph output's dtype and dims without the batch (-1: dynamic; object: not a numeric type)."""
+    return {t.name: (TRITON_TO_NUMPY.get(t.data_type, np.dtype(object)), t.dims[1:]) for t in io.outputs}
+
+
+def _bind_plan(
+    cfg: BackendConfig, instance: InstanceInfo, io: GraphIO, path: str, *, updatable: bool
+) -> tuple[bool, bool, tuple[str, ...]]:
+    """Whether the worker binds its buckets, whether its sessions capture CUDA graphs, and the note of why not."""
+    if not cfg.binds_for(instance.kind):
+        return False, False, ()
+    inputs, outputs = input_layout(cfg, io), output_layout(io)
+    why = obstacle(
+        batched=cfg.batched,
+        inputs=inputs,
+        outputs=outputs,
+        op_types=graph_op_types(path),
+        updatable=updatable,
+        strings=any(dtype == np.object_ for dtype, _ in (*inputs.values(), *outputs.values())),
+        resized=bool(cfg.resized_inputs),
+    )
+    if why is not None:
+        return False, False, (f"model '{cfg.model_name}': buckets run plain, not on bound buffers: {why}",)
+    return True, instance.kind == "GPU" and cfg.cuda_graphs, ()
+
+
+def _open_session(
+    prepared: PreparedModel, cfg: BackendConfig, instance: InstanceInfo, *, cuda_graph: bool = False
+) -> tuple[OrtSession, tuple]:
     """The session of the prepared source, or of the plain model when the prepared one does not load."""
     src = prepared.source
     try:
-        session = OrtSession(src.model, cfg, instance, preoptimized=src.preoptimized, config_entries=src.config_entries)
+        session = OrtSession(
+            src.model,
+            cfg,
+            instance,
+            preoptimized=src.preoptimized,
+            config_entries=src.config_entries,
+            cuda_graph=cuda_graph,
+        )
         return session, ()
     except ModelLoadError as e:
         if prepared.fallback is None:
             raise
         plain = prepared.fallback()
         note = f"model '{cfg.model_name}': the shared optimized model did not load ({e}); loading it unshared"
-        session = OrtSession(plain.model, cfg, instance, config_entries=plain.config_entries)
+        session = OrtSession(plain.model, cfg, instance, config_entries=plain.config_entries, cuda_graph=cuda_graph)
         return session, (note,)
 
 

@@ -11,12 +11,17 @@ from .errors import ConfigError, InferenceFailure, ModelLoadError, RequestError,
 from .providers import ProviderChoice, check_available, choose
 
 
-def providers_for(instance: InstanceInfo, cfg: BackendConfig) -> ProviderChoice:
+def providers_for(instance: InstanceInfo, cfg: BackendConfig, *, cuda_graph: bool = False) -> ProviderChoice:
     """The provider of this worker: KIND_CPU -> CPU, KIND_GPU -> CUDA, KIND_MODEL + Ascend devices -> CANN."""
     if instance.kind not in ("CPU", "GPU", "MODEL"):
         raise ConfigError(f"instance '{instance.name}': unsupported instance kind '{instance.kind}'")
     return choose(
-        instance.kind, instance.device_id, instance.index, dict(cfg.device_params), gpu_precision=cfg.precision_mode
+        instance.kind,
+        instance.device_id,
+        instance.index,
+        dict(cfg.device_params),
+        gpu_precision=cfg.precision_mode,
+        cuda_graph=cuda_graph,
     )
 
 
@@ -50,6 +55,7 @@ class OrtSession:
         *,
         preoptimized: bool = False,
         config_entries: tuple[tuple[str, str], ...] = (),
+        cuda_graph: bool = False,
     ) -> None:
         """Create the session.
 
@@ -59,6 +65,7 @@ class OrtSession:
             instance: which worker, and its kind.
             preoptimized: the model was saved already optimized (and prepacked): do not optimize again.
             config_entries: extra session config entries (e.g. where a serialized model's external data is).
+            cuda_graph: a CUDA session that captures a graph and replays it (runs only through `run_bound`).
 
         Raises:
             ModelLoadError: the file cannot be loaded, or the requested provider is not active
@@ -66,7 +73,7 @@ class OrtSession:
         """
         import onnxruntime as ort
 
-        choice = providers_for(instance, cfg)
+        choice = providers_for(instance, cfg, cuda_graph=cuda_graph)
         wanted = choice.name
         providers = choice.providers()
         where = f"model '{cfg.model_name}', instance '{instance.name}'"
@@ -102,6 +109,21 @@ class OrtSession:
             if self.direct is not None:
                 return self.direct(output_names, feeds, None)  # type: ignore[no-any-return]
             return self._session.run(output_names, feeds)  # type: ignore[no-any-return]
+        except Exception as e:
+            raise failure(e) from e
+
+    def io_binding(self) -> Any:
+        """A new ONNX Runtime IOBinding of this session (`bound.BoundBucket` binds its buffers to it)."""
+        return self._session.io_binding()
+
+    def run_bound(self, binding: Any, options: Any = None) -> None:
+        """Run on the buffers bound to `binding` (its outputs are written in place), with ORT `RunOptions`.
+
+        Raises:
+            RequestError, InferenceFailure: as `run`.
+        """
+        try:
+            self._session.run_with_iobinding(binding, options)
         except Exception as e:
             raise failure(e) from e
 
