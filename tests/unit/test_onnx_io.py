@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import protocol
 from mslite_backend.graph import is_light, read_graph_io
 from mslite_triton._model_config import WorkerPlan, build_model_config
 from mslite_triton._onnx_io import has_dynamic_batch, is_light_model
@@ -70,7 +71,7 @@ def _context(target: str) -> mslite.Context:
     return ctx
 
 
-def test_cpu_workers_take_two_requests_at_a_time_gpu_batches_freely():
+def test_cpu_workers_take_two_requests_at_a_time_gpu_workers_fill_buckets():
     cpu = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=True)
     assert cpu["max_batch_size"] == 64 and cpu["dynamic_batching"]["preferred_batch_size"] == [2]
     one = build_model_config("m", _context("cpu"), WorkerPlan(1, 1, 1), batchable=True)
@@ -78,7 +79,11 @@ def test_cpu_workers_take_two_requests_at_a_time_gpu_batches_freely():
     assert "default_queue_policy" not in one["dynamic_batching"]  # no queue policy by default
     assert "default_queue_policy" not in cpu["dynamic_batching"]
     gpu = build_model_config("m", _context("gpu"), WorkerPlan(2, 1, 1), batchable=True)
-    assert gpu["max_batch_size"] == 64 and "preferred_batch_size" not in gpu["dynamic_batching"]
+    # a GPU worker runs fixed buckets: Triton sends a batch as soon as it fills one above 1, or after a short delay
+    assert gpu["max_batch_size"] == 64 and gpu["dynamic_batching"] == {
+        "preferred_batch_size": [b for b in protocol.DEFAULT_GPU_BUCKETS if b > 1],
+        "max_queue_delay_microseconds": protocol.GPU_MAX_QUEUE_DELAY_US,
+    }
     light = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=True, light=True)
     assert "preferred_batch_size" not in light["dynamic_batching"]  # every queued request, as auto-complete
     fixed = build_model_config("m", _context("cpu"), WorkerPlan(2, 1, 1), batchable=False)
