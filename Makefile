@@ -36,7 +36,7 @@ demo: models
 ## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
 test: system-packages $(STAMP) models
 	$(PY) -m ruff check .
-	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
+	$(PY) -m mypy client/mslite_triton client/mslite_gateway backend/mslite/mslite_backend
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests
 
 unit: $(STAMP)

@@ -46,9 +46,9 @@ class _Sink:
 
 def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
     """Seconds the relay spent on `reads`, and the inference requests it let through."""
-    from mslite_triton.server.gateway.admission import Admission
-    from mslite_triton.server.gateway.grpc_relay import GrpcRelay, _ClientSide
-    from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
+    from mslite_gateway.admission import Admission
+    from mslite_gateway.grpc_relay import GrpcRelay, _ClientSide
+    from mslite_gateway.grpc_upstream import UpstreamSide
 
     admission = Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
     entered = 0

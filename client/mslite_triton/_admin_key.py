@@ -14,9 +14,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from mslite_backend import settings
+from mslite_backend.protocol import ADMIN_KEY_HEADER as HEADER
 
-HEADER = "mslite-key"
-GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"  # Triton matches gRPC metadata with its own prefix
 RESTRICTED = "model-repository,shared-memory,logging,trace"
 
 

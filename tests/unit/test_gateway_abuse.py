@@ -8,8 +8,8 @@ from typing import Any
 import hpack
 import pytest
 
-from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
-from mslite_triton.server.gateway.grpc_frames import (
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.grpc_frames import (
     DATA,
     END_HEADERS,
     ENHANCE_YOUR_CALM,
@@ -21,8 +21,8 @@ from mslite_triton.server.gateway.grpc_frames import (
     U32,
     frame,
 )
-from mslite_triton.server.gateway.grpc_relay import MAX_RESETS_PER_WINDOW, GrpcRelay, _ClientSide
-from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
+from mslite_gateway.grpc_relay import MAX_RESETS_PER_WINDOW, GrpcRelay, _ClientSide
+from mslite_gateway.grpc_upstream import UpstreamSide
 
 
 def test_one_connection_holds_at_most_its_share():
@@ -151,7 +151,7 @@ def test_a_data_frame_counts_only_the_bytes_that_came():
 
 def test_the_stall_timeout_and_the_share_are_settings_down_to_the_gateway_process(tmp_path):
     from mslite_triton.server.cli import build_parser
-    from mslite_triton.server.gateway.process import GatewayProcess
+    from mslite_triton.server.gateway_process import GatewayProcess
 
     args = build_parser().parse_args(
         ["serve", "--body-stall-timeout-s", "2.5", "--max-inflight-mib-per-connection", "16"]

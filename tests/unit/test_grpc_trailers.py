@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hpack
 
-from mslite_triton._error_table import scrub
-from mslite_triton.server.gateway.grpc_trailers import scrub_grpc_message
+from mslite_backend.scrub import scrub
+from mslite_gateway.grpc_trailers import scrub_grpc_message
 
 MESSAGE = (
     "load failed for model 'bad1': Internal: TritonModelException: model 'bad1': model file 'model.onnx' is not "

@@ -36,8 +36,8 @@ from typing import Any
 
 import hpack
 
-from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
-from mslite_triton.server.gateway.grpc_checks import (
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.grpc_checks import (
     SERVICE,
     VERSIONED,
     Pieces,
@@ -48,7 +48,7 @@ from mslite_triton.server.gateway.grpc_checks import (
     read_model_infer,
     staged_model_infer,
 )
-from mslite_triton.server.gateway.grpc_frames import (
+from mslite_gateway.grpc_frames import (
     ACK,
     CANCEL,
     COLLECT,
@@ -86,11 +86,11 @@ from mslite_triton.server.gateway.grpc_frames import (
     unpadded,
     write,
 )
-from mslite_triton.server.gateway.grpc_streams import Check, RequestHeaders, Stream
-from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
-from mslite_triton.server.gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
-from mslite_triton.server.gateway.rules import Refusal, holds_key
-from mslite_triton.server.gateway.staging import Staging
+from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
+from mslite_gateway.grpc_upstream import UpstreamSide
+from mslite_gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
+from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 # The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,

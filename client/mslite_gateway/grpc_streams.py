@@ -12,10 +12,10 @@ from typing import Any
 
 import hpack
 
-from mslite_triton._admin_key import GRPC_HEADER
-from mslite_triton.server.gateway.grpc_checks import Pieces
-from mslite_triton.server.gateway.rules import Refusal, inflate_bounded
-from mslite_triton.server.gateway.staging import Region
+from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER as GRPC_HEADER
+from mslite_gateway.grpc_checks import Pieces
+from mslite_gateway.rules import Refusal, inflate_bounded
+from mslite_gateway.staging import Region
 
 PREFIX = 5  # a gRPC message's prefix: compressed flag (1 byte), length (4 bytes)
 _KNOWN_BLOCKS = 64

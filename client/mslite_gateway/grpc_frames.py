@@ -10,8 +10,8 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mslite_triton._error_table import scrub
-from mslite_triton.server.gateway.grpc_trailers import scrub_grpc_message
+from mslite_backend.scrub import scrub
+from mslite_gateway.grpc_trailers import scrub_grpc_message
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)

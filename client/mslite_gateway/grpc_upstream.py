@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from mslite_triton.server.gateway.grpc_frames import (
+from mslite_gateway.grpc_frames import (
     ACK,
     COLLECT,
     CONTINUATION,
@@ -29,7 +29,7 @@ from mslite_triton.server.gateway.grpc_frames import (
 )
 
 if TYPE_CHECKING:
-    from mslite_triton.server.gateway.grpc_relay import _ClientSide
+    from mslite_gateway.grpc_relay import _ClientSide
 
 
 class UpstreamSide(asyncio.Protocol):
