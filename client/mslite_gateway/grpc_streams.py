@@ -52,7 +52,7 @@ class Stream:
         rewrite: Callable[[bytes], bytes | None] | None = None,
         keyed: bool = True,
         answered: Callable[[], None] | None = None,
-        moved: int = 0,
+        moved: float = 0.0,
     ) -> None:
         self.check = check
         self.keyed = keyed  # the call came with the admin key (or the server has none)
@@ -68,7 +68,7 @@ class Stream:
         self.model: str | None = None
         self.encoding = encoding
         self.done = False  # checked and passed on: later frames go through
-        self.moved = moved  # the relay's tick when a byte of the message last arrived (`GrpcRelay.sweep`)
+        self.moved = moved  # when a byte of the message last arrived (seconds; `RelayCore.tick`)
 
     def add(self, data: Any) -> None:
         """Bytes of the message (a frame's payload without padding)."""

@@ -53,3 +53,7 @@ def test_the_client_and_launcher_never_import_the_gateway() -> None:
     # The launcher starts it by module name in a child process; the client never loads uvloop or hpack.
     for module, path in modules("mslite_triton").items():
         assert not {n for n in imported_names(module, path) if n.split(".")[0] == "mslite_gateway"}, module
+
+
+def test_the_gateway_and_the_contract_have_no_import_cycle() -> None:
+    assert cycles(graph("mslite_gateway", "mslite_backend")) == []
