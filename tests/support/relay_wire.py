@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import mmap
+from typing import Any
+
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
+from mslite_gateway.staging import Region
 
 
 class End:
@@ -25,9 +30,10 @@ class Wire:
         max_request_bytes: int = 64 << 20,
         reachable: bool = True,
         now: float = 1000.0,
+        staging: Any = None,
     ) -> None:
         admission = admission or Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
-        self.rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=None)
+        self.rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=staging)
         self.core = RelayCore(self.rules)
         self.client, self.triton = End(), End()
         self.now = now
@@ -59,3 +65,31 @@ class Wire:
         """Time passes."""
         self.now = now
         return self.apply(self.core.tick(now))
+
+
+class FakeStaging:
+    """The gateway's staging pool without Triton: anonymous memory for regions, and a log of what was done."""
+
+    def __init__(self, min_bytes: int = 64 << 10) -> None:
+        self.min_bytes = min_bytes
+        self.taken: list[Region] = []
+        self.given_back: list[Region] = []
+        self.abandoned: list[Region] = []
+        self.rechecks = 0
+
+    def wants(self, nbytes: int) -> bool:
+        return nbytes >= self.min_bytes
+
+    def take(self, nbytes: int) -> Region:
+        region = Region(f"{GATEWAY_REGION_PREFIX}0_{len(self.taken)}", nbytes, mmap.mmap(-1, nbytes))
+        self.taken.append(region)
+        return region
+
+    def give_back(self, region: Region) -> None:
+        self.given_back.append(region)
+
+    def abandon(self, region: Region) -> None:
+        self.abandoned.append(region)
+
+    def recheck(self) -> None:
+        self.rechecks += 1

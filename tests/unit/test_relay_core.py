@@ -230,3 +230,41 @@ def test_without_triton_every_call_is_answered_unavailable_and_the_connection_en
     assert kinds[0] == SETTINGS and GOAWAY in kinds and wire.client.closed
     (headers,) = [f for f in _frames(wire.client.data) if f[0] == HEADERS]
     assert _trailers(headers[3])["grpc-status"] == "14" and not wire.triton.data
+
+
+def test_a_staged_message_is_credited_back_to_the_client_less_what_triton_got_instead():
+    from tritonclient.grpc import service_pb2 as pb
+
+    from tests.support.relay_wire import FakeStaging
+
+    staging = FakeStaging()
+    wire = _opened(staging=staging)
+    tensor = bytes(range(256)) * 2048  # 512 KiB of FP32: staged in a region of ours
+    request = pb.ModelInferRequest(model_name="tiny", raw_input_contents=[tensor])
+    request.inputs.add(name="x", datatype="FP32", shape=[len(tensor) // 16, 4])
+    body = request.SerializeToString()
+    message = b"\0" + U32.pack(len(body)) + body
+    pieces = [message[i : i + 16384] for i in range(0, len(message), 16384)]
+    encoder, triton = hpack.Encoder(), hpack.Encoder()
+    for sid in (1, 3):  # one after the other: the second's window pays for what Triton got in the first's place
+        wire.from_client(_headers(encoder, sid, INFER))
+        for i, piece in enumerate(pieces):
+            wire.from_client(frame(DATA, END_STREAM if i == len(pieces) - 1 else 0, sid, piece))
+        region = staging.taken[-1]
+        assert bytes(region.view[: len(tensor)]) == tensor  # the tensor went to shared memory ...
+        answer = triton.encode([(":status", "200"), ("grpc-status", "0")])
+        wire.from_triton(frame(HEADERS, END_HEADERS | END_STREAM, sid, answer))
+    to_triton = {
+        sid: sum(len(p) for k, _, s, p in _frames(wire.triton.data[len(PREFACE) :]) if k == DATA and s == sid)
+        for sid in (1, 3)
+    }
+    assert all(0 < n < 4096 for n in to_triton.values())  # ... and Triton got a small message naming the region
+    updates = [(sid, U32.unpack(p)[0]) for k, _, sid, p in _frames(wire.client.data) if k == WINDOW_UPDATE]
+    # A stream's window: every byte held but the last frame's (which ends the stream). The connection's: every
+    # byte held, less what Triton got in their place (Triton gives that back itself); the rest is owed still.
+    for sid in (1, 3):
+        assert sum(n for s, n in updates if s == sid) == len(message) - len(pieces[-1])
+    connection = sum(n for sid, n in updates if sid == 0)
+    assert connection + wire.core.credit - wire.core.debt == 2 * len(message) - sum(to_triton.values())
+    assert wire.core.debt == to_triton[3]  # the first one's debt was paid from the second one's credit; not its own yet
+    assert staging.given_back == staging.taken and wire.core.inflight == 0 and wire.rules.admission.bytes == 0
