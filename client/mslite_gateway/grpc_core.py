@@ -153,16 +153,20 @@ class RelayRules:
 
 
 class Writes:
-    """What one call of the core asks its adapter to do, in this order: write, then pause or close."""
+    """What one call of the core asks its adapter to do, in this order: write, then pause or close.
+
+    Each core returns the same object every call (one read of a busy connection is a few microseconds of work:
+    a new object each time cost measurably): it holds what the latest call asked, until the next call.
+    """
 
     __slots__ = ("to_client", "to_triton", "pause_client", "close", "wake_s")
 
-    def __init__(self, to_client: list[Any], to_triton: list[Any], pause_client: bool, close: bool, wake_s: float):
-        self.to_client = to_client  # pieces (bytes or views of what was read), in order
-        self.to_triton = to_triton
-        self.pause_client = pause_client  # stop reading the client (a calmed connection, until it closes)
-        self.close = close  # close both connections once what is above is written
-        self.wake_s = wake_s  # call `tick` again within this many seconds (0: no need beyond the usual sweep)
+    def __init__(self) -> None:
+        self.to_client: list[Any] = []  # pieces (bytes or views of what was read), in order
+        self.to_triton: list[Any] = []
+        self.pause_client = False  # stop reading the client (a calmed connection, until it closes)
+        self.close = False  # close both connections once what is above is written
+        self.wake_s = 0.0  # call `tick` again within this many seconds (0: no need beyond the usual sweep)
 
 
 class RelayCore:
@@ -201,6 +205,8 @@ class RelayCore:
         self.pausing = False
         self.closing = False
         self.shut = False  # closed: nothing more is read or written
+        self.unusual = False  # alone, closing or calmed: `_writes` has more to say than the bytes
+        self.writes = Writes()
 
     # -- the adapter's calls --
     def opened(self, reachable: bool, now: float) -> Writes:
@@ -208,7 +214,7 @@ class RelayCore:
         self.now = now
         self.connected = True
         if not reachable:
-            self.alone = True
+            self.alone = self.unusual = True
             self.send(frame(SETTINGS, 0, 0))  # our own (empty) settings: we answer this connection ourselves
         early, self.early = self.early, []
         for data in early:
@@ -220,14 +226,13 @@ class RelayCore:
         """Bytes read from `side` (`CLIENT` or `TRITON`): what to write to each side, and whether to close."""
         self.now = now
         if self.shut:
-            return self._writes()
-        if side == CLIENT:
-            if not self.connected:
-                self.early.append(data)
-            else:
-                self._feed(data)
-        else:
+            pass
+        elif side == TRITON:
             self._feed_triton(data)
+        elif self.connected:
+            self._feed(data)
+        else:
+            self.early.append(data)
         return self._writes()
 
     def tick(self, now: float) -> Writes:
@@ -255,18 +260,23 @@ class RelayCore:
         """Close both sides; streams in progress are finished (their counts given back)."""
         for sid in list(self.streams):
             self.finish(sid)
-        self.closing = True
+        self.closing = self.unusual = True
 
     def _writes(self) -> Writes:
-        to_client, self.triton.out = self.triton.out, []
-        to_triton, self.frames.out = self.frames.out, []
-        if self.alone or self.closing:  # Triton's connection is gone, or goes before the frames of this read
-            to_triton = []
-        wake_s = self.close_at - self.now if self.close_at and not self.closing else 0.0
-        writes = Writes(to_client, to_triton, self.pausing, self.closing, wake_s)
-        if self.closing:
-            self.shut = True
-        self.pausing = False
+        writes = self.writes
+        out = writes.to_client = self.triton.out
+        if out:
+            self.triton.out = []
+        out = writes.to_triton = self.frames.out
+        if out:
+            self.frames.out = []
+        if self.unusual:
+            if self.alone or self.closing:  # Triton's connection is gone, or goes before the frames of this read
+                writes.to_triton = []
+            writes.wake_s = self.close_at - self.now if self.close_at and not self.closing else 0.0
+            writes.pause_client, writes.close = self.pausing, self.closing
+            self.shut = self.closing
+            self.pausing = False
         return writes
 
     def send(self, data: bytes) -> None:
@@ -428,7 +438,7 @@ class RelayCore:
             self.close()
             return
         # Triton's side is in the middle of a frame to the client: the GOAWAY goes after it (`send`), then we close
-        self.pausing = True
+        self.pausing = self.unusual = True
         self.close_at = self.now + _CALM_CLOSE_S
 
     def stalled(self, sid: int) -> None:
