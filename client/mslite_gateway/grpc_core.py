@@ -172,6 +172,45 @@ class Writes:
 class RelayCore:
     """One relayed connection: the client's byte stream, Triton's, and the checked streams between them."""
 
+    # Slots: the core has more attributes than CPython 3.11 specializes for a plain instance dict (30 keys),
+    # and its attributes are read on every frame.
+    __slots__ = (
+        "rules",
+        "now",
+        "connected",
+        "alone",
+        "early",
+        "preface",
+        "frames",
+        "triton",
+        "headers",
+        "block",
+        "in_block",
+        "triton_in_block",
+        "block_stream",
+        "streams",
+        "refused_ids",
+        "for_client",
+        "for_triton",
+        "credit",
+        "stream_credit",
+        "debt",
+        "account",
+        "owed",
+        "owed_to",
+        "open",
+        "last_sid",
+        "resets",
+        "resets_since",
+        "cut",
+        "close_at",
+        "pausing",
+        "closing",
+        "shut",
+        "unusual",
+        "writes",
+    )
+
     def __init__(self, rules: RelayRules) -> None:
         self.rules = rules
         self.now = 0.0  # the time of the latest call (seconds, the adapter's clock)
