@@ -204,6 +204,7 @@ class RelayCore:
         "resets_since",
         "cut",
         "close_at",
+        "wake_s",
         "pausing",
         "closing",
         "shut",
@@ -241,6 +242,7 @@ class RelayCore:
         self.resets_since = 0.0
         self.cut = False  # ended for too many resets: the rest of what it sent is dropped
         self.close_at = 0.0  # when a calmed connection closes (0: not calmed, or closed at once)
+        self.wake_s = 0.0  # a timer for `tick` the adapter is still to be asked for (once)
         self.pausing = False
         self.closing = False
         self.shut = False  # closed: nothing more is read or written
@@ -312,7 +314,7 @@ class RelayCore:
         if self.unusual:
             if self.alone or self.closing:  # Triton's connection is gone, or goes before the frames of this read
                 writes.to_triton = []
-            writes.wake_s = self.close_at - self.now if self.close_at and not self.closing else 0.0
+            writes.wake_s, self.wake_s = self.wake_s, 0.0
             writes.pause_client, writes.close = self.pausing, self.closing
             self.shut = self.closing
             self.pausing = False
@@ -479,6 +481,7 @@ class RelayCore:
         # Triton's side is in the middle of a frame to the client: the GOAWAY goes after it (`send`), then we close
         self.pausing = self.unusual = True
         self.close_at = self.now + _CALM_CLOSE_S
+        self.wake_s = _CALM_CLOSE_S
 
     def stalled(self, sid: int) -> None:
         """Stream `sid`'s message brought no byte for the stall timeout: drop it (`tick`)."""
