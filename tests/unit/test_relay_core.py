@@ -33,7 +33,9 @@ from tests.support import relay_traffic
 from tests.support.relay_wire import Wire
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
-RECORDED = relay_traffic.HERE / "tritonclient_tiny.reads"
+# One connection each, recorded by benchmarks/relay_replay.py on the tiny model (its first 250 reads): perf_analyzer
+# at c=8, and tritonclient with 8 calls in flight and now and then a call Triton refuses (`--driver tritonclient`).
+RECORDINGS = [relay_traffic.HERE / "perf_analyzer_tiny.reads", relay_traffic.HERE / "tritonclient_tiny.reads"]
 
 
 def _frames(data: bytes | bytearray) -> list[tuple[int, int, int, bytes]]:
@@ -70,26 +72,28 @@ def _infer_message(size: int) -> bytes:
 
 
 # -- recorded traffic --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("recorded", RECORDINGS, ids=lambda p: p.stem)
 @pytest.mark.parametrize("split", [None, 7, 4096])
-def test_recorded_traffic_is_relayed_byte_for_byte_as_before(split):
-    reads = relay_traffic.load(RECORDED)
+def test_recorded_traffic_is_relayed_byte_for_byte_as_before(recorded, split):
+    reads = relay_traffic.load(recorded)
     wire = Wire()
     for side, data in reads:
         pieces = [data] if split is None else [data[i : i + split] for i in range(0, len(data), split)]
         for piece in pieces:  # the same bytes in other reads: the writes must not depend on where reads end
             (wire.from_client if side == "client" else wire.from_triton)(piece)
-    assert bytes(wire.client.data) == RECORDED.with_suffix(".to_client").read_bytes()
-    assert bytes(wire.triton.data) == RECORDED.with_suffix(".to_triton").read_bytes()
+    assert bytes(wire.client.data) == recorded.with_suffix(".to_client").read_bytes()
+    assert bytes(wire.triton.data) == recorded.with_suffix(".to_triton").read_bytes()
     assert not wire.client.closed and not wire.triton.closed
     assert 0 < wire.core.inflight <= 8  # the recording stops with calls in flight (the client kept 8 at most)
     wire.apply(wire.core.closed("client"))
     assert wire.core.inflight == 0 and wire.rules.admission.bytes == 0  # what they held is given back
 
 
-def test_recorded_traffic_is_mostly_passed_through_unchanged():
-    reads = relay_traffic.load(RECORDED)
+@pytest.mark.parametrize("recorded", RECORDINGS, ids=lambda p: p.stem)
+def test_recorded_traffic_is_passed_to_triton_unchanged(recorded):
+    reads = relay_traffic.load(recorded)
     sent = b"".join(d for side, d in reads if side == "client")
-    assert RECORDED.with_suffix(".to_triton").read_bytes() == sent  # nothing refused: Triton sees what was sent
+    assert recorded.with_suffix(".to_triton").read_bytes() == sent  # nothing refused: Triton sees what was sent
     infers = [f for f in _frames(sent[len(PREFACE) :]) if f[0] == DATA]
     assert len(infers) > 100
 
