@@ -13,7 +13,7 @@ def test_the_backend_runtime_imports_no_client_and_no_triton() -> None:
 
 
 def test_no_one_imports_the_backend_under_a_second_name() -> None:
-    for module, path in {**modules("mslite_triton"), **modules("mslite_backend")}.items():
+    for module, path in {**modules("mslite_triton"), **modules("mslite_gateway"), **modules("mslite_backend")}.items():
         assert "mslite_triton_backend" not in imported_names(module, path), module
 
 
