@@ -36,7 +36,7 @@ demo: models
 ## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
 test: system-packages $(STAMP) models
 	$(PY) -m ruff check .
-	$(PY) -m mypy client/mslite_triton backend/mslite/mslite_backend
+	$(PY) -m mypy client/mslite_triton client/mslite_gateway backend/mslite/mslite_backend
 	@# model.py imports the package beside it by the name Triton's stub gives it, from backend/mslite
 	cd backend/mslite && $(abspath $(PY)) -m mypy --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache model.py
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests

@@ -167,7 +167,7 @@ class Stack:
         return self.child("tritonserver")
 
     def gateway(self) -> int:
-        return self.child("mslite_triton.server.gateway.process")
+        return self.child("mslite_gateway")
 
     def worker(self) -> int:
         name = self.runner._remote.info.name

@@ -156,7 +156,7 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
             ("serve: SIGKILL a worker", lambda: os.kill(worker(), signal.SIGKILL)),
             (
                 "serve: SIGKILL the gateway",
-                lambda: os.kill(child("mslite_triton.server.gateway.process"), signal.SIGKILL),
+                lambda: os.kill(child("mslite_gateway"), signal.SIGKILL),
             ),
             ("serve: SIGKILL tritonserver", lambda: os.kill(child("tritonserver"), signal.SIGKILL)),
             ("serve: SIGSTOP tritonserver (hung)", lambda: os.kill(child("tritonserver"), signal.SIGSTOP)),

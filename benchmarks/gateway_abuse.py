@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support, when run as a script
 
+from mslite_gateway.grpc_frames import ENHANCE_YOUR_CALM  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
-from mslite_triton.server.gateway.grpc_frames import ENHANCE_YOUR_CALM  # noqa: E402
-from mslite_triton.server.gateway.process import GatewayProcess  # noqa: E402
+from mslite_triton.server.gateway_process import GatewayProcess  # noqa: E402
 from tests.support.processes import free_port  # noqa: E402
 from tests.support.raw_h2 import announce, goaway_code, rapid_reset, stall_streams  # noqa: E402
 

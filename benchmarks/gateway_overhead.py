@@ -141,7 +141,7 @@ def _relaying_gateway(srv: Any, workdir: Path) -> tuple[Any, dict[str, str]]:
 
     Returns the started gateway and its address per protocol.
     """
-    from mslite_triton.server.gateway.process import GatewayProcess
+    from mslite_triton.server.gateway_process import GatewayProcess
     from mslite_triton.server.ports import pick_ports
 
     http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])

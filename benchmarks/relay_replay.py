@@ -4,12 +4,11 @@
 
 Starts the embedded server (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
-Those reads, in their order, are then fed to the relay's two sides (`grpc_relay._ClientSide` for the
-client's bytes, `grpc_upstream.UpstreamSide` for tritonserver's), with transports that take the writes
-and drop them. Prints the best of 5 replays as microseconds of Python per request (requests counted by
-admission control); `--profile` adds cProfile's top functions. Nothing here waits on a socket or another
-process, so the figure holds steady on a busy machine, where throughput ratios do not; in the real process
-the same work costs about twice as much (cold caches between requests).
+Those reads, in their order, are then fed to the relay's socket-free core (`grpc_core.RelayCore`), and
+its writes to a transport that drops them. Prints the best of 5 replays as microseconds of Python per
+request (requests counted by admission control); `--profile` adds cProfile's top functions. Nothing here
+waits on a socket or another process, so the figure holds steady on a busy machine, where throughput
+ratios do not; in the real process the same work costs about twice as much (cold caches between requests).
 """
 
 from __future__ import annotations
@@ -25,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support import relay_traffic
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,18 +38,12 @@ class _Sink:
     def writelines(self, data: Any) -> None:
         pass
 
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
 
 def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
-    """Seconds the relay spent on `reads`, and the inference requests it let through."""
-    from mslite_triton.server.gateway.admission import Admission
-    from mslite_triton.server.gateway.grpc_relay import GrpcRelay, _ClientSide
-    from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
+    """Seconds the relay's core spent on `reads`, and the inference requests it let through."""
+    from mslite_gateway.admission import Admission
+    from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules
+    from mslite_gateway.grpc_frames import write
 
     admission = Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
     entered = 0
@@ -60,29 +55,60 @@ def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
         enter(model)
 
     admission.enter = counted  # type: ignore[method-assign]
-    relay = GrpcRelay(("127.0.0.1", 1), max_request_bytes=64 << 20, admission=admission, staging=None)
-    client = _ClientSide(relay)
-    client.transport = _Sink()  # type: ignore[assignment]
-    upstream = UpstreamSide(client)
-    upstream.transport = _Sink()  # type: ignore[assignment]
-    client.upstream = upstream
+    core = RelayCore(RelayRules(max_request_bytes=64 << 20, admission=admission, staging=None))
+    core.opened(True, 0.0)
+    sink = _Sink()
     start = time.perf_counter()
-    for side, data in reads:
-        if side == "client":
-            client._feed(data)
-        else:
-            upstream.data_received(data)
+    for side, data in reads:  # what the asyncio adapter does with each read, but for the sockets
+        writes = core.feed(CLIENT if side == "client" else TRITON, data, 0.0)
+        if writes.to_client:
+            write(sink, writes.to_client)
+        if writes.to_triton:
+            write(sink, writes.to_triton)
     return time.perf_counter() - start, entered
 
 
-def record(model: str, concurrency: int, chunks: int, path: Path) -> None:
-    """perf_analyzer through a recording pass-through relay, until `path` holds `chunks` reads."""
+def drive_client(url: str, model: str, seconds: float) -> None:
+    """tritonclient's gRPC traffic on one channel: 8 inferences in flight, and now and then a call refused."""
+    import threading
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(url)
+    slots = threading.Semaphore(8)
+
+    def done(result: Any, error: Any) -> None:
+        slots.release()
+
+    deadline, n = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        n += 1
+        x = grpcclient.InferInput("x", [1 + n % 3, 4], "FP32")
+        x.set_data_from_numpy(np.full((1 + n % 3, 4), n, np.float32))
+        slots.acquire()
+        client.async_infer(model, [x], callback=done)
+        if n % 50 == 0:  # Triton's refusal (a wrong input name), its message scrubbed on the way back
+            bad = grpcclient.InferInput("nope", [1, 4], "FP32")
+            bad.set_data_from_numpy(np.zeros((1, 4), np.float32))
+            try:
+                client.infer(model, [bad])
+            except InferenceServerException:
+                pass
+            client.get_model_metadata(model)
+    for _ in range(8):
+        slots.acquire()
+    client.close()
+
+
+def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str = "perf_analyzer") -> None:
+    """perf_analyzer (or tritonclient: `driver`) through a recording pass-through relay, until `path` holds
+    `chunks` reads."""
     from benchmarks import passthrough_relay
     from mslite_triton.server import EmbeddedServer, ServerConfig
     from mslite_triton.server.ports import pick_ports
-    from tests.support.tools import ensure_tools
 
-    tools = ensure_tools(ROOT, note=lambda s: print(s, flush=True))
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=(model,), gateway=False)
     with EmbeddedServer(config) as srv:
         (port,) = pick_ports([("127.0.0.1", 0, "gRPC")])
@@ -91,6 +117,12 @@ def record(model: str, concurrency: int, chunks: int, path: Path) -> None:
         try:
             deadline = time.monotonic() + 300
             while not path.exists() and time.monotonic() < deadline:
+                if driver == "tritonclient":
+                    drive_client(f"127.0.0.1:{port}", model, 10)
+                    continue
+                from tests.support.tools import ensure_tools
+
+                tools = ensure_tools(ROOT, note=lambda s: print(s, flush=True))
                 pa = [str(tools.perf_analyzer), "-m", model, "-u", f"127.0.0.1:{port}", "-i", "grpc"]
                 pa += ["--concurrency-range", str(concurrency), "--measurement-interval", "2000"]
                 pa += ["--max-trials", "3", "--stability-percentage", "1000"]
@@ -108,13 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--chunks", type=int, default=40000, help="reads to record (both ways together)")
     ap.add_argument("--profile", action="store_true", help="also cProfile's top functions of one replay")
+    ap.add_argument("--driver", choices=("perf_analyzer", "tritonclient"), default="perf_analyzer")
+    ap.add_argument("--save", type=Path, help="also write the recording here (tests/support/relay_traffic.py format)")
+    ap.add_argument("--replay", type=Path, help="replay this saved recording instead of recording one")
     args = ap.parse_args(argv)
-    if not (ROOT / "model_repository" / args.model / "1" / "model.onnx").exists():
-        sys.exit("run `make models` first")
-    with tempfile.TemporaryDirectory(prefix="relay-replay-") as tmp:
-        path = Path(tmp) / "reads.pickle"
-        record(args.model, args.concurrency, args.chunks, path)
-        reads = pickle.loads(path.read_bytes())
+    if args.replay is not None:
+        reads = relay_traffic.load(args.replay)
+    else:
+        if not (ROOT / "model_repository" / args.model / "1" / "model.onnx").exists():
+            sys.exit("run `make models` first")
+        with tempfile.TemporaryDirectory(prefix="relay-replay-") as tmp:
+            path = Path(tmp) / "reads.pickle"
+            record(args.model, args.concurrency, args.chunks, path, driver=args.driver)
+            reads = pickle.loads(path.read_bytes())
+        if args.save is not None:
+            relay_traffic.save(args.save, reads)
     runs = [replay(reads) for _ in range(5)]
     best, requests = min(runs)
     print(

@@ -14,9 +14,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from mslite_backend import settings
+from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 
-HEADER = "mslite-key"
-GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"  # Triton matches gRPC metadata with its own prefix
+HEADER = ADMIN_KEY_HEADER  # the header on HTTP; as gRPC metadata, Triton adds its own prefix:
+GRPC_HEADER = ADMIN_KEY_GRPC_HEADER
+
 RESTRICTED = "model-repository,shared-memory,logging,trace"
 
 

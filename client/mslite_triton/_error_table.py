@@ -6,11 +6,10 @@ needs no tritonclient import; `_transport` is the only caller.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from mslite_backend.protocol import GATEWAY_REGION_PREFIX
+from mslite_backend.scrub import scrub
 
 from .errors import (
     ExecutionTimeoutError,
@@ -40,43 +39,6 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     ({"StatusCode.UNAVAILABLE", "502", "503"}, None, ServerUnavailableError),  # 502/503: the gateway's upstream is down
     ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
 ]
-_TRACEBACK = re.compile(r"\n\s*At:\n.*", re.S)
-# Advice Triton appends for model authors (about the model config), not for the caller of predict.
-_AUTHOR_ADVICE = re.compile(r"\s*NOTE: Setting a non-zero max_batch_size.*", re.S)
-_PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}/?")  # not inside names like "enc/layer_0/w:0"
-# The python backend's own shared-memory regions (the launcher's prefix, or Triton's default one): with a
-# region's name, Triton 2.51's shared-memory API gives access to a worker's memory. The gateway's staging
-# regions too: the client never named them.
-_POOL_KEY = re.compile(r"(shared memory pool size) for key '[^']*'")
-_INTERNAL_REGION = re.compile(
-    r"'(?:mslite\d+_[0-9a-f]+_|" + GATEWAY_REGION_PREFIX + r"|triton_python_backend_shm_region_)[^']*'"
-)
-
-
-def scrub(text: str) -> str:
-    """A server message as any client may see it: no traceback, server path or worker's shared-memory region.
-
-    Nor Triton's advice to model authors: whoever sends a request did not write the model's config.
-    The gateway applies it to Triton's error answers; the client library to every message it raises.
-    """
-    text = _AUTHOR_ADVICE.sub("", _TRACEBACK.sub("", text or ""))
-    text = _POOL_KEY.sub(r"\1", text)  # the wording of later Triton releases
-    text = _INTERNAL_REGION.sub("'<internal region>'", text)
-    return _PATH.sub("<path>", text)
-
-
-def scrub_json_error(body: bytes) -> bytes:
-    """A Triton JSON error answer (`{"error": "..."}`) with its message scrubbed; any other body unchanged."""
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return body
-    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
-        return body
-    cleaned = scrub(doc["error"])
-    return body if cleaned == doc["error"] else json.dumps({**doc, "error": cleaned}).encode()
-
-
 # What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
 _LOAD_WRAPPING = re.compile(
     r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from mslite_backend.protobuf_varint import read_varint
 from mslite_backend.protocol import is_light, sample_values
 
 # field numbers in onnx.proto
@@ -20,24 +21,6 @@ _TYPE_TENSOR, _TENSOR_SHAPE, _SHAPE_DIM, _DIM_VALUE = 1, 2, 1, 1
 _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_NAME = 1, 2, 8
 # bytes per value of TensorProto.DataType; strings and unknown types count one byte a value
 _ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
-
-
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A protobuf varint at `pos`: (value, position after it).
-
-    Raises:
-        ValueError: longer than 10 bytes.
-        IndexError: the buffer ends inside it.
-    """
-    value = shift = 0
-    while shift < 70:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("varint longer than 10 bytes")
 
 
 def _fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mslite_backend.protocol import SERVICE_DENY
+
 
 class MSLiteError(Exception):
     """Base (mixin) of every error of this library.
@@ -58,12 +60,12 @@ class ServiceDenyError(MSLiteError, RuntimeError):
         detail: What the server reported.
     """
 
-    status = "kLiteServiceDeny"
+    status = SERVICE_DENY
     code = -11
 
     def __init__(self, detail: str = "The number of waiting tasks in the queue exceeds the limit") -> None:
         self.detail = detail
-        super().__init__(f"predict failed! Error is kLiteServiceDeny: {detail}. Retry later.")
+        super().__init__(f"predict failed! Error is {SERVICE_DENY}: {detail}. Retry later.")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.detail,)

@@ -5,7 +5,7 @@ long version is `python -m benchmarks.badinput`. Case `i` of seed 7 is replayed 
 `python -m benchmarks.badinput --replay i`.
 
 Every test runs twice: against Triton 2.51's own frontends (`triton`: the session server) and against a
-server fronted by the validating gateway (`gateway`: `ServerConfig(gateway=True)`, server/gateway/).
+server fronted by the validating gateway (`gateway`: `ServerConfig(gateway=True)`, the `mslite_gateway` package).
 The bar is asserted in full by `test_every_malformed_request_meets_the_bar`: it holds through the gateway,
 and is a strict xfail on Triton's own frontends, whose gaps are listed in `KNOWN_GAPS`;
 `test_no_violation_beyond_the_known_gaps` keeps anything new from slipping in there.

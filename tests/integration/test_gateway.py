@@ -34,7 +34,7 @@ from mslite_triton import _admin_key
 from mslite_triton._error_table import classify
 from mslite_triton.errors import ServiceDenyError
 from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.gateway.process import GatewayProcess
+from mslite_triton.server.gateway_process import GatewayProcess
 from tests.support.model_zoo import run_reference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ZOO
@@ -543,15 +543,15 @@ def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     ],
 )
 def test_json_checks_name_the_problem(header, problem):
-    from mslite_triton.server.gateway.kserve_json import check_infer_request
-    from mslite_triton.server.gateway.rules import Refusal
+    from mslite_gateway.kserve_json import check_infer_request
+    from mslite_gateway.rules import Refusal
 
     with pytest.raises(Refusal, match=re.escape(problem)):
         check_infer_request(header, "m", payload=None, cap=CAP)
 
 
 def test_json_checks_pass_what_triton_serves():
-    from mslite_triton.server.gateway.kserve_json import check_infer_request
+    from mslite_gateway.kserve_json import check_infer_request
 
     for header in (
         b'{"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[NaN,Infinity],[-Infinity,1]]}]}',
@@ -567,8 +567,8 @@ def test_json_checks_pass_what_triton_serves():
 
 def test_grpc_scan_accepts_exactly_what_protobuf_parses():
     """The fast path (tensor bytes set aside, no copy) and a full parse agree on every corruption of a request."""
-    from mslite_triton.server.gateway.grpc_checks import check_model_infer
-    from mslite_triton.server.gateway.rules import Refusal
+    from mslite_gateway.grpc_checks import check_model_infer
+    from mslite_gateway.rules import Refusal
 
     request = pb.ModelInferRequest(model_name="tiny", model_version="1")
     request.inputs.add(name="x", datatype="FP32", shape=[2, 4])

@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "mslite_triton": ROOT / "client" / "mslite_triton",
+    "mslite_gateway": ROOT / "client" / "mslite_gateway",
     "mslite_backend": ROOT / "backend" / "mslite" / "mslite_backend",
 }
 

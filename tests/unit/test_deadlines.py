@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mslite_triton.server.gateway import deadlines
-from mslite_triton.server.gateway.deadlines import within
+from mslite_gateway import deadlines
+from mslite_gateway.deadlines import within
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.wait_for serves on Python 3.10")
 

@@ -3,13 +3,12 @@ as they arrive, and the gRPC relay's reset budget, fed frames directly as the re
 
 from __future__ import annotations
 
-from typing import Any
-
 import hpack
 import pytest
 
-from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
-from mslite_triton.server.gateway.grpc_frames import (
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
+from mslite_gateway.grpc_frames import (
     DATA,
     END_HEADERS,
     ENHANCE_YOUR_CALM,
@@ -21,8 +20,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     U32,
     frame,
 )
-from mslite_triton.server.gateway.grpc_relay import MAX_RESETS_PER_WINDOW, GrpcRelay, _ClientSide
-from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
+from tests.support.relay_wire import End, Wire
 
 
 def test_one_connection_holds_at_most_its_share():
@@ -54,30 +52,6 @@ def test_admission_counts_what_arrives_after_it_admitted_more():
         Admission(max_inflight_per_model=1, max_inflight_bytes=1, body_stall_timeout_s=0)
 
 
-class _Sink:
-    """A transport that keeps what is written."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        self.data += data
-
-    def writelines(self, pieces: Any) -> None:
-        for p in pieces:
-            self.data += p
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-
 def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
     """(type, flags, stream, payload) of each frame in `data`."""
     out, i = [], 0
@@ -90,15 +64,10 @@ def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
     return out
 
 
-def _relay() -> tuple[_ClientSide, _Sink, _Sink]:
-    admission = Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
-    client = _ClientSide(GrpcRelay(("127.0.0.1", 1), max_request_bytes=64 << 20, admission=admission, staging=None))
-    to_client, to_triton = _Sink(), _Sink()
-    client.transport = to_client  # type: ignore[assignment]
-    client.upstream = UpstreamSide(client)
-    client.upstream.transport = to_triton  # type: ignore[assignment]
-    client._feed(PREFACE + frame(SETTINGS, 0, 0))
-    return client, to_client, to_triton
+def _relay() -> tuple[Wire, End, End]:
+    client = Wire()
+    client.from_client(PREFACE + frame(SETTINGS, 0, 0))
+    return client, client.client, client.triton
 
 
 def _headers(encoder: hpack.Encoder, sid: int, path: str = "/inference.GRPCInferenceService/ServerLive") -> bytes:
@@ -109,9 +78,9 @@ def _headers(encoder: hpack.Encoder, sid: int, path: str = "/inference.GRPCInfer
 def test_resets_of_streams_triton_never_had_open_are_not_relayed():
     client, _, to_triton = _relay()
     encoder = hpack.Encoder()
-    client._feed(frame(RST_STREAM, 0, 101, U32.pack(8)))  # a stream never opened
-    client._feed(_headers(encoder, 1) + frame(RST_STREAM, 0, 1, U32.pack(8)))  # opened, then cancelled
-    client._feed(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the same one again: closed already
+    client.from_client(frame(RST_STREAM, 0, 101, U32.pack(8)))  # a stream never opened
+    client.from_client(_headers(encoder, 1) + frame(RST_STREAM, 0, 1, U32.pack(8)))  # opened, then cancelled
+    client.from_client(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the same one again: closed already
     resets = [sid for kind, _, sid, _ in _frames(bytes(to_triton.data[len(PREFACE) :])) if kind == RST_STREAM]
     assert resets == [1]
 
@@ -121,7 +90,7 @@ def test_rapid_reset_ends_the_connection_with_enhance_your_calm():
     encoder = hpack.Encoder()
     sid = 1
     for _ in range(MAX_RESETS_PER_WINDOW * 3 // 100):  # reads of 100 open-and-cancel pairs
-        client._feed(
+        client.from_client(
             b"".join(_headers(encoder, s) + frame(RST_STREAM, 0, s, U32.pack(8)) for s in range(sid, sid + 200, 2))
         )
         sid += 200
@@ -130,7 +99,7 @@ def test_rapid_reset_ends_the_connection_with_enhance_your_calm():
     assert len(goaway) == 1 and int.from_bytes(goaway[0][3][4:8], "big") == ENHANCE_YOUR_CALM
     resets = sum(1 for f in _frames(bytes(to_triton.data[len(PREFACE) :])) if f[0] == RST_STREAM)
     assert resets <= MAX_RESETS_PER_WINDOW  # what Triton saw of it: written at most up to the read that passed it
-    assert client.relay.calmed == 1
+    assert client.rules.calmed == 1
 
 
 def test_a_data_frame_counts_only_the_bytes_that_came():
@@ -138,20 +107,20 @@ def test_a_data_frame_counts_only_the_bytes_that_came():
     encoder = hpack.Encoder()
     message = b"\0" + U32.pack(1 << 20) + bytes(1 << 20)
     head = frame(DATA, 0, 1, message[:16384])[:9]
-    client._feed(_headers(encoder, 1, "/inference.GRPCInferenceService/ModelInfer") + head + message[:1000])
-    admission = client.relay.admission
-    assert admission.bytes == client.account.bytes == 1000  # a 16 KiB frame announced, 1000 bytes of it came
-    client._feed(message[1000:5000])
+    client.from_client(_headers(encoder, 1, "/inference.GRPCInferenceService/ModelInfer") + head + message[:1000])
+    admission = client.rules.admission
+    assert admission.bytes == client.core.account.bytes == 1000  # a 16 KiB frame announced, 1000 bytes of it came
+    client.from_client(message[1000:5000])
     assert admission.bytes == 5000
-    client._feed(message[5000:16384])
+    client.from_client(message[5000:16384])
     assert admission.bytes == 16384
-    client._feed(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the client gives up: what the stream held is given back
-    assert admission.bytes == client.account.bytes == 0
+    client.from_client(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the client gives up: what the stream held is given back
+    assert admission.bytes == client.core.account.bytes == 0
 
 
 def test_the_stall_timeout_and_the_share_are_settings_down_to_the_gateway_process(tmp_path):
     from mslite_triton.server.cli import build_parser
-    from mslite_triton.server.gateway.process import GatewayProcess
+    from mslite_triton.server.gateway_process import GatewayProcess
 
     args = build_parser().parse_args(
         ["serve", "--body-stall-timeout-s", "2.5", "--max-inflight-mib-per-connection", "16"]

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from mslite_triton.server.gateway.http_framing import HttpError, parse_head, stage_body
-from mslite_triton.server.gateway.kserve_json import check_infer_request
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_gateway.http_framing import HttpError, parse_head, stage_body
+from mslite_gateway.kserve_json import check_infer_request
+from mslite_gateway.rules import Refusal
 
 CAP = 1 << 20
 

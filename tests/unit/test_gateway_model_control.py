@@ -7,7 +7,7 @@ import json
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_triton.server.gateway.model_control import LOAD_ROUTE, grpc_load_message, http_load_body, keep_backend
+from mslite_gateway.model_control import LOAD_ROUTE, grpc_load_message, http_load_body, keep_backend
 
 
 def test_an_override_without_backend_or_platform_gets_mslite() -> None:

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from mslite_triton.server.gateway.admission import Overloaded
-from mslite_triton.server.gateway.http_framing import Request, check_json_body
-from mslite_triton.server.gateway.offload import Offload
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_gateway.admission import Overloaded
+from mslite_gateway.http_framing import Request, check_json_body
+from mslite_gateway.offload import Offload
+from mslite_gateway.rules import Refusal
 
 
 def test_a_refusal_comes_back_with_its_status_and_words():

@@ -7,9 +7,9 @@ import random
 import hpack
 import pytest
 
-from mslite_triton.server.gateway.admission import Admission, Overloaded
-from mslite_triton.server.gateway.grpc_checks import Pieces, check_model_infer
-from mslite_triton.server.gateway.grpc_frames import (
+from mslite_gateway.admission import Admission, Overloaded
+from mslite_gateway.grpc_checks import Pieces, check_model_infer
+from mslite_gateway.grpc_frames import (
     COLLECT,
     DATA,
     DROP,
@@ -22,7 +22,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     frame,
     trailers_only,
 )
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_gateway.rules import Refusal
 
 
 def _frames() -> list[bytes]:
@@ -151,7 +151,7 @@ def test_a_message_in_pieces_is_checked_as_if_whole(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_request_headers_read_as_a_fresh_decoder_would(seed):
     """Blocks remembered by their bytes decode as the decoder reads them, however the table changed between."""
-    from mslite_triton.server.gateway.grpc_streams import RequestHeaders, only_indexed
+    from mslite_gateway.grpc_streams import RequestHeaders, only_indexed
 
     rng = random.Random(seed)
     encoder, reference, headers = hpack.Encoder(), hpack.Decoder(), RequestHeaders()

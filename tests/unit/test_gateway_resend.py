@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from mslite_triton.server.gateway.http_framing import HttpError
-from mslite_triton.server.gateway.http_front import Upstream
+from mslite_gateway.http_framing import HttpError
+from mslite_gateway.http_front import Upstream
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hpack
 
-from mslite_triton._error_table import scrub
-from mslite_triton.server.gateway.grpc_trailers import scrub_grpc_message
+from mslite_backend.scrub import scrub
+from mslite_gateway.grpc_trailers import scrub_grpc_message
 
 MESSAGE = (
     "load failed for model 'bad1': Internal: TritonModelException: model 'bad1': model file 'model.onnx' is not "
@@ -68,3 +68,21 @@ def test_a_long_message_gets_a_multi_byte_length() -> None:
     decoder = hpack.Decoder()
     decoder.decode(_triton_block("seed", True), raw=True)  # the table the second block refers to
     assert dict(decoder.decode(scrubbed, raw=True))[b"grpc-message"] == b"x" * 300
+
+
+def test_our_trailers_and_scrubbed_ones_share_one_encoding():
+    import urllib.parse
+
+    import hpack
+
+    from mslite_gateway.grpc_frames import trailers_only
+    from mslite_gateway.grpc_trailers import grpc_message_value, literal_not_indexed
+
+    message = 'input "x" <of> {shape} 100% wrong: ü ' * 8  # over 127 bytes: a length of more than one byte
+    block = trailers_only(1, 3, message)[9:]
+    decoder = hpack.Decoder()
+    fields = dict(decoder.decode(block, raw=True))
+    assert fields[b"grpc-message"] == grpc_message_value(message)
+    assert urllib.parse.unquote(fields[b"grpc-message"].decode()) == message
+    assert literal_not_indexed(b"grpc-message", grpc_message_value(message)) in block
+    assert len(decoder.header_table.dynamic_entries) == 0  # no field of ours changes the client's table

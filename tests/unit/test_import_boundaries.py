@@ -13,7 +13,7 @@ def test_the_backend_runtime_imports_no_client_and_no_triton() -> None:
 
 
 def test_no_one_imports_the_backend_under_a_second_name() -> None:
-    for module, path in {**modules("mslite_triton"), **modules("mslite_backend")}.items():
+    for module, path in {**modules("mslite_triton"), **modules("mslite_gateway"), **modules("mslite_backend")}.items():
         assert "mslite_triton_backend" not in imported_names(module, path), module
 
 
@@ -23,3 +23,37 @@ def test_the_backend_runtime_has_no_import_cycle() -> None:
 
 def test_a_cycle_is_found() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# What the client, the gateway and the backend share: the only modules of mslite_backend the gateway may import.
+CONTRACT = {
+    "mslite_backend",
+    "mslite_backend.protocol",
+    "mslite_backend.settings",
+    "mslite_backend.scrub",
+    "mslite_backend.protobuf_varint",
+}
+
+
+def test_the_gateway_imports_only_itself_and_the_contract() -> None:
+    ours = set(modules("mslite_triton")) | set(modules("mslite_gateway")) | set(modules("mslite_backend"))
+    for module, path in modules("mslite_gateway").items():
+        outside = {n for n in imported_names(module, path) & ours if n.split(".")[0] != "mslite_gateway"}
+        assert outside <= CONTRACT, (module, outside - CONTRACT)
+
+
+def test_the_contract_imports_only_the_contract() -> None:
+    found = modules("mslite_backend")
+    ours = set(found) | set(modules("mslite_triton")) | set(modules("mslite_gateway"))
+    for module in CONTRACT:
+        assert imported_names(module, found[module]) & ours <= CONTRACT, module
+
+
+def test_the_client_and_launcher_never_import_the_gateway() -> None:
+    # The launcher starts it by module name in a child process; the client never loads uvloop or hpack.
+    for module, path in modules("mslite_triton").items():
+        assert not {n for n in imported_names(module, path) if n.split(".")[0] == "mslite_gateway"}, module
+
+
+def test_the_gateway_and_the_contract_have_no_import_cycle() -> None:
+    assert cycles(graph("mslite_gateway", "mslite_backend")) == []

@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import mslite_backend
+import mslite_gateway
 import mslite_triton
 
 RUNTIME_DIR = Path(mslite_backend.__file__).resolve().parent
@@ -22,6 +23,7 @@ def _import_all(package: object) -> None:
 def test_runtime_is_imported_under_one_name_only() -> None:
     # Everything the client, launcher and gateway import, and the backend's own modules.
     _import_all(mslite_triton)
+    _import_all(mslite_gateway)
     _import_all(mslite_backend)
     names: dict[Path, list[str]] = defaultdict(list)
     for name, module in list(sys.modules.items()):

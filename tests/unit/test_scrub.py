@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from mslite_triton._error_table import clean_message, scrub, scrub_json_error
+from mslite_backend.scrub import scrub, scrub_json_error
+from mslite_triton._error_table import clean_message
 
 POOL = (
     "Failed to increase the shared memory pool size for key 'mslite2215_7b0611ce_bacb2f94-1b6a-4c13' to 4194304 "

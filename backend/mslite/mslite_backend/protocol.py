@@ -235,11 +235,25 @@ def parse_proof(proof: str) -> tuple[int, str, str]:
 WEIGHTS_STORE_PREFIX = "mslite_weights_"
 
 # -- the clients' shared-memory regions ---------------------------------------------------------------------
+SHM_DIR = "/dev/shm"  # where POSIX shared-memory regions appear as files (Linux)
 # A client registers a region per connection for its large inputs, `<CLIENT_REGION_PREFIX><pid>_<n>` (the name
 # and its /dev/shm file alike); the launcher's supervisor unregisters those of clients that died
 # (owned_files.py: how files named after their owner's pid are swept).
 CLIENT_REGION_PREFIX = "mslite_client_"
 # The gateway stages large inputs the same way, in regions `<GATEWAY_REGION_PREFIX><pid>_<n>`
-# (client/mslite_triton/server/gateway/staging.py); the supervisor sweeps a dead gateway's as a dead client's,
+# (the gateway's staging.py); the supervisor sweeps a dead gateway's as a dead client's,
 # and the gateway refuses requests from clients that name one.
 GATEWAY_REGION_PREFIX = "mslite_gateway_"
+
+# -- the admin key and the gateway ---------------------------------------------------------------------------
+# The header that carries the admin key on HTTP, and as gRPC metadata (Triton matches gRPC metadata with its own
+# prefix). The client sends it, the launcher restricts tritonserver's admin APIs to it, the gateway checks it.
+ADMIN_KEY_HEADER = "mslite-key"
+ADMIN_KEY_GRPC_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
+# The word a refusal for overload starts with (MindSpore Lite's status for a full task queue): the gateway's
+# admission control answers with it, and the client raises `ServiceDenyError` on it.
+SERVICE_DENY = "kLiteServiceDeny"
+# The gateway process prints this line on stdout once both its ports listen; the launcher waits for it.
+GATEWAY_READY_LINE = "ready"
+# The gateway's process is started as `python -m GATEWAY_MODULE` (a string: the launcher does not import it).
+GATEWAY_MODULE = "mslite_gateway"

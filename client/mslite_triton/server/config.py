@@ -39,10 +39,10 @@ class ServerConfig:
     # replaced: a stopped worker let run again can crash tritonserver, and a hung gateway serves nothing.
     hang_s: float = 10.0
     # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
-    # naming the problem, requests over max_request_bytes are refused before they reach Triton (server/gateway/).
+    # naming the problem, requests over max_request_bytes are refused before they reach Triton (`mslite_gateway`).
     gateway: bool = False
     max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES
-    # The gateway's admission control (server/gateway/admission.py): beyond either, requests are refused at once.
+    # The gateway's admission control (`mslite_gateway.admission`): beyond either, requests are refused at once.
     max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL
     max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES
     max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION

@@ -32,7 +32,7 @@ from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
 from mslite_triton.server import triton_process
 from mslite_triton.server.config import ModelState, ServerConfig
-from mslite_triton.server.gateway.process import GatewayError, GatewayProcess
+from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
 from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
 

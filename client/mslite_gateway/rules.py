@@ -15,9 +15,9 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER as GRPC_ADMIN_HEADER
+from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX
-from mslite_triton._admin_key import GRPC_HEADER as GRPC_ADMIN_HEADER
-from mslite_triton._admin_key import HEADER as ADMIN_HEADER
 
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
 ELEMENT_SIZE: dict[str, int] = {

@@ -18,8 +18,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_triton._onnx_io import read_varint
-from mslite_triton.server.gateway.rules import (
+from mslite_backend.protobuf_varint import read_varint
+from mslite_gateway.rules import (
     Refusal,
     SizeBudget,
     byte_size_mismatch,

@@ -19,9 +19,10 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from mslite_triton.server.gateway.admission import SERVICE_DENY, Overloaded
-from mslite_triton.server.gateway.http_framing import HttpError
-from mslite_triton.server.gateway.rules import Refusal
+from mslite_backend.protocol import SERVICE_DENY
+from mslite_gateway.admission import Overloaded
+from mslite_gateway.http_framing import HttpError
+from mslite_gateway.rules import Refusal
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import re
 from itertools import chain
 from typing import Any
 
-from mslite_triton.server.gateway.rules import (
+from mslite_gateway.rules import (
     ELEMENT_SIZE,
     Refusal,
     SizeBudget,

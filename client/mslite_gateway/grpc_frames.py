@@ -6,12 +6,11 @@ The splitter (`Frames`) never copies what it forwards: the pieces it hands on ar
 from __future__ import annotations
 
 import struct
-import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mslite_triton._error_table import scrub
-from mslite_triton.server.gateway.grpc_trailers import scrub_grpc_message
+from mslite_backend.scrub import scrub
+from mslite_gateway.grpc_trailers import grpc_message_value, literal_not_indexed, scrub_grpc_message
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -65,32 +64,15 @@ def joined(parts: Parts) -> Any:
     return b"".join(parts)
 
 
-def _literal(name: bytes, value: bytes) -> bytes:
-    """An HPACK 'literal header field without indexing, new name' (it leaves the client's table as it is)."""
-    return b"\x00" + _hpack_string(name) + _hpack_string(value)
-
-
-def _hpack_string(s: bytes) -> bytes:
-    n = len(s)
-    if n < 127:
-        return bytes((n,)) + s
-    out, n = bytearray((127,)), n - 127
-    while n >= 128:
-        out.append((n & 127) | 128)
-        n >>= 7
-    out.append(n)
-    return bytes(out) + s
-
-
 def trailers_only(stream: int, code: int, message: str) -> bytes:
     """A gRPC answer with no message: status and message in one HEADERS frame that ends the stream."""
-    block = _literal(b":status", b"200") + _literal(b"content-type", b"application/grpc")
-    block += _literal(b"grpc-status", str(code).encode())
+    block = literal_not_indexed(b":status", b"200") + literal_not_indexed(b"content-type", b"application/grpc")
+    block += literal_not_indexed(b"grpc-status", str(code).encode())
     # clients drop metadata over 16 KiB; percent-encoding makes 3 bytes of each byte past ASCII (up to 4 a char)
     limit = _MAX_MESSAGE_CHARS if message.isascii() else _MAX_MESSAGE_CHARS // 4
     if len(message) > limit:
         message = message[:limit] + "..."
-    block += _literal(b"grpc-message", urllib.parse.quote(message, safe=" !#$&'()*+,/:;=?@[]~").encode())
+    block += literal_not_indexed(b"grpc-message", grpc_message_value(message))
     return frame(HEADERS, END_STREAM | END_HEADERS, stream, block)
 
 

@@ -39,9 +39,8 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from mslite_backend.owned_files import SHM_DIR
-from mslite_backend.protocol import GATEWAY_REGION_PREFIX
-from mslite_triton._admin_key import HEADER as ADMIN_HEADER
+from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
+from mslite_backend.protocol import GATEWAY_REGION_PREFIX, SHM_DIR
 
 log = logging.getLogger(__name__)
 

@@ -64,9 +64,18 @@ def _encode_integer(value: int, prefix: int, flags: int) -> bytes:
     return bytes(out)
 
 
-def _literal_not_indexed(name: bytes, value: bytes) -> bytes:
-    """A literal field without indexing, literal name, no Huffman coding: it changes no dynamic table."""
+def literal_not_indexed(name: bytes, value: bytes) -> bytes:
+    """A literal field without indexing, literal name, no Huffman coding: it changes no dynamic table.
+
+    The only HPACK the gateway writes: its own trailers (`grpc_frames.trailers_only`) and a scrubbed
+    `grpc-message` in Triton's; either leaves the client's table in step with Triton's encoder.
+    """
     return b"\x00" + _encode_integer(len(name), 7, 0) + name + _encode_integer(len(value), 7, 0) + value
+
+
+def grpc_message_value(text: str) -> bytes:
+    """`text` as a `grpc-message` value, percent-encoded as gRPC does it (printable ASCII but '%' as it is)."""
+    return urllib.parse.quote(text, safe=_SAFE).encode("ascii")
 
 
 def scrub_grpc_message(block: bytes, scrub: Callable[[str], str]) -> bytes:
@@ -97,9 +106,9 @@ def scrub_grpc_message(block: bytes, scrub: Callable[[str], str]) -> bytes:
                 value, pos = _string(block, pos)
                 if name == _NAME and first == 0x00 and value:
                     text = urllib.parse.unquote(value.decode("ascii", "replace"))
-                    cleaned = urllib.parse.quote(scrub(text), safe=_SAFE).encode("ascii")
+                    cleaned = grpc_message_value(scrub(text))
                     if cleaned != value:
-                        out += _literal_not_indexed(_NAME, cleaned)
+                        out += literal_not_indexed(_NAME, cleaned)
                         changed = True
                         continue
             out += block[start:pos]

@@ -1,25 +1,34 @@
-"""The gateway's gRPC front as an HTTP/2 frame relay: Triton's own frames passed on as they are, requests checked.
+"""The gRPC relay of one client connection, without sockets: fed the bytes either side sent, it says what to write.
 
-Each client connection gets its own connection to Triton's gRPC port, and every frame goes through unchanged
-(settings, flow control, pings, header blocks: the two HPACK contexts stay the client's and Triton's), but for
-the `grpc-message` of Triton's trailers, scrubbed of server paths, tracebacks and internal region names
-(`grpc_trailers`: only that non-indexed field is replaced, so the HPACK tables stay in step). The
-relay reads only what its checks need: the request header blocks (decoded with `hpack` to learn each
-stream's method and whether it carries the admin key) and, for the methods it checks (ModelInfer, the
-version of the model-level calls, the region name of shared-memory register and unregister calls), the
-request message. A checked stream's DATA frames are passed on as they arrive (and kept, as views of
-what was read, for the check), except one that may complete the message (and the first, before the
+As h2 does for HTTP/2, this core does no I/O and keeps no clock: `RelayCore.feed(side, data, now)` takes what
+the client (`CLIENT`) or Triton (`TRITON`) sent and returns the `Writes` to make, `tick(now)` applies the
+deadlines (a stalled message, the delay before closing a calmed connection), `closed(side)` a hang-up, and
+`opened(reachable)` the outcome of connecting to Triton. `grpc_relay` adapts it to asyncio.
+
+Every frame goes through unchanged (settings, flow control, pings, header blocks: the two HPACK contexts stay
+the client's and Triton's), but for the `grpc-message` of Triton's trailers, scrubbed of server paths,
+tracebacks and internal region names (`grpc_trailers`: only that non-indexed field is replaced, so the HPACK
+tables stay in step). The core reads only what its checks need: the request header blocks (decoded with
+`hpack` to learn each stream's method and whether it carries the admin key) and, for the methods it checks
+(ModelInfer, the version of the model-level calls, the region name of shared-memory register and unregister
+calls), the request message. A checked stream's DATA frames are passed on as they arrive (and kept, as views
+of what was read, for the check), except one that may complete the message (and the first, before the
 message's size is known), which is held until whole: when the message is whole it is checked
 (`grpc_checks.check_model_infer`, on the pieces where they lie) and the frame is passed on, or the stream is
 reset at Triton (which never saw a whole message, so never ran it) and the client gets the refusal as a
-trailers-only answer. The client's side is `_ClientSide`, Triton's is `grpc_upstream.UpstreamSide`,
-the frame codec `grpc_frames` and the checked streams `grpc_streams`.
+trailers-only answer. Frames of our own for the client (refusals, acks) wait for a frame boundary in Triton's
+byte stream and go before Triton's next frame; Triton's frames for streams we answered ourselves are dropped
+(header blocks excepted: they keep the client's HPACK table in step).
 
-Admission control: a checked stream's DATA is admitted frame by frame (a frame that would pass a bound,
-of all connections or of this one's, is refused with UNAVAILABLE kLiteServiceDeny) and counted as its bytes
+Flow control: DATA that Triton never sees (refused, or staged in shared memory) never has its window given
+back by Triton, so the core gives it back to the client itself, in batches, less what it sent Triton in its
+place.
+
+Admission control: a checked stream's DATA is admitted frame by frame (a frame that would pass a bound, of
+all connections or of this one's, is refused with UNAVAILABLE kLiteServiceDeny) and counted as its bytes
 arrive; an inference request counts for its model from its check until Triton's trailers. A message over
 the size cap is RESOURCE_EXHAUSTED from its first five bytes on. A message that brings no new byte for the
-stall timeout is dropped (DEADLINE_EXCEEDED; `GrpcRelay.sweep`).
+stall timeout is dropped (DEADLINE_EXCEEDED; `tick`).
 
 Resets: a client's RST_STREAM goes to Triton only for a stream Triton has open; more than
 `MAX_RESETS_PER_WINDOW` of those within `RESET_WINDOW_S` on one connection (HTTP/2 "rapid reset": streams
@@ -29,15 +38,13 @@ GOAWAY ENHANCE_YOUR_CALM.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from typing import Any
 
 import hpack
 
-from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
-from mslite_triton.server.gateway.grpc_checks import (
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.grpc_checks import (
     SERVICE,
     VERSIONED,
     Pieces,
@@ -48,7 +55,7 @@ from mslite_triton.server.gateway.grpc_checks import (
     read_model_infer,
     staged_model_infer,
 )
-from mslite_triton.server.gateway.grpc_frames import (
+from mslite_gateway.grpc_frames import (
     ACK,
     CANCEL,
     COLLECT,
@@ -68,6 +75,7 @@ from mslite_triton.server.gateway.grpc_frames import (
     PASS,
     PING,
     PREFACE,
+    PRIORITY,
     PRIORITY_FLAG,
     RESOURCE_EXHAUSTED,
     RST_STREAM,
@@ -82,17 +90,17 @@ from mslite_triton.server.gateway.grpc_frames import (
     frame,
     grpc_code,
     joined,
+    scrubbed_trailers,
     trailers_only,
     unpadded,
-    write,
 )
-from mslite_triton.server.gateway.grpc_streams import Check, RequestHeaders, Stream
-from mslite_triton.server.gateway.grpc_upstream import UpstreamSide
-from mslite_triton.server.gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
-from mslite_triton.server.gateway.rules import Refusal, holds_key
-from mslite_triton.server.gateway.staging import Staging
+from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
+from mslite_gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
+from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
+CLIENT, TRITON = "client", "triton"  # the two sides of a relayed connection
 # The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
 # whose bytes we credit back at once, does not hold back for.
 _STAGED_MAX_BYTES = 1 << 20
@@ -106,29 +114,28 @@ _CREDIT_BATCH_BYTES = 256 << 10
 # connections cutting 1,000 each grew it by 104 MiB, cutting 200 each by 12 MiB).
 MAX_RESETS_PER_WINDOW = 200
 RESET_WINDOW_S = 10.0
-_STALL_TICKS = 5  # the stall timeout, in ticks of the sweep: a stream is dropped within 1.2 times the timeout
+# A calmed connection's GOAWAY may wait for the end of Triton's frame in progress: closed this long after.
+_CALM_CLOSE_S = 1.0
 
 
-class GrpcRelay:
-    """Accepts client connections (`factory` for loop.create_server) and relays them to Triton's gRPC port."""
+class RelayRules:
+    """What every connection of one gateway shares: the checks per method, the limits, the counters."""
 
     def __init__(
         self,
-        upstream: tuple[str, int],
         *,
         max_request_bytes: int,
         admission: Admission,
         staging: Staging | None,
         admin_key: str | None = None,
     ) -> None:
-        self.upstream = upstream
         self.admin_key = admin_key
         self.staging = staging
         self.cap = max_request_bytes
         self.admission = admission
         self.refused = 0
-        self.connections: set[_ClientSide] = set()
-        self.closing = False
+        self.calmed = 0  # connections ended for too many resets
+        self.closing = False  # the gateway is stopping: new calls are refused
         self.infer_path = f"/{SERVICE}/ModelInfer".encode()
         self.checks: dict[bytes, Check] = {
             self.infer_path: lambda data, keyed: check_model_infer(data, self.cap, keyed=keyed)
@@ -143,68 +150,86 @@ class GrpcRelay:
         self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
         # calls whose message may be sent on changed (`model_control`): held until whole, then rewritten
         self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
-        self.tick = 0  # counts sweeps: when a stream's message last moved, in ticks (cheaper than a clock per frame)
-        self.sweeper: asyncio.TimerHandle | None = None
-        self.calmed = 0  # connections ended for too many resets
-
-    def factory(self) -> asyncio.Protocol:
-        """A protocol instance for one accepted client connection."""
-        return _ClientSide(self)
-
-    def watch(self) -> None:
-        """Start the sweep (once, with the first connection)."""
-        if self.sweeper is None:
-            loop = asyncio.get_running_loop()
-            self.sweeper = loop.call_later(self.admission.stall_s / _STALL_TICKS, self.sweep)
-
-    def sweep(self) -> None:
-        """One tick: the checked streams whose message brought no byte for the stall timeout are dropped."""
-        self.tick += 1
-        for conn in list(self.connections):
-            stalled = [sid for sid, s in conn.streams.items() if not s.done and self.tick - s.moved > _STALL_TICKS]
-            for sid in stalled:
-                if sid in conn.streams:  # not closed with the connection by the one before
-                    conn.stalled(sid)
-        if not self.closing:
-            loop = asyncio.get_running_loop()
-            self.sweeper = loop.call_later(self.admission.stall_s / _STALL_TICKS, self.sweep)
-
-    def inflight(self) -> int:
-        """Checked streams not answered yet, over all connections."""
-        return sum(len(c.streams) for c in self.connections)
-
-    async def drain_and_close(self, grace_s: float) -> None:
-        """Wait up to `grace_s` for checked streams in progress, then close every connection."""
-        self.closing = True
-        if self.sweeper is not None:
-            self.sweeper.cancel()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        while self.inflight() and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-        for conn in list(self.connections):
-            conn.close()
 
 
-class _ClientSide(asyncio.Protocol):
-    """The client's side of one relayed connection."""
+class Writes:
+    """What one call of the core asks its adapter to do, in this order: write, then pause or close.
 
-    def __init__(self, relay: GrpcRelay) -> None:
-        self.relay = relay
-        self.transport: asyncio.Transport | None = None
-        self.upstream: UpstreamSide | None = None
+    Each core returns the same object every call (one read of a busy connection is a few microseconds of work:
+    a new object each time cost measurably): it holds what the latest call asked, until the next call.
+    """
+
+    __slots__ = ("to_client", "to_triton", "pause_client", "close", "wake_s")
+
+    def __init__(self) -> None:
+        self.to_client: list[Any] = []  # pieces (bytes or views of what was read), in order
+        self.to_triton: list[Any] = []
+        self.pause_client = False  # stop reading the client (a calmed connection, until it closes)
+        self.close = False  # close both connections once what is above is written
+        self.wake_s = 0.0  # call `tick` again within this many seconds (0: no need beyond the usual sweep)
+
+
+class RelayCore:
+    """One relayed connection: the client's byte stream, Triton's, and the checked streams between them."""
+
+    # Slots: the core has more attributes than CPython 3.11 specializes for a plain instance dict (30 keys),
+    # and its attributes are read on every frame.
+    __slots__ = (
+        "rules",
+        "now",
+        "connected",
+        "alone",
+        "early",
+        "preface",
+        "frames",
+        "triton",
+        "headers",
+        "block",
+        "in_block",
+        "triton_in_block",
+        "block_stream",
+        "streams",
+        "refused_ids",
+        "for_client",
+        "for_triton",
+        "credit",
+        "stream_credit",
+        "debt",
+        "account",
+        "owed",
+        "owed_to",
+        "open",
+        "last_sid",
+        "resets",
+        "resets_since",
+        "cut",
+        "close_at",
+        "wake_s",
+        "pausing",
+        "closing",
+        "shut",
+        "unusual",
+        "writes",
+    )
+
+    def __init__(self, rules: RelayRules) -> None:
+        self.rules = rules
+        self.now = 0.0  # the time of the latest call (seconds, the adapter's clock)
+        self.connected = False  # the outcome of connecting to Triton is known (`opened`)
         self.alone = False  # Triton could not be reached: answer every call UNAVAILABLE ourselves
-        self.early: list[bytes] = []  # what the client sent before Triton's connection was up
+        self.early: list[bytes] = []  # what the client sent before that
         self.preface = len(PREFACE)
-        self.frames = Frames()
+        self.frames = Frames()  # the client's bytes; its `out` is what goes to Triton
+        self.triton = Frames()  # Triton's bytes; its `out` is what goes to the client
         self.headers = RequestHeaders()
         self.block = bytearray()  # a header block being collected (HEADERS + CONTINUATIONs)
-        self.in_block = False  # between a HEADERS frame without END_HEADERS and its last CONTINUATION
+        self.in_block = False  # between a client's HEADERS frame without END_HEADERS and its last CONTINUATION
+        self.triton_in_block = False  # the same in Triton's byte stream
         self.block_stream = 0
         self.streams: dict[int, Stream] = {}
         self.refused_ids: set[int] = set()
-        self.queued: list[bytes] = []  # frames of ours for the client, waiting for a boundary in Triton's
-        self.to_upstream: list[bytes] = []  # frames of ours for Triton, written at the next boundary
+        self.for_client: list[bytes] = []  # frames of ours for the client, waiting for a boundary in Triton's
+        self.for_triton: list[bytes] = []  # frames of ours for Triton, written at the next boundary
         self.credit = 0  # window to give the client back for DATA Triton never saw (connection, streams)
         self.stream_credit: dict[int, int] = {}
         self.debt = 0  # DATA bytes we sent Triton in place of the client's: Triton gives their window back
@@ -216,78 +241,138 @@ class _ClientSide(asyncio.Protocol):
         self.resets = 0  # client resets of open streams in the window that began at `resets_since`
         self.resets_since = 0.0
         self.cut = False  # ended for too many resets: the rest of what it sent is dropped
+        self.close_at = 0.0  # when a calmed connection closes (0: not calmed, or closed at once)
+        self.wake_s = 0.0  # a timer for `tick` the adapter is still to be asked for (once)
+        self.pausing = False
+        self.closing = False
+        self.shut = False  # closed: nothing more is read or written
+        self.unusual = False  # alone, closing or calmed: `_writes` has more to say than the bytes
+        self.writes = Writes()
 
-    # -- connection --
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.relay.connections.add(self)
-        self.relay.watch()
-        asyncio.get_running_loop().create_task(self._connect())
-
-    async def _connect(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: UpstreamSide(self), *self.relay.upstream), 10
-            )
-        except (OSError, asyncio.TimeoutError):
-            self.alone = True
+    # -- the adapter's calls --
+    def opened(self, reachable: bool, now: float) -> Writes:
+        """Connecting to Triton succeeded or failed; what the client sent meanwhile is handled now."""
+        self.now = now
+        self.connected = True
+        if not reachable:
+            self.alone = self.unusual = True
             self.send(frame(SETTINGS, 0, 0))  # our own (empty) settings: we answer this connection ourselves
-        else:
-            self.upstream = proto  # type: ignore[assignment]
-        if self.transport is None or self.transport.is_closing():
-            self.close()
-            return
         early, self.early = self.early, []
         for data in early:
+            if not self.shut:
+                self._feed(data)
+        return self._writes()
+
+    def feed(self, side: str, data: bytes, now: float) -> Writes:
+        """Bytes read from `side` (`CLIENT` or `TRITON`): what to write to each side, and whether to close."""
+        self.now = now
+        if self.shut:
+            pass
+        elif side == TRITON:
+            self._feed_triton(data)
+        elif self.connected:
             self._feed(data)
+        else:
+            self.early.append(data)
+        return self._writes()
+
+    def tick(self, now: float) -> Writes:
+        """Deadlines: messages that brought no byte for the stall timeout are dropped; a calmed connection ends."""
+        self.now = now
+        if self.close_at and now >= self.close_at:
+            self.close()
+        stall_s = self.rules.admission.stall_s
+        for sid in [sid for sid, s in self.streams.items() if not s.done and now - s.moved > stall_s]:
+            if sid in self.streams and not self.shut:  # not closed with the connection by the one before
+                self.stalled(sid)
+        return self._writes()
+
+    def closed(self, side: str) -> Writes:
+        """`side` hung up: the other side is closed too (clients see UNAVAILABLE and retry)."""
+        self.close()
+        return self._writes()
+
+    @property
+    def inflight(self) -> int:
+        """Checked streams not answered yet."""
+        return len(self.streams)
 
     def close(self) -> None:
         """Close both sides; streams in progress are finished (their counts given back)."""
         for sid in list(self.streams):
             self.finish(sid)
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.close()
-        if self.transport is not None:
-            self.transport.close()
+        self.closing = self.unusual = True
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.relay.connections.discard(self)
-        self.close()
-        self.transport = None
-
-    def upstream_lost(self) -> None:
-        if self.transport is not None:
-            self.transport.close()  # clients see UNAVAILABLE and retry (the supervisor restarts Triton)
-
-    def pause_writing(self) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.resume_reading()
+    def _writes(self) -> Writes:
+        writes = self.writes
+        out = writes.to_client = self.triton.out
+        if out:
+            self.triton.out = []
+        out = writes.to_triton = self.frames.out
+        if out:
+            self.frames.out = []
+        if self.unusual:
+            if self.alone or self.closing:  # Triton's connection is gone, or goes before the frames of this read
+                writes.to_triton = []
+            writes.wake_s, self.wake_s = self.wake_s, 0.0
+            writes.pause_client, writes.close = self.pausing, self.closing
+            self.shut = self.closing
+            self.pausing = False
+        return writes
 
     def send(self, data: bytes) -> None:
         """A frame of ours to the client, now if Triton's side is between frames, else at its next boundary."""
-        if self.upstream is not None and not self.upstream.can_inject:
-            self.queued.append(data)
-        elif self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        if self.closing:  # what was sent before the close still goes
+            return
+        if not self.alone and not (self.triton.at_boundary and not self.triton_in_block):
+            self.for_client.append(data)
+        else:
+            self.triton.out.append(data)
 
-    def peer_settings(self, payload: Any) -> None:
+    # -- Triton's frames --
+    def _feed_triton(self, data: bytes) -> None:
+        frames = self.triton
+        frames.feed(data, self._on_triton_header, self._on_triton_frame)
+        if self.for_client and frames.at_boundary and not self.triton_in_block:
+            frames.out += self.for_client
+            self.for_client = []
+
+    def _on_triton_header(self, length: int, kind: int, flags: int, sid: int) -> int:
+        if self.for_client and not self.triton_in_block:  # a frame boundary: our answers go first, before Triton's
+            self.triton.inject(self.for_client)  # (Triton may answer a call we refused, e.g. after our reset)
+            self.for_client = []
+        if kind == HEADERS or kind == CONTINUATION:
+            self.triton_in_block = not flags & END_HEADERS
+            if kind == HEADERS and flags & END_STREAM:
+                self.finish(sid, answered=True)
+                if flags & END_HEADERS:
+                    return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_triton_frame)
+            return PASS
+        if sid and sid in self.refused_ids:
+            return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
+        if kind == RST_STREAM:
+            self.finish(sid)
+        elif kind == SETTINGS and not flags & ACK:
+            return COLLECT
+        return PASS
+
+    def _on_triton_frame(self, kind: int, flags: int, sid: int, raw: bytes, parts: list[Any]) -> None:
+        out = self.triton.out
+        if kind == HEADERS:
+            out += scrubbed_trailers(flags, sid, raw, parts)
+            return
+        if parts:
+            self._triton_settings(joined(parts))  # SETTINGS only
+        out.append(raw)
+        out += parts
+
+    def _triton_settings(self, payload: Any) -> None:
         """Triton's settings: the header table size its decoder allows is what ours must allow too."""
         for i in range(0, len(payload) - 5, 6):
             if int.from_bytes(payload[i : i + 2], "big") == SETTINGS_HEADER_TABLE_SIZE:
                 self.headers.allow_table_size(int.from_bytes(payload[i + 2 : i + 6], "big"))
 
     # -- the client's frames --
-    def data_received(self, data: bytes) -> None:
-        if self.upstream is None and not self.alone:
-            self.early.append(data)
-            return
-        self._feed(data)
-
     def _feed(self, data: bytes) -> None:
         if self.owed:
             self._arrived(len(data))
@@ -305,21 +390,16 @@ class _ClientSide(asyncio.Protocol):
         frames.feed(data, self._on_header, self._on_frame)
         if self.credit >= _CREDIT_BATCH_BYTES or any(n >= _CREDIT_BATCH_BYTES for n in self.stream_credit.values()):
             self._give_credit()
-        if self.to_upstream and frames.at_boundary and not self.in_block:
-            frames.out += self.to_upstream
-            self.to_upstream = []
-        if frames.out:
-            out, frames.out = frames.out, []
-            if self.upstream is not None and self.upstream.transport is not None:
-                if not self.upstream.transport.is_closing():
-                    write(self.upstream.transport, out)
+        if self.for_triton and frames.at_boundary and not self.in_block:
+            frames.out += self.for_triton
+            self.for_triton = []
 
     def _on_header(self, length: int, kind: int, flags: int, sid: int) -> int:
         if self.cut:
             return DROP
-        if self.to_upstream and not self.in_block:  # a frame boundary: our resets reach Triton as early as they can
-            self.frames.inject(self.to_upstream)
-            self.to_upstream = []
+        if self.for_triton and not self.in_block:  # a frame boundary: our resets reach Triton as early as they can
+            self.frames.inject(self.for_triton)
+            self.for_triton = []
         if kind == HEADERS or kind == CONTINUATION:
             self.in_block = not flags & END_HEADERS
         if self.alone:
@@ -336,13 +416,13 @@ class _ClientSide(asyncio.Protocol):
                 return PASS
             arrived = min(length, self.frames.avail)  # only what came: the rest is counted as it comes
             try:
-                self.relay.admission.take_bytes(arrived, self.account, own=stream.charged, admit=length)
+                self.rules.admission.take_bytes(arrived, self.account, own=stream.charged, admit=length)
             except Overloaded as e:
                 self._credit(length)
                 self.refuse(sid, UNAVAILABLE, e.message)
                 return DROP
             stream.charged += arrived
-            stream.moved = self.relay.tick
+            stream.moved = self.now
             if arrived < length:
                 self.owed, self.owed_to = length - arrived, (sid, stream)
             if not stream.held and not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
@@ -372,14 +452,14 @@ class _ClientSide(asyncio.Protocol):
         assert self.owed_to is not None
         sid, stream = self.owed_to
         if self.streams.get(sid) is stream:  # not finished meanwhile (it gave back what it held then)
-            self.relay.admission.count_bytes(take, self.account)
+            self.rules.admission.count_bytes(take, self.account)
             stream.charged += take
-            stream.moved = self.relay.tick
+            stream.moved = self.now
         if not self.owed:
             self.owed_to = None
 
     def _too_many_resets(self) -> bool:
-        now = time.monotonic()
+        now = self.now
         if now - self.resets_since > RESET_WINDOW_S:
             self.resets, self.resets_since = 0, now
         self.resets += 1
@@ -388,24 +468,24 @@ class _ClientSide(asyncio.Protocol):
     def _calm(self) -> None:
         """Too many resets: GOAWAY ENHANCE_YOUR_CALM to the client, and both sides closed."""
         self.cut = True
-        self.relay.calmed += 1
+        self.rules.calmed += 1
         log.warning(
             "a gRPC client reset more than %d streams within %.0f s: its connection is closed",
             MAX_RESETS_PER_WINDOW,
             RESET_WINDOW_S,
         )
         self.send(frame(GOAWAY, 0, 0, U32.pack(self.last_sid) + U32.pack(ENHANCE_YOUR_CALM)))
-        if not self.queued:
+        if not self.for_client:
             self.close()
             return
         # Triton's side is in the middle of a frame to the client: the GOAWAY goes after it (`send`), then we close
-        if self.transport is not None:
-            self.transport.pause_reading()
-        asyncio.get_running_loop().call_later(1.0, self.close)
+        self.pausing = self.unusual = True
+        self.close_at = self.now + _CALM_CLOSE_S
+        self.wake_s = _CALM_CLOSE_S
 
     def stalled(self, sid: int) -> None:
-        """Stream `sid`'s message brought no byte for the stall timeout: drop it (`GrpcRelay.sweep`)."""
-        admission = self.relay.admission
+        """Stream `sid`'s message brought no byte for the stall timeout: drop it (`tick`)."""
+        admission = self.rules.admission
         admission.stalled += 1
         if not self.frames.at_boundary or self.in_block:
             # The client stopped inside a frame: nothing else can reach Triton on this connection (and no
@@ -416,10 +496,9 @@ class _ClientSide(asyncio.Protocol):
         self.refuse(
             sid, DEADLINE_EXCEEDED, f"the request message stopped: no byte of it arrived for {admission.stall_s:g} s"
         )
-        if self.to_upstream and self.upstream is not None and self.upstream.transport is not None:
-            out, self.to_upstream = self.to_upstream, []
-            if not self.upstream.transport.is_closing():
-                write(self.upstream.transport, out)
+        if self.for_triton:
+            self.frames.out += self.for_triton
+            self.for_triton = []
 
     def _credit(self, length: int, sid: int = 0) -> None:
         """Triton never sees this DATA, so never gives its window back: we do, in batches (`_give_credit`)."""
@@ -488,28 +567,27 @@ class _ClientSide(asyncio.Protocol):
             self.refuse(sid, UNAVAILABLE, "the inference server is not reachable (restarting?)")
             # and hang up: the client's retry connects again, and so do we to tritonserver, once it is back
             self.send(frame(GOAWAY, 0, 0, U32.pack(sid) + U32.pack(NO_ERROR)))
-            if self.transport is not None:
-                self.transport.close()  # after what is written
-        elif self.relay.closing:
+            self.close()  # after what is written
+        elif self.rules.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
-        elif path in self.relay.checks:
+        elif path in self.rules.checks:
             answered = None
-            staging = self.relay.staging
-            keyed = holds_key(key, self.relay.admin_key)
-            if path == self.relay.unregister_path and keyed and staging is not None:
+            staging = self.rules.staging
+            keyed = holds_key(key, self.rules.admin_key)
+            if path == self.rules.unregister_path and keyed and staging is not None:
                 staging.recheck()  # now, and again once Triton has answered (a staged request may come between)
                 answered = staging.recheck
             self.streams[sid] = Stream(
-                self.relay.checks[path],
+                self.rules.checks[path],
                 encoding,
-                stageable=path == self.relay.infer_path,
+                stageable=path == self.rules.infer_path,
                 keyed=keyed,
                 answered=answered,
-                moved=self.relay.tick,
+                moved=self.now,
             )
-        elif path in self.relay.rewrites:
-            self.streams[sid] = Stream(_no_check, encoding, rewrite=self.relay.rewrites[path], moved=self.relay.tick)
-        elif path in self.relay.streaming:
+        elif path in self.rules.rewrites:
+            self.streams[sid] = Stream(_no_check, encoding, rewrite=self.rules.rewrites[path], moved=self.now)
+        elif path in self.rules.streaming:
             self.refuse(
                 sid,
                 UNIMPLEMENTED,
@@ -528,7 +606,7 @@ class _ClientSide(asyncio.Protocol):
         if first and stream.rewrite is not None and stream.size > MAX_REWRITTEN_BYTES:
             self.finish(sid)  # an upload with its files: it goes through as it comes, unread (`model_control`)
             return True
-        cap = self.relay.cap
+        cap = self.rules.cap
         if stream.size > cap or (stream.size < 0 and stream.got > cap):
             self.refuse(
                 sid,
@@ -548,7 +626,7 @@ class _ClientSide(asyncio.Protocol):
     def _choose_region(self, stream: Stream) -> None:
         """Once the message's size is known: a large uncompressed one goes to Triton through shared memory."""
         stream.stageable = False  # decided once
-        staging = self.relay.staging
+        staging = self.rules.staging
         if staging is not None and not stream.parts[0][0] and staging.wants(stream.size):
             stream.region = staging.take(stream.size)
 
@@ -559,15 +637,15 @@ class _ClientSide(asyncio.Protocol):
         staged = b""
         try:
             if stream.rewrite is not None:
-                data = stream.message(self.relay.cap)
+                data = stream.message(self.rules.cap)
                 data = data.join() if isinstance(data, Pieces) else data
                 self._send_message(sid, flags, stream.rewrite(data) or data)
                 stream.done = True
                 return False
             if stream.region is None:
-                model = stream.check(stream.message(self.relay.cap), stream.keyed)
+                model = stream.check(stream.message(self.rules.cap), stream.keyed)
             else:
-                req, raw = read_model_infer(stream.message(self.relay.cap), self.relay.cap, keyed=stream.keyed)
+                req, raw = read_model_infer(stream.message(self.rules.cap), self.rules.cap, keyed=stream.keyed)
                 model = str(req.model_name)
                 staged = staged_model_infer(req, raw, stream.region.name, stream.region.view)
         except Refusal as e:
@@ -575,7 +653,7 @@ class _ClientSide(asyncio.Protocol):
             return False
         if model is not None:
             try:
-                self.relay.admission.enter(model)
+                self.rules.admission.enter(model)
             except Overloaded as e:
                 self.refuse(sid, UNAVAILABLE, e.message)
                 return False
@@ -606,14 +684,14 @@ class _ClientSide(asyncio.Protocol):
     # -- ends of streams --
     def refuse(self, sid: int, code: int, message: str) -> None:
         """Answer stream `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""
-        self.relay.refused += 1
+        self.rules.refused += 1
         self.finish(sid)
         self.refused_ids.add(sid)
         if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
             self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
         self.send(trailers_only(sid, code, message) + frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
-        if self.upstream is not None:
-            self.to_upstream.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
+        if not self.alone:
+            self.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
 
     def finish(self, sid: int, *, answered: bool = False) -> None:
         """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
@@ -621,46 +699,19 @@ class _ClientSide(asyncio.Protocol):
         stream = self.streams.pop(sid, None)
         if stream is None:
             return
-        if stream.region is not None and self.relay.staging is not None:
+        if stream.region is not None and self.rules.staging is not None:
             if answered or not stream.done:
-                self.relay.staging.give_back(stream.region)
+                self.rules.staging.give_back(stream.region)
             else:  # sent, then reset or cut off: Triton may still read the region
-                self.relay.staging.abandon(stream.region)
+                self.rules.staging.abandon(stream.region)
         if answered and stream.answered is not None:
             stream.answered()
         if stream.charged:
-            self.relay.admission.give_bytes(stream.charged, self.account)
+            self.rules.admission.give_bytes(stream.charged, self.account)
         if stream.model is not None:
-            self.relay.admission.leave(stream.model)
-
-
-async def start_relay(
-    host: str,
-    port: int,
-    upstream: str,
-    *,
-    max_request_bytes: int,
-    admission: Admission,
-    staging: Staging | None,
-    admin_key: str | None = None,
-) -> tuple[asyncio.AbstractServer, GrpcRelay]:
-    """Listen on host:port and relay to `upstream` (host:port of Triton's gRPC endpoint).
-
-    Raises:
-        OSError: the port could not be bound.
-    """
-    up_host, _, up_port = upstream.rpartition(":")
-    relay = GrpcRelay(
-        (up_host, int(up_port)),
-        max_request_bytes=max_request_bytes,
-        admission=admission,
-        staging=staging,
-        admin_key=admin_key,
-    )
-    server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
-    return server, relay
+            self.rules.admission.leave(stream.model)
 
 
 def _no_check(data: bytes | Pieces, keyed: bool) -> None:
-    """The check of a call the relay only rewrites (`GrpcRelay.rewrites`): Triton checks its message."""
+    """The check of a call the relay only rewrites (`RelayRules.rewrites`): Triton checks its message."""
     return None

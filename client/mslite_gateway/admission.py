@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import threading
 
+from mslite_backend.protocol import SERVICE_DENY
 from mslite_backend.settings import GATEWAY_BODY_STALL_TIMEOUT_S, GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION
-from mslite_triton.errors import ServiceDenyError
-
-SERVICE_DENY = ServiceDenyError.status  # the word clients match on
 
 # What one chunk of a chunked HTTP body costs beyond its data (its size line, a read, a copy): counted
 # against both the request's size cap and the in-flight bytes, so a body of 2-byte chunks is refused after

@@ -1,6 +1,6 @@
-"""The validating gateway in front of Triton: its process, and the handle the launcher keeps of it.
+"""The validating gateway's process in front of Triton (the launcher's handle of it: `GatewayProcess`).
 
-    python -m mslite_triton.server.gateway.process --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
+    python -m mslite_gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
         --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
         [--max-inflight-per-model N] [--max-inflight-bytes N] [--max-inflight-bytes-per-connection N]
         [--body-stall-timeout-s S]
@@ -21,15 +21,12 @@ import ctypes
 import ctypes.util
 import logging
 import os
-import select
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from mslite_backend.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
 from mslite_backend.settings import (
     ADMIN_KEY_ENV,
     GATEWAY_BODY_STALL_TIMEOUT_S,
@@ -40,16 +37,14 @@ from mslite_backend.settings import (
     GATEWAY_MAX_REQUEST_BYTES,
     GATEWAY_UPSTREAM_RETRY_S,
 )
-from mslite_triton.errors import GatewayError
-from mslite_triton.server.gateway.admission import Admission
-from mslite_triton.server.gateway.grpc_relay import start_relay
-from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
-from mslite_triton.server.gateway.http_front import HttpFront, Upstream
-from mslite_triton.server.gateway.offload import Offload
-from mslite_triton.server.gateway.staging import Staging
+from mslite_gateway.admission import Admission
+from mslite_gateway.grpc_relay import start_relay
+from mslite_gateway.http_framing import MAX_HEAD_BYTES
+from mslite_gateway.http_front import HttpFront, Upstream
+from mslite_gateway.offload import Offload
+from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
-READY = "ready"
 # glibc mallopt parameters
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _HEAP_MMAP_MAX = 32 << 20  # glibc's largest mmap threshold on 64-bit
@@ -72,102 +67,6 @@ def keep_heap() -> bool:
     except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _HEAP_KEEP))
-
-
-class GatewayProcess:
-    """A gateway child process in front of one Triton server; `stop()` is safe to call twice."""
-
-    def __init__(
-        self,
-        *,
-        host: str,
-        http_port: int,
-        grpc_port: int,
-        upstream_http: str,
-        upstream_grpc: str,
-        max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES,
-        max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL,
-        max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES,
-        max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-        body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S,
-        grace_s: float = GATEWAY_GRACE_S,
-        upstream_retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
-        admin_key: str | None = None,
-        log_path: Path,
-    ) -> None:
-        self.args = [
-            f"--host={host}",
-            f"--http-port={http_port}",
-            f"--grpc-port={grpc_port}",
-            f"--upstream-http={upstream_http}",
-            f"--upstream-grpc={upstream_grpc}",
-            f"--max-request-bytes={max_request_bytes}",
-            f"--max-inflight-per-model={max_inflight_per_model}",
-            f"--max-inflight-bytes={max_inflight_bytes}",
-            f"--max-inflight-bytes-per-connection={max_inflight_bytes_per_connection}",
-            f"--body-stall-timeout-s={body_stall_timeout_s}",
-            f"--grace-s={grace_s}",
-            f"--upstream-retry-s={upstream_retry_s}",
-        ]
-        # The key registers the gateway's staging regions (`staging`); passed in the environment, not argv.
-        self.env = {k: v for k, v in os.environ.items() if k != ADMIN_KEY_ENV}
-        if admin_key:
-            self.env[ADMIN_KEY_ENV] = admin_key
-        self.grace_s = grace_s
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, *, timeout_s: float = 30.0, preexec_fn: Callable[[], None] | None = None) -> None:
-        """Start the process and wait for its `ready` line.
-
-        Raises:
-            GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
-        """
-        with open(self.log_path, "ab") as logf:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "mslite_triton.server.gateway.process", *self.args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=logf,
-                env=self.env,
-                start_new_session=True,  # Ctrl-C in the launcher's terminal goes to the launcher, which stops us
-                preexec_fn=preexec_fn,
-            )
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        line = b""
-        while time.monotonic() < deadline and self.process.poll() is None:
-            if select.select([self.process.stdout], [], [], 0.2)[0]:
-                line = self.process.stdout.readline()
-                break
-        if line.strip() != READY.encode():
-            self.stop(timeout_s=1)
-            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-8:]
-            raise GatewayError("the gateway did not start:\n" + "\n".join(tail))
-
-    def is_running(self) -> bool:
-        """True while the process is alive."""
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        """The process id, while started."""
-        return None if self.process is None else self.process.pid
-
-    def stop(self, timeout_s: float | None = None) -> None:
-        """SIGTERM (requests in progress finish), then SIGKILL after the grace period."""
-        proc, self.process = self.process, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=self.grace_s + 5 if timeout_s is None else timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -218,7 +117,7 @@ async def serve(args: argparse.Namespace) -> None:
         )
     except OSError as e:
         raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
-    sys.stdout.write(READY + "\n")
+    sys.stdout.write(GATEWAY_READY_LINE + "\n")
     sys.stdout.flush()
     await stop.wait()
     http_server.close()
@@ -248,9 +147,7 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the gateway process."""
-    ap = argparse.ArgumentParser(
-        prog="python -m mslite_triton.server.gateway.process", description=__doc__.split("\n\n")[0]
-    )
+    ap = argparse.ArgumentParser(prog=f"python -m {GATEWAY_MODULE}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--http-port", type=int, required=True)
     ap.add_argument("--grpc-port", type=int, required=True)
@@ -303,8 +200,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", e)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    sys.exit(main())

@@ -12,10 +12,10 @@ from typing import Any
 
 import hpack
 
-from mslite_triton._admin_key import GRPC_HEADER
-from mslite_triton.server.gateway.grpc_checks import Pieces
-from mslite_triton.server.gateway.rules import Refusal, inflate_bounded
-from mslite_triton.server.gateway.staging import Region
+from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER as GRPC_HEADER
+from mslite_gateway.grpc_checks import Pieces
+from mslite_gateway.rules import Refusal, inflate_bounded
+from mslite_gateway.staging import Region
 
 PREFIX = 5  # a gRPC message's prefix: compressed flag (1 byte), length (4 bytes)
 _KNOWN_BLOCKS = 64
@@ -52,7 +52,7 @@ class Stream:
         rewrite: Callable[[bytes], bytes | None] | None = None,
         keyed: bool = True,
         answered: Callable[[], None] | None = None,
-        moved: int = 0,
+        moved: float = 0.0,
     ) -> None:
         self.check = check
         self.keyed = keyed  # the call came with the admin key (or the server has none)
@@ -68,7 +68,7 @@ class Stream:
         self.model: str | None = None
         self.encoding = encoding
         self.done = False  # checked and passed on: later frames go through
-        self.moved = moved  # the relay's tick when a byte of the message last arrived (`GrpcRelay.sweep`)
+        self.moved = moved  # when a byte of the message last arrived (seconds; `RelayCore.tick`)
 
     def add(self, data: Any) -> None:
         """Bytes of the message (a frame's payload without padding)."""

@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from mslite_triton.server.gateway.admission import CHUNK_OVERHEAD_BYTES, Account, Admission, Overloaded
-from mslite_triton.server.gateway.deadlines import within
-from mslite_triton.server.gateway.kserve_json import check_infer_request
-from mslite_triton.server.gateway.rules import Refusal, check_http_version, check_own_region, inflate_bounded
+from mslite_gateway.admission import CHUNK_OVERHEAD_BYTES, Account, Admission, Overloaded
+from mslite_gateway.deadlines import within
+from mslite_gateway.kserve_json import check_infer_request
+from mslite_gateway.rules import Refusal, check_http_version, check_own_region, inflate_bounded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

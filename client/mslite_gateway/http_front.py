@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
+from mslite_backend.scrub import scrub_json_error
 from mslite_backend.settings import GATEWAY_UPSTREAM_RETRY_S
-from mslite_triton._admin_key import HEADER as ADMIN_HEADER
-from mslite_triton._error_table import scrub_json_error
-from mslite_triton.server.gateway.admission import Account, Admission, Overloaded
-from mslite_triton.server.gateway.deadlines import within
-from mslite_triton.server.gateway.http_framing import (
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.deadlines import within
+from mslite_gateway.http_framing import (
     GENERATE_ROUTE,
     INFER_ROUTE,
     LINGER_BYTES,
@@ -40,10 +40,10 @@ from mslite_triton.server.gateway.http_framing import (
     stage_body,
     upstream_head,
 )
-from mslite_triton.server.gateway.model_control import LOAD_ROUTE, http_load_body
-from mslite_triton.server.gateway.offload import OFFLOAD_BYTES, Offload
-from mslite_triton.server.gateway.rules import Refusal, holds_key
-from mslite_triton.server.gateway.staging import Staging
+from mslite_gateway.model_control import LOAD_ROUTE, http_load_body
+from mslite_gateway.offload import OFFLOAD_BYTES, Offload
+from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 
