@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from mslite_backend.scrub import load_reason
+
 from ._checkparam import check_isinstance
-from ._error_table import load_reason
 from ._model_config import merge_sections, parse_config_file
 from ._remote import RemoteModel
 from .errors import (

@@ -39,18 +39,6 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     ({"StatusCode.UNAVAILABLE", "502", "503"}, None, ServerUnavailableError),  # 502/503: the gateway's upstream is down
     ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
 ]
-# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
-_LOAD_WRAPPING = re.compile(
-    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
-    r"|model '[^']*': )+"
-)
-
-
-def load_reason(text: str) -> str:
-    """A load failure's reason without Triton's wrapping (`load failed for model 'm': ... Internal: ...`)."""
-    return _LOAD_WRAPPING.sub("", text)
-
-
 def clean_message(text: str) -> str:
     """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
     text = scrub(text).strip()

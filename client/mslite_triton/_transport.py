@@ -29,9 +29,10 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from mslite_backend import settings
 from mslite_backend.owned_files import owner_pid, sweep_dead_owners
 from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_backend.scrub import load_reason
 
 from . import _admin_key
-from ._error_table import classify, clean_message, load_reason
+from ._error_table import classify, clean_message
 from .errors import (
     ExecutionTimeoutError,
     InferenceError,

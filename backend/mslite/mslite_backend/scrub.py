@@ -1,7 +1,8 @@
 """What a server message may show a client: no traceback, server path or internal shared-memory region.
 
 The gateway applies `scrub` to Triton's error answers, the client library to every message it raises; both
-import it from here, so one set of rules decides what leaks. Standard library only.
+import it from here, so one set of rules decides what leaks (`load_reason` too: how a model's load failure
+reads once Triton's wrapping is gone). Standard library only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ _POOL_KEY = re.compile(r"(shared memory pool size) for key '[^']*'")
 _INTERNAL_REGION = re.compile(
     r"'(?:mslite\d+_[0-9a-f]+_|" + GATEWAY_REGION_PREFIX + r"|triton_python_backend_shm_region_)[^']*'"
 )
+# What Triton wraps around a backend's load error: the reason that matters to the user comes after it.
+_LOAD_WRAPPING = re.compile(
+    r"^(?:load failed for model '[^']*': |version \d+ is at UNAVAILABLE state: |Internal: |TritonModelException: "
+    r"|model '[^']*': )+"
+)
 
 
 def scrub(text: str) -> str:
@@ -33,6 +39,14 @@ def scrub(text: str) -> str:
     text = _POOL_KEY.sub(r"\1", text)  # the wording of later Triton releases
     text = _INTERNAL_REGION.sub("'<internal region>'", text)
     return _PATH.sub("<path>", text)
+
+
+def load_reason(text: str) -> str:
+    """A load failure's reason without Triton's wrapping (`load failed for model 'm': ... Internal: ...`).
+
+    Scrub it first: the client library and the gateway both tell this reason to callers without the key.
+    """
+    return _LOAD_WRAPPING.sub("", text)
 
 
 def scrub_json_error(body: bytes) -> bytes:
