@@ -95,6 +95,7 @@ from mslite_gateway.grpc_frames import (
     unpadded,
 )
 from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
+from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
 from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.staging import Staging
@@ -128,9 +129,11 @@ class RelayRules:
         admission: Admission,
         staging: Staging | None,
         admin_key: str | None = None,
+        failures: LoadFailures | None = None,
     ) -> None:
         self.admin_key = admin_key
         self.staging = staging
+        self.explain = None if failures is None else failures.explain_now  # a not-ready error: why
         self.cap = max_request_bytes
         self.admission = admission
         self.refused = 0
@@ -359,7 +362,7 @@ class RelayCore:
     def _on_triton_frame(self, kind: int, flags: int, sid: int, raw: bytes, parts: list[Any]) -> None:
         out = self.triton.out
         if kind == HEADERS:
-            out += scrubbed_trailers(flags, sid, raw, parts)
+            out += scrubbed_trailers(flags, sid, raw, parts, self.rules.explain)
             return
         if parts:
             self._triton_settings(joined(parts))  # SETTINGS only

@@ -83,14 +83,17 @@ def unpadded(payload: Any, flags: int) -> Any:
     return payload
 
 
-def scrubbed_trailers(flags: int, sid: int, raw: bytes, parts: Parts) -> list[Any]:
+def scrubbed_trailers(
+    flags: int, sid: int, raw: bytes, parts: Parts, explain: Callable[[str], str] | None = None
+) -> list[Any]:
     """Triton's trailers frame, its grpc-message without server paths, tracebacks or internal region names.
 
     Only that field changes (`grpc_trailers`), so the client's HPACK table stays in step with Triton's.
+    `explain` then adds what the gateway knows (`load_failures`: why the model failed to load).
     """
     body = bytes(unpadded(joined(parts), flags)) if parts else b""
     head, block = (body[:5], body[5:]) if flags & PRIORITY_FLAG else (b"", body)
-    cleaned = scrub_grpc_message(block, scrub)
+    cleaned = scrub_grpc_message(block, scrub if explain is None else lambda text: explain(scrub(text)))
     if cleaned is block or len(head) + len(cleaned) > MIN_MAX_FRAME_SIZE:
         return [raw, *parts]
     return [frame(HEADERS, flags & ~PADDED, sid, head + cleaned)]

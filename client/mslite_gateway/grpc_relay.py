@@ -13,6 +13,7 @@ import logging
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.grpc_frames import write
+from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ async def start_relay(
     admission: Admission,
     staging: Staging | None,
     admin_key: str | None = None,
+    failures: LoadFailures | None = None,
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
     """Listen on host:port and relay to `upstream` (host:port of Triton's gRPC endpoint).
 
@@ -184,7 +186,13 @@ async def start_relay(
         OSError: the port could not be bound.
     """
     up_host, _, up_port = upstream.rpartition(":")
-    rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=staging, admin_key=admin_key)
+    rules = RelayRules(
+        max_request_bytes=max_request_bytes,
+        admission=admission,
+        staging=staging,
+        admin_key=admin_key,
+        failures=failures,
+    )
     relay = GrpcRelay((up_host, int(up_port)), rules)
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay

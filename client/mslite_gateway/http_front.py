@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -40,6 +41,7 @@ from mslite_gateway.http_framing import (
     stage_body,
     upstream_head,
 )
+from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_control import LOAD_ROUTE, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, Offload
 from mslite_gateway.rules import Refusal, holds_key
@@ -48,6 +50,7 @@ from mslite_gateway.staging import Staging
 log = logging.getLogger(__name__)
 
 _INFER_PREFIX = b"/v2/models/"
+_MODEL_ROUTE = re.compile(rb"/v2/models/([^/?]+)")  # any call naming a model: ready, metadata, infer, ...
 _KEY_HEADER = ADMIN_HEADER.encode()
 
 
@@ -199,8 +202,10 @@ class HttpFront:
         idle_timeout_s: float = 75.0,
         admin_key: str | None = None,
         offload: Offload | None = None,
+        failures: LoadFailures | None = None,
     ) -> None:
         self.upstream = upstream
+        self.failures = failures
         self.staging = staging
         self.admin_key = admin_key
         self.offload = offload
@@ -306,7 +311,11 @@ class HttpFront:
             return not e.close
         status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
         # an error answer loses what only the server should know (paths, tracebacks, internal region names)
-        body = scrub_json_error(resp.body) if status_line[9:10] in (b"4", b"5") else resp.body
+        body = resp.body
+        if status_line[9:10] in (b"4", b"5"):
+            body = scrub_json_error(body)
+            if self.failures is not None and (named := _MODEL_ROUTE.match(req.target)):  # why it did not load
+                body = await self.failures.explain_json(urllib.parse.unquote(named.group(1).decode("latin-1")), body)
         writer.writelines((client_head(status_line, resp.headers, len(body), close), body))
         await writer.drain()
         return not close

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from mslite_backend.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
+from mslite_backend.protocol import ADMIN_KEY_HEADER, GATEWAY_MODULE, GATEWAY_READY_LINE
 from mslite_backend.settings import (
     ADMIN_KEY_ENV,
     GATEWAY_BODY_STALL_TIMEOUT_S,
@@ -41,6 +41,7 @@ from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_relay import start_relay
 from mslite_gateway.http_framing import MAX_HEAD_BYTES
 from mslite_gateway.http_front import HttpFront, Upstream
+from mslite_gateway.load_failures import LoadFailures, http_reader, index_request
 from mslite_gateway.offload import Offload
 from mslite_gateway.staging import Staging
 
@@ -94,6 +95,8 @@ async def serve(args: argparse.Namespace) -> None:
     )
     admin_key = os.environ.get(ADMIN_KEY_ENV) or None
     offload = Offload()
+    # why a model failed to load, for callers without the key: read with the gateway's own key, on its upstream
+    failures = LoadFailures(http_reader(upstream.exchange, index_request(ADMIN_KEY_HEADER.encode(), admin_key)))
     front = HttpFront(
         upstream,
         max_request_bytes=args.max_request_bytes,
@@ -101,6 +104,7 @@ async def serve(args: argparse.Namespace) -> None:
         staging=staging,
         admin_key=admin_key,
         offload=offload,
+        failures=failures,
     )
     http_server = await asyncio.start_server(
         front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
@@ -114,6 +118,7 @@ async def serve(args: argparse.Namespace) -> None:
             admission=admission,
             staging=staging,
             admin_key=admin_key,
+            failures=failures,
         )
     except OSError as e:
         raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None

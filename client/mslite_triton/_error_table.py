@@ -39,6 +39,8 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     ({"StatusCode.UNAVAILABLE", "502", "503"}, None, ServerUnavailableError),  # 502/503: the gateway's upstream is down
     ({"StatusCode.INVALID_ARGUMENT", "400"}, None, InvalidInputError),
 ]
+
+
 def clean_message(text: str) -> str:
     """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
     text = scrub(text).strip()
