@@ -29,6 +29,7 @@ INDEX_TTL_S = 5.0  # a load or unload shows within this long; a burst of failing
 _NOT_READY = re.compile(r"not ready|not at ready state|no available versions", re.I)
 _QUOTED_MODEL = re.compile(r"model:? '([^']+)'")
 _PREFIX = ": the model failed to load: "
+_UNLOADED = "unloaded"  # Triton's reason for a model unloaded on purpose: it did not fail
 
 
 def with_load_reason(message: str, reason: str) -> str:
@@ -53,7 +54,7 @@ def failed_models(index: bytes) -> dict[str, str]:
     for row in rows if isinstance(rows, list) else []:
         if isinstance(row, dict) and row.get("state") == "UNAVAILABLE" and row.get("reason"):
             reason = load_reason(scrub(str(row["reason"])).strip())
-            if reason:
+            if reason and reason != _UNLOADED:
                 reasons[str(row.get("name"))] = reason
     return reasons
 
