@@ -26,6 +26,7 @@ from mslite_backend.scrub import load_reason, scrub
 log = logging.getLogger(__name__)
 
 INDEX_TTL_S = 5.0  # a load or unload shows within this long; a burst of failing calls reads the index once
+INDEX_READ_TIMEOUT_S = 5.0  # an error answer waits no longer for its reason (Triton restarting, or hung)
 _NOT_READY = re.compile(r"not ready|not at ready state|no available versions", re.I)
 _QUOTED_MODEL = re.compile(r"model:? '([^']+)'")
 _PREFIX = ": the model failed to load: "
@@ -112,7 +113,7 @@ class LoadFailures:
 
     async def _read(self) -> None:
         try:
-            index = await self._read_index()
+            index = await asyncio.wait_for(self._read_index(), INDEX_READ_TIMEOUT_S)
         except Exception as e:  # Triton away or refusing: the caller gets Triton's message as it was
             log.warning("repository index not read for a load failure's reason: %s", e)
             index = None

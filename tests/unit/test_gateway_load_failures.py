@@ -91,3 +91,19 @@ def test_grpc_tells_the_index_as_last_read_and_starts_a_reading_when_it_has_none
         assert len(reads) == 1
 
     asyncio.run(scenario())
+
+
+def test_an_unreadable_index_leaves_tritons_message_as_it_was():
+    async def refused() -> bytes | None:
+        raise ConnectionRefusedError("Triton is restarting")
+
+    async def scenario() -> None:
+        for read_index in (refused, _none):
+            failures = LoadFailures(read_index, ttl_s=60)
+            assert await failures.explain("bad", "Model version not ready") == "Model version not ready"
+
+    asyncio.run(scenario())
+
+
+async def _none() -> bytes | None:
+    return None  # what `http_reader` gives for a refused index call (no key, a 403)
