@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from mslite_backend.settings import (
     GATEWAY_UPSTREAM_RETRY_S,
 )
 from mslite_triton.errors import GatewayError
+from mslite_triton.server import parent_death
 from mslite_triton.server.gateway.admission import Admission
 from mslite_triton.server.gateway.grpc_relay import start_relay
 from mslite_triton.server.gateway.http_framing import MAX_HEAD_BYTES
@@ -117,21 +118,23 @@ class GatewayProcess:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, timeout_s: float = 30.0, preexec_fn: Callable[[], None] | None = None) -> None:
+    def start(self, *, timeout_s: float = 30.0, die_with_parent: bool = False) -> None:
         """Start the process and wait for its `ready` line.
+
+        With `die_with_parent`, it gets SIGTERM when the calling thread ends (`parent_death`).
 
         Raises:
             GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
         """
         with open(self.log_path, "ab") as logf:
+            args = [sys.executable, "-m", "mslite_triton.server.gateway.process", *self.args]
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mslite_triton.server.gateway.process", *self.args],
+                parent_death.dies_with_parent(args) if die_with_parent else args,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=logf,
                 env=self.env,
                 start_new_session=True,  # Ctrl-C in the launcher's terminal goes to the launcher, which stops us
-                preexec_fn=preexec_fn,
             )
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout_s
