@@ -31,6 +31,9 @@ def dies_with_parent(args: list[str]) -> list[str]:
     """`args` as a command whose process gets SIGTERM when the calling thread (or process) ends.
 
     Start it from a thread that lives as long as the child should: the kernel signals the child when
-    the *thread* that started it exits.
+    the *thread* that started it exits. Unchanged where this process has no interpreter to run (an
+    embedding application with no `sys.executable`): the child then outlives an abrupt end of its parent.
     """
+    if not sys.executable:
+        return list(args)
     return [sys.executable, "-I", "-S", "-c", _SET_AND_EXEC, str(os.getpid()), *args]
