@@ -9,6 +9,9 @@
 //                                         one with a kernel callback (refused)
 //   cpp_driver bound URL MODEL            [runner] max_pending_predicts=1: a second predict while the
 //                                         first is held (the test stops the worker between READY and go)
+//   cpp_driver tuned URL FILE INI T W [K] Init from FILE with INI as the config file; the context's thread
+//                                         num T and the workers num W set in code where > 0, and [runner]
+//                                         K=1 added where given; prints the uploaded model's name
 //
 // Statuses print as "<what> <code name> <ToString()>". No exception is expected from the library.
 #include <chrono>
@@ -176,6 +179,20 @@ int Bound(const std::string &url, const std::string &model) {
   return 0;
 }
 
+int Tuned(const std::string &url, const std::string &file, const std::string &ini, int threads, int workers,
+          const char *extra) {
+  auto config = Config(url);
+  config->SetConfigPath(ini);
+  if (threads > 0) config->GetContext()->SetThreadNum(threads);
+  if (workers > 0) config->SetWorkersNum(workers);
+  if (extra != nullptr) config->SetConfigInfo("runner", {{extra, "1"}});
+  ms::ModelParallelRunner runner;
+  ms::Status s = runner.Init(file, config);
+  Print("init", s);
+  if (s == ms::kSuccess) std::cout << "model: " << runner.GetModelName() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -186,6 +203,10 @@ int main(int argc, char **argv) {
   if (mode == "bound" && argc == 4) return Bound(argv[2], argv[3]);
   if (mode == "buffer" && argc == 4) return Buffer(argv[2], argv[3]);
   if (mode == "batch" && argc == 6) return Batch(argv[2], argv[3], argv[4], argv[5]);
-  std::cerr << "usage: cpp_driver shape|grown|inplace|bound|batch|buffer URL MODEL|FILE [D0,D1,... | IN OUT]\n";
+  if (mode == "tuned" && (argc == 7 || argc == 8)) {
+    return Tuned(argv[2], argv[3], argv[4], std::atoi(argv[5]), std::atoi(argv[6]), argc == 8 ? argv[7] : nullptr);
+  }
+  std::cerr << "usage: cpp_driver shape|grown|inplace|bound|batch|buffer|tuned URL MODEL|FILE [D0,D1,... | IN OUT |"
+               " INI T W [K]]\n";
   return 2;
 }

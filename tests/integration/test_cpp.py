@@ -318,3 +318,44 @@ def test_runner_refuses_predicts_beyond_its_bound(server, builds, tmp_path: Path
     assert second.startswith("SECOND kLiteServiceDeny kLiteServiceDeny: predict failed! "), second
     assert "max_pending_predicts=1" in second
     assert "HELD_RESULT kSuccess" in rest and "AFTER kSuccess" in rest and "PLAIN kSuccess" in rest
+
+
+def test_runner_applies_a_tuned_config_ini(server, builds, tmp_path: Path) -> None:
+    """`mslite-triton tune`'s [runner] workers_num and thread_num size an upload where the code sets none."""
+    model = GEN.build_tiny()
+    helper.set_model_props(model, {"test": "cpp tuned config"})
+    (tmp_path / "tuned.onnx").write_bytes(model.SerializeToString())
+    tuned = tmp_path / "config.ini"
+    tuned.write_text("[runner]\nworkers_num=2\nthread_num=1\n")  # as `mslite-triton tune` writes it
+    bad = tmp_path / "bad.ini"
+    bad.write_text("[runner]\nworkers_num=many\n")
+
+    def init(ini: Path, threads: int = 0, workers: int = 0, *extra: str) -> str:
+        args = ["tuned", server.http_url, str(tmp_path / "tuned.onnx"), str(ini), str(threads), str(workers), *extra]
+        out = run(builds["plain"].driver, server.http_url, *args)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    uploaded: list[str] = []
+    try:
+        # the tuned values where the code sets none; the code's values where it sets them
+        for args, workers, threads in (((tuned,), 2, "1"), ((tuned, 2, 1), 1, "2")):
+            out = init(*args)
+            assert "init kSuccess" in out, out
+            (name,) = re.findall(r"^model: (\S+)$", out, re.M)
+            uploaded.append(name)
+            config = server.http_json("GET", f"/v2/models/{name}/config", None)
+            assert config["parameters"]["thread_num"]["string_value"] == threads
+            assert sum(group["count"] for group in config["instance_group"]) == workers
+            assert len(worker_pids(server, name)) == workers
+        assert (
+            "init kLiteParamInvalid kLiteParamInvalid: ModelParallelRunner's init failed! [runner] has unknown keys "
+            "[bogus]; known: [max_pending_predicts, workers_num, thread_num]" in init(tuned, 0, 0, "bogus")
+        )
+        assert (
+            "init kLiteParamInvalid kLiteParamInvalid: ModelParallelRunner's init failed! [runner] workers_num must "
+            "be a non-negative int, got 'many'" in init(bad)
+        )
+    finally:
+        for name in uploaded:
+            unload(server, name)

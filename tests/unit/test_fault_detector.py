@@ -110,6 +110,16 @@ def test_a_zombie_seen_once_is_no_loss_and_one_never_seen_alive_is_nobodys():
     assert not [e for e in look(detector, seen) if isinstance(e, WorkersLost)]
 
 
+def test_a_worker_that_exited_0_is_no_loss_however_long_it_stays_unreaped():
+    # the old instance of a reloaded model, ended by Triton; its new one serves under the same name
+    detector, seen = FaultDetector(hang_s=HANG_S), Seen(procs=all_alive())
+    settled(detector, seen)
+    seen.procs = [zombie(11, status=0), alive(12, "tiny_0"), alive(21, "big_0"), alive(22, "big_1")]
+    for _ in range(3):
+        assert not [e for e in look(detector, seen) if isinstance(e, WorkersLost)]
+    assert detector.serving({"tiny_0"}) == [12]
+
+
 def test_a_catalog_model_short_of_a_worker_two_polls_in_a_row_is_lost():
     detector, seen = FaultDetector(hang_s=HANG_S), Seen(procs=all_alive())
     settled(detector, seen)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -19,23 +20,45 @@ std::string Trim(const std::string &s) {
   return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
 }
 
-// An int >= 0 of [dynamic_batching]; `otherwise` when the key is absent.
-Status BatchingInt(const std::map<std::string, std::string> &section, const char *key, long otherwise, long *value) {
-  auto it = section.find(key);
-  if (it == section.end()) {
-    *value = otherwise;
-    return kSuccess;
-  }
-  std::string text = Trim(it->second);
+// An int >= 0 (at most 9 digits) of `section`; `otherwise` when the key is absent. `rule` words the refusal.
+Status Count(const Sections &sections, const char *section, const char *key, long otherwise, const char *rule,
+             long *value) {
+  *value = otherwise;
+  auto found = sections.find(section);
+  if (found == sections.end() || found->second.count(key) == 0) return kSuccess;
+  const std::string &raw = found->second.at(key);
+  std::string text = Trim(raw);
   if (!text.empty() && text.size() <= 9 && std::all_of(text.begin(), text.end(), ::isdigit)) {
     *value = std::stol(text);
     return kSuccess;
   }
-  return Status(kLiteParamInvalid, std::string("[") + protocol::BATCHING_SECTION + "] " + key +
-                                       " must be an int >= 0, got '" + it->second + "'");
+  return Status(kLiteParamInvalid,
+                std::string("[") + section + "] " + key + " must be " + rule + ", got '" + raw + "'");
+}
+
+Status BatchingInt(const Sections &sections, const char *key, long *value) {
+  return Count(sections, protocol::BATCHING_SECTION, key, 0, "an int >= 0", value);
 }
 
 }  // namespace
+
+Status RunnerCount(const Sections &sections, const char *key, long otherwise, long *value) {
+  static const char *const kKnown[] = {protocol::MAX_PENDING_KEY, protocol::WORKERS_KEY, protocol::THREADS_KEY};
+  auto runner = sections.find(protocol::RUNNER_SECTION);
+  if (runner != sections.end()) {
+    std::string unknown;
+    for (const auto &entry : runner->second) {
+      if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char *k) { return entry.first == k; })) {
+        unknown += (unknown.empty() ? "" : ", ") + entry.first;
+      }
+    }
+    if (!unknown.empty()) {
+      return Status(kLiteParamInvalid, std::string("[") + protocol::RUNNER_SECTION + "] has unknown keys [" + unknown +
+                                           "]; known: [" + kKnown[0] + ", " + kKnown[1] + ", " + kKnown[2] + "]");
+    }
+  }
+  return Count(sections, protocol::RUNNER_SECTION, key, otherwise, "a non-negative int", value);
+}
 
 Status ReadSections(const RunnerConfig &config, Sections *sections) {
   sections->clear();
@@ -65,6 +88,15 @@ Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, un
   std::shared_ptr<Context> ctx = config.GetContext();
   long threads = ctx ? ctx->GetThreadNum() : 0;
   long workers = config.GetWorkersNum();
+  // a tuned config.ini (`mslite-triton tune`) sizes the runner where the code sets nothing
+  if (threads <= 0) {
+    Status s = RunnerCount(sections, protocol::THREADS_KEY, 0, &threads);
+    if (s.IsError()) return s;
+  }
+  if (workers == 0) {
+    Status s = RunnerCount(sections, protocol::WORKERS_KEY, 0, &workers);
+    if (s.IsError()) return s;
+  }
   long cpus = std::max(1u, cores);
   if (workers < 0 || workers > 5 * cpus) {
     return Status(kLiteParamInvalid, "user set worker num " + std::to_string(workers) + " is invalid: more than 5 x " +
@@ -119,9 +151,9 @@ Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, un
   }
 
   long delay = 0, bound = 0, batch = 0;
-  Status s = BatchingInt(batching, protocol::MAX_QUEUE_DELAY_KEY, 0, &delay);
-  if (s.IsOk()) s = BatchingInt(batching, protocol::MAX_QUEUE_SIZE_KEY, 0, &bound);
-  if (s.IsOk()) s = BatchingInt(batching, protocol::MAX_BATCH_SIZE_KEY, 0, &batch);
+  Status s = BatchingInt(sections, protocol::MAX_QUEUE_DELAY_KEY, &delay);
+  if (s.IsOk()) s = BatchingInt(sections, protocol::MAX_QUEUE_SIZE_KEY, &bound);
+  if (s.IsOk()) s = BatchingInt(sections, protocol::MAX_BATCH_SIZE_KEY, &batch);
   if (s.IsError()) return s;
 
   std::string out = R"("backend":"mslite","instance_group":[)" + groups + "]";

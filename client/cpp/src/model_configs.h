@@ -18,8 +18,14 @@ using Sections = std::map<std::string, std::map<std::string, std::string>>;
 // The config file's sections, overridden key by key by SetConfigInfo's. kLiteFileError: unreadable file.
 Status ReadSections(const RunnerConfig &config, Sections *sections);
 
+// An int >= 0 of the client-side [runner] section (`otherwise` when absent). kLiteParamInvalid: a key this
+// client does not know (max_pending_predicts, workers_num, thread_num), or a value that is not such an int.
+Status RunnerCount(const Sections &sections, const char *key, long otherwise, long *value);
+
 // The upload's model config as JSON members (`"backend":...,...`, no braces), for a client with `cores` cores.
-// kLiteParamInvalid: a worker count or batcher value out of range; kLiteNotSupport: a device the server lacks.
+// A tuned config.ini's [runner] workers_num and thread_num apply where the code sets none (0).
+// kLiteParamInvalid: a worker count or batcher value out of range, or a bad [runner] section; kLiteNotSupport:
+// a device the server lacks.
 Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, unsigned cores, std::string *members);
 
 // `<stem>_<12 hex>`: the same file and config map to the same server model, which is then reused.

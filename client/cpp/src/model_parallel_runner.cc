@@ -133,16 +133,9 @@ Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std
   Sections sections;
   Status s = ReadSections(config, &sections);
   if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
-  std::string bound = std::to_string(protocol::DEFAULT_MAX_PENDING);
-  auto runner = sections.find(protocol::RUNNER_SECTION);
-  if (runner != sections.end() && runner->second.count(protocol::MAX_PENDING_KEY) != 0) {
-    bound = runner->second.at(protocol::MAX_PENDING_KEY);
-  }
-  if (bound.empty() || bound.size() > 9 || bound.find_first_not_of("0123456789") != std::string::npos) {
-    return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! [") + protocol::RUNNER_SECTION +
-                                         "] " + protocol::MAX_PENDING_KEY + " must be a non-negative int, got '" +
-                                         bound + "'");
-  }
+  long bound = 0;
+  s = RunnerCount(sections, protocol::MAX_PENDING_KEY, protocol::DEFAULT_MAX_PENDING, &bound);
+  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
   std::shared_ptr<Context> ctx = config.GetContext();
   std::string url = ctx ? ctx->GetServerUrl() : "";
   if (url.empty()) {
@@ -179,7 +172,7 @@ Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std
   if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
   output_names.clear();
   for (const TensorSpec &spec : outputs) output_names.push_back(spec.name);
-  max_pending = std::stoi(bound);
+  max_pending = static_cast<int>(bound);
   model = name;
   http = std::move(server);
   return kSuccess;

@@ -16,6 +16,8 @@ inline constexpr char ADMIN_KEY_ENV[] = "MSLITE_TRITON_KEY";
 // The clients' own names (the Python client's _pending.py and _admin_key.py; the test checks these too).
 inline constexpr char RUNNER_SECTION[] = "runner";  // client-side only, never sent to the server
 inline constexpr char MAX_PENDING_KEY[] = "max_pending_predicts";
+inline constexpr char WORKERS_KEY[] = "workers_num";  // a tuned config.ini's sizes (`mslite-triton tune`)
+inline constexpr char THREADS_KEY[] = "thread_num";
 inline constexpr int DEFAULT_MAX_PENDING = 1000;  // MindSpore Lite's task-queue bound (kNumMaxTaskQueueSize)
 inline constexpr char HEADER[] = "mslite-key";  // the admin key's header
 inline constexpr char KEY_DIR_ENV[] = "MSLITE_TRITON_KEY_DIR";

@@ -9,8 +9,9 @@ The rules, in the order of one poll (the first that finds tritonserver gone or h
 - tritonserver exited; or it did not answer its liveness check `live_failures` times in a row.
 - the gateway exited; or it was stopped (state T) or did not answer its probe for `hang_s` in a row.
 - a worker seen alive is a zombie two polls in a row (one sighting could be a worker Triton is reaping at
-  an unload); or it was stopped for `hang_s` (the supervisor kills it while stopped: let run again, it
-  can crash tritonserver).
+  an unload), unless it exited with code 0: Triton ended it (an unload, or the old instance of a reloaded
+  model), which a busy machine can leave unreaped for more than a poll; or it was stopped for `hang_s`
+  (the supervisor kills it while stopped: let run again, it can crash tritonserver).
 - a model in the catalog is short of one of its instances two polls in a row: a worker that died before
   a poll ever saw it alive (e.g. while a heal was loading its model) leaves no other trace.
 - the set of live workers changed since the catalog last learnt it (a model was loaded or unloaded).
@@ -181,6 +182,9 @@ class FaultDetector:
         for w in live:
             if w.instance:
                 m.serving[w.pid] = w.instance
+        for w in workers:
+            if w.state == "Z" and w.exit_status == 0:  # ended by Triton: no longer serving, and no loss
+                m.serving.pop(w.pid, None)
         dead = frozenset(w.pid for w in workers if w.state == "Z" and w.pid in m.serving)
         confirmed, m.suspects = set(dead & m.suspects), dead
         now = seen.now()

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from mslite_backend.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
@@ -28,6 +27,7 @@ from mslite_backend.settings import (
     GATEWAY_UPSTREAM_RETRY_S,
 )
 from mslite_triton.errors import GatewayError
+from mslite_triton.server import parent_death
 
 __all__ = ["GatewayError", "GatewayProcess"]
 
@@ -75,21 +75,23 @@ class GatewayProcess:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, timeout_s: float = 30.0, preexec_fn: Callable[[], None] | None = None) -> None:
+    def start(self, *, timeout_s: float = 30.0, die_with_parent: bool = False) -> None:
         """Start the process and wait for its `ready` line.
+
+        With `die_with_parent`, it gets SIGTERM when the calling thread ends (`parent_death`).
 
         Raises:
             GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
         """
         with open(self.log_path, "ab") as logf:
+            args = [sys.executable, "-m", GATEWAY_MODULE, *self.args]
             self.process = subprocess.Popen(
-                [sys.executable, "-m", GATEWAY_MODULE, *self.args],
+                parent_death.dies_with_parent(args) if die_with_parent else args,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=logf,
                 env=self.env,
                 start_new_session=True,  # Ctrl-C in the launcher's terminal goes to the launcher, which stops us
-                preexec_fn=preexec_fn,
             )
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout_s

@@ -123,7 +123,7 @@ class EmbeddedServer:
         self._launch()
         if cfg.gateway:
             self._start_gateway()
-        if cfg.supervise:  # its thread starts the processes of every heal (see `_child_setup`)
+        if cfg.supervise:  # its thread starts the processes of every heal (see `_child_dies_with_me`)
             from mslite_triton.server.supervisor import Supervisor
 
             self._supervisor = Supervisor(self, hang_s=cfg.hang_s)
@@ -152,7 +152,7 @@ class EmbeddedServer:
         env = triton_process.environment(admin_key=self.admin_key, weights_owner=self.weights_owner)
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
-        self.process = triton_process.spawn(args, env, self.log_path, self._child_setup())
+        self.process = triton_process.spawn(args, env, self.log_path, die_with_parent=self._child_dies_with_me())
         try:
             self._wait_ready()
         except BaseException:
@@ -160,16 +160,14 @@ class EmbeddedServer:
                 self.stop()
             raise
 
-    def _child_setup(self) -> Any:
-        """`die_with_parent` when the calling thread lives as long as the child should, else None.
+    def _child_dies_with_me(self) -> bool:
+        """Whether a child started now should get SIGTERM when the calling thread ends (`parent_death`).
 
         PR_SET_PDEATHSIG fires when the *thread* that started the child ends: the main thread, or the
         supervisor's, which lives until the server is stopped.
         """
         current = threading.current_thread()
-        if current is threading.main_thread() or (self._supervisor is not None and current is self._supervisor):
-            return triton_process.die_with_parent
-        return None
+        return current is threading.main_thread() or (self._supervisor is not None and current is self._supervisor)
 
     def _start_gateway(self, *, stop_on_failure: bool = True) -> None:
         cfg = self.config
@@ -189,7 +187,7 @@ class EmbeddedServer:
             log_path=self.workspace / "gateway.log",
         )
         try:
-            self.gateway.start(preexec_fn=self._child_setup())
+            self.gateway.start(die_with_parent=self._child_dies_with_me())
         except GatewayError as e:
             if stop_on_failure:
                 self.stop()

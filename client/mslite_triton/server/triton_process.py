@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from mslite_backend.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_triton import _admin_key
 from mslite_triton.errors import ServerStartError
+from mslite_triton.server import parent_death
 from mslite_triton.server.config import ServerConfig
 from mslite_triton.server.ports import LOOPBACK
 
@@ -136,30 +135,20 @@ def environment(*, admin_key: str | None, weights_owner: str) -> dict[str, str]:
     return env
 
 
-def spawn(
-    args: list[str], env: dict[str, str], log_path: Path, preexec_fn: Callable[[], None] | None
-) -> subprocess.Popen[bytes]:
-    """Start the server in a session of its own (its workers with it), its output appended to `log_path`."""
+def spawn(args: list[str], env: dict[str, str], log_path: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
+    """Start the server in a session of its own (its workers with it), its output appended to `log_path`.
+
+    With `die_with_parent`, the server gets SIGTERM when the calling thread ends (`parent_death`).
+    """
     with open(log_path, "ab") as logf:
         return subprocess.Popen(
-            args,
+            parent_death.dies_with_parent(args) if die_with_parent else args,
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=preexec_fn,
         )
-
-
-def die_with_parent() -> None:
-    """In the child, before exec: ask the kernel for SIGTERM when the parent dies (Linux prctl)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def log_tail(log_path: Path, lines: int = 30) -> str:

@@ -17,9 +17,10 @@
 namespace mslite_triton {
 
 // Workers, context, config sections and device ids of one runner. Config sections go to the server as
-// `section.key` backend parameters, except two read here: [dynamic_batching] (Triton's batcher) and
-// [runner] max_pending_predicts (how many predicts of this runner may be in flight; more are refused at
-// once with kLiteServiceDeny; default 1000, MindSpore Lite's task-queue bound; 0: no bound).
+// `section.key` backend parameters, except two read here: [dynamic_batching] (Triton's batcher) and the
+// client's own [runner]: max_pending_predicts (how many predicts of this runner may be in flight; more are
+// refused at once with kLiteServiceDeny; default 1000, MindSpore Lite's task-queue bound; 0: no bound), and
+// a tuned config.ini's workers_num and thread_num (used where SetWorkersNum / Context::SetThreadNum set none).
 class RunnerConfig {
  public:
   RunnerConfig() = default;
