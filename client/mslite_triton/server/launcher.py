@@ -300,8 +300,8 @@ class EmbeddedServer:
                 # every worker is gone, and Triton still counts live models: those never unload
                 if triton_process.exit_stalled(self.log_path) and not workers_of(proc.pid):
                     log.warning(
-                        "tritonserver's exit waits on models whose load failed (Triton keeps some failed loads "
-                        "among its live models); stopping it now instead of after its exit timeout"
+                        "tritonserver's exit keeps counting live models that have no worker left (Triton keeps "
+                        "some failed loads among them); stopping it now instead of after its exit timeout"
                     )
                     raise
 
