@@ -283,21 +283,20 @@ def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces, bool], N
     return check
 
 
-def check_unregister(data: bytes | Pieces, keyed: bool) -> None:
-    """A shared-memory unregister call may not name one of the gateway's regions (an empty name: all others).
+def check_region_call(kind: Any, what: str) -> Callable[[bytes | Pieces, bool], None]:
+    """The check of a shared-memory call: a valid message of `kind` whose `name` is none of the gateway's regions.
 
-    Raises:
-        Refusal: a name with the gateway's prefix, or bytes that are no SystemSharedMemoryUnregisterRequest.
+    Raises (the check):
+        Refusal: a name with the gateway's prefix (the call would have it `what`), or bytes that are no `kind`.
     """
-    message = data.join() if isinstance(data, Pieces) else data
-    check_own_region(_parse(pb.SystemSharedMemoryUnregisterRequest, message).name, "unregistered")
+
+    def check(data: bytes | Pieces, keyed: bool) -> None:
+        message = data.join() if isinstance(data, Pieces) else data
+        check_own_region(_parse(kind, message).name, what)
+
+    return check
 
 
-def check_register(data: bytes | Pieces, keyed: bool) -> None:
-    """A shared-memory register call may not take a name of the gateway's (Triton would then read its tensors there).
-
-    Raises:
-        Refusal: a name with the gateway's prefix, or bytes that are no SystemSharedMemoryRegisterRequest.
-    """
-    message = data.join() if isinstance(data, Pieces) else data
-    check_own_region(_parse(pb.SystemSharedMemoryRegisterRequest, message).name, "registered")
+# An unregister call without a name unregisters all others; a registered one would have Triton read its tensors there.
+check_unregister = check_region_call(pb.SystemSharedMemoryUnregisterRequest, "unregistered")
+check_register = check_region_call(pb.SystemSharedMemoryRegisterRequest, "registered")
