@@ -113,6 +113,11 @@ class Pieces:
         return b"".join(self.parts)
 
 
+def whole(data: bytes | Pieces) -> bytes:
+    """A message in one bytes object: `Pieces` joined, bytes as they are."""
+    return data.join() if isinstance(data, Pieces) else data
+
+
 class Spread:
     """A tensor's bytes over several pieces: their length, and the bytes themselves only when asked."""
 
@@ -276,8 +281,7 @@ def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces, bool], N
     """The check of a model-level call's message: a valid message of `kind` whose `field` is a valid version."""
 
     def check(data: bytes | Pieces, keyed: bool) -> None:
-        message = data.join() if isinstance(data, Pieces) else data
-        check_grpc_version(getattr(_parse(kind, message), field))
+        check_grpc_version(getattr(_parse(kind, whole(data)), field))
         return None
 
     return check
@@ -291,8 +295,7 @@ def check_region_call(kind: Any, what: str) -> Callable[[bytes | Pieces, bool], 
     """
 
     def check(data: bytes | Pieces, keyed: bool) -> None:
-        message = data.join() if isinstance(data, Pieces) else data
-        check_own_region(_parse(kind, message).name, what)
+        check_own_region(_parse(kind, whole(data)).name, what)
 
     return check
 
