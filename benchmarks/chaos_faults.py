@@ -48,6 +48,7 @@ from mslite_backend.settings import KEY_DIR_ENV
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.workers import children_of, state_of, workers_of
 from tests.support.repository import GEN as generate_models
+from tests.support.traffic import Loops
 from tests.support.updatable import build_updated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +60,7 @@ KINDS = ("python", "http")
 
 
 # -- load ------------------------------------------------------------------------------------------
-class Load:
+class Load(Loops):
     """8 Python-client threads and 8 raw-HTTP threads; per kind: success times, failures, wrong answers."""
 
     def __init__(self, runner: mslite.ModelParallelRunner, http_url: str, threads: int = 8) -> None:
@@ -68,9 +69,7 @@ class Load:
         self.failed: dict[str, list[tuple[float, str]]] = {k: [] for k in KINDS}
         self.wrong = dict.fromkeys(KINDS, 0)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._python, daemon=True) for _ in range(threads)]
-        self._threads += [threading.Thread(target=self._http, daemon=True) for _ in range(threads)]
+        super().__init__([self._python] * threads + [self._http] * threads)
 
     def _note(self, kind: str, error: str | None = None, wrong: bool = False) -> None:
         with self._lock:
@@ -136,16 +135,6 @@ class Load:
     def first_failures(self, start: float, end: float, n: int = 2) -> list[str]:
         with self._lock:
             return [f"{k}: {e}" for k in KINDS for t, e in self.failed[k] if start < t <= end][:n]
-
-    def __enter__(self) -> Load:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=120)
 
 
 # -- the stack -------------------------------------------------------------------------------------
@@ -300,7 +289,7 @@ def shm_cross(stack: Stack) -> str:
 VICTIM_FLOATS = 16384  # 64 KiB inputs: the Python client sends them through shared memory
 
 
-class Victims:
+class Victims(Loops):
     """Python-client threads predicting `wide` (y = 2x + 1) with 64 KiB random inputs; every answer checked."""
 
     def __init__(self, url: str, threads: int) -> None:
@@ -310,8 +299,7 @@ class Victims:
         self.model.build_from_file("triton://wide", mslite.ModelType.MINDIR, ctx)
         self.ok = self.wrong = 0
         self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+        super().__init__([self._loop] * threads, join_s=60)
 
     def _loop(self) -> None:
         rng = np.random.default_rng()
@@ -323,16 +311,6 @@ class Victims:
                 self.ok, self.wrong = self.ok + right, self.wrong + (not right)
             except Exception as e:  # counted
                 self.failures.append(repr(e)[:200])
-
-    def __enter__(self) -> Victims:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=60)
 
 
 def _deep_json(depth: int = 150_000) -> bytes:

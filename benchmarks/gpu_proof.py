@@ -162,39 +162,7 @@ def inprocess_throughput(path: str, device: str, callers: int, seconds: float) -
     for s in pool:
         for _ in range(3):
             s.run(None, feed)
-    lat: list[list[float]] = [[] for _ in range(callers)]
-    start = threading.Barrier(callers + 1)
-    stop = threading.Event()
-
-    def loop(i: int) -> None:
-        s = pool[i % 2]
-        start.wait()
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            s.run(None, feed)
-            lat[i].append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(callers)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    ms = np.array([v for per in lat for v in per]) * 1e3
-    result = {
-        "sessions": 2,
-        "callers": callers,
-        "img_s": len(ms) / wall,
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "max_ms": float(ms.max()),
-    }
-    print(json.dumps(result), flush=True)
-    return result
+    return _callers_loop(lambda i: pool[i % 2].run(None, feed), callers, seconds, sessions=2)
 
 
 # --- the served model ----------------------------------------------------------------------------------

@@ -113,6 +113,11 @@ class Pieces:
         return b"".join(self.parts)
 
 
+def whole(data: bytes | Pieces) -> bytes:
+    """A message in one bytes object: `Pieces` joined, bytes as they are."""
+    return data.join() if isinstance(data, Pieces) else data
+
+
 class Spread:
     """A tensor's bytes over several pieces: their length, and the bytes themselves only when asked."""
 
@@ -276,28 +281,25 @@ def check_versioned(kind: Any, field: str) -> Callable[[bytes | Pieces, bool], N
     """The check of a model-level call's message: a valid message of `kind` whose `field` is a valid version."""
 
     def check(data: bytes | Pieces, keyed: bool) -> None:
-        message = data.join() if isinstance(data, Pieces) else data
-        check_grpc_version(getattr(_parse(kind, message), field))
+        check_grpc_version(getattr(_parse(kind, whole(data)), field))
         return None
 
     return check
 
 
-def check_unregister(data: bytes | Pieces, keyed: bool) -> None:
-    """A shared-memory unregister call may not name one of the gateway's regions (an empty name: all others).
+def check_region_call(kind: Any, what: str) -> Callable[[bytes | Pieces, bool], None]:
+    """The check of a shared-memory call: a valid message of `kind` whose `name` is none of the gateway's regions.
 
-    Raises:
-        Refusal: a name with the gateway's prefix, or bytes that are no SystemSharedMemoryUnregisterRequest.
+    Raises (the check):
+        Refusal: a name with the gateway's prefix (the call would have it `what`), or bytes that are no `kind`.
     """
-    message = data.join() if isinstance(data, Pieces) else data
-    check_own_region(_parse(pb.SystemSharedMemoryUnregisterRequest, message).name, "unregistered")
+
+    def check(data: bytes | Pieces, keyed: bool) -> None:
+        check_own_region(_parse(kind, whole(data)).name, what)
+
+    return check
 
 
-def check_register(data: bytes | Pieces, keyed: bool) -> None:
-    """A shared-memory register call may not take a name of the gateway's (Triton would then read its tensors there).
-
-    Raises:
-        Refusal: a name with the gateway's prefix, or bytes that are no SystemSharedMemoryRegisterRequest.
-    """
-    message = data.join() if isinstance(data, Pieces) else data
-    check_own_region(_parse(pb.SystemSharedMemoryRegisterRequest, message).name, "registered")
+# An unregister call without a name unregisters all others; a registered one would have Triton read its tensors there.
+check_unregister = check_region_call(pb.SystemSharedMemoryUnregisterRequest, "unregistered")
+check_register = check_region_call(pb.SystemSharedMemoryRegisterRequest, "registered")

@@ -54,6 +54,7 @@ from mslite_gateway.grpc_checks import (
     check_versioned,
     read_model_infer,
     staged_model_infer,
+    whole,
 )
 from mslite_gateway.grpc_frames import (
     ACK,
@@ -640,8 +641,7 @@ class RelayCore:
         staged = b""
         try:
             if stream.rewrite is not None:
-                data = stream.message(self.rules.cap)
-                data = data.join() if isinstance(data, Pieces) else data
+                data = whole(stream.message(self.rules.cap))
                 self._send_message(sid, flags, stream.rewrite(data) or data)
                 stream.done = True
                 return False

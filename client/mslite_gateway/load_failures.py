@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mslite_backend.scrub import load_reason, scrub
+from mslite_backend.scrub import json_error, load_reason, scrub, with_error
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +81,10 @@ class LoadFailures:
 
     async def explain_json(self, model: str, body: bytes) -> bytes:
         """A JSON error answer (`{"error": "..."}`) explained as `explain` does; any other body unchanged."""
-        try:
-            doc = json.loads(body)
-        except ValueError:
+        doc = json_error(body)
+        if doc is None or not not_ready(doc["error"]):
             return body
-        if not isinstance(doc, dict) or not isinstance(doc.get("error"), str) or not not_ready(doc["error"]):
-            return body
-        told = await self.explain(model, doc["error"])
-        return body if told == doc["error"] else json.dumps({**doc, "error": told}).encode()
+        return with_error(body, doc, await self.explain(model, doc["error"]))
 
     def explain_now(self, message: str) -> str:
         """The same without waiting (gRPC), the model named in the message: from the index as last read."""

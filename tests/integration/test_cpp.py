@@ -29,7 +29,7 @@ from mslite_backend import protocol, settings
 from mslite_triton import _admin_key, _pending
 from tests.integration.test_java import unload
 from tests.support.processes import free_port, worker_pids
-from tests.support.repository import GEN, ROOT
+from tests.support.repository import GEN, ROOT, private_tiny
 
 pytestmark = pytest.mark.integration
 
@@ -274,15 +274,12 @@ def test_a_batch_of_two(server, builds, files, tmp_path):
 
 def test_runner_refuses_predicts_beyond_its_bound(server, builds, tmp_path: Path) -> None:
     """[runner] max_pending_predicts=1: a second predict while one is held fails at once with kLiteServiceDeny."""
-    private = GEN.build_tiny()
-    helper.set_model_props(private, {"test": "cpp pending bound"})
-    (tmp_path / "private.onnx").write_bytes(private.SerializeToString())
     ctx = mslite.Context()
     ctx.server_url = server.grpc_url
     ctx.cpu.thread_num = 1
     ctx.parallel.workers_num = 1
     loaded = mslite.ModelParallelRunner()
-    loaded.build_from_file(str(tmp_path / "private.onnx"), ctx)  # the C++ runner binds to this model
+    loaded.build_from_file(str(private_tiny(tmp_path, "cpp_bound")), ctx)  # the C++ runner binds to this model
     name = loaded._remote.info.name
     (worker,) = worker_pids(server, name)
 

@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
@@ -34,6 +33,7 @@ from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 from mslite_triton import _admin_key
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.gateway_process import GatewayProcess
+from tests.support.model_zoo import difference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, MINIMAL, add_model
 
@@ -43,23 +43,10 @@ T = 75000  # floats per input of `pair`: 2 x 300 KB, a 600 KB request
 SERVICE = "/inference.GRPCInferenceService"
 
 
-def _pair() -> bytes:
-    """d = a - b on two [N, T] float32 inputs."""
-    graph = helper.make_graph(
-        [helper.make_node("Sub", ["a", "b"], ["d"])],
-        "pair",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", "T"]) for n in ("a", "b")],
-        [helper.make_tensor_value_info("d", TensorProto.FLOAT, ["N", "T"])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return bytes(model.SerializeToString())
-
-
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo = tmp_path_factory.mktemp("security_repo")
-    add_model(repo, "pair", _pair(), MINIMAL)
+    add_model(repo, "pair", difference(), MINIMAL)
     add_model(repo, "tiny", GEN.build_tiny(), MINIMAL)
     config = ServerConfig(model_repository=repo, gateway=True, supervise=False, exit_timeout_s=5)
     with EmbeddedServer(config) as server:
@@ -69,7 +56,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
 @pytest.fixture(scope="module")
 def pair_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("security_files") / "pair.onnx"
-    path.write_bytes(_pair())
+    path.write_bytes(difference().SerializeToString())
     return path
 
 

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.model_zoo import difference
 from tests.support.repository import MINIMAL, add_model
 
 pytestmark = pytest.mark.integration
@@ -35,23 +35,10 @@ T = 20000  # 80 KB per input: over the gateway's 64 KiB threshold
 SHM = Path("/dev/shm")
 
 
-def _pair() -> bytes:
-    """d = a - b on two [N, T] float32 inputs: swapped or shifted inputs change the answer."""
-    graph = helper.make_graph(
-        [helper.make_node("Sub", ["a", "b"], ["d"])],
-        "pair",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", "T"]) for n in ("a", "b")],
-        [helper.make_tensor_value_info("d", TensorProto.FLOAT, ["N", "T"])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return bytes(model.SerializeToString())
-
-
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     repo = tmp_path_factory.mktemp("staging_repo")
-    add_model(repo, "pair", _pair(), MINIMAL)
+    add_model(repo, "pair", difference(), MINIMAL)
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
     with EmbeddedServer(config) as server:
         yield server
@@ -187,7 +174,7 @@ def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
 
 
 def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
-    add_model(tmp_path, "pair", _pair(), MINIMAL)
+    add_model(tmp_path, "pair", difference(), MINIMAL)
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
     with EmbeddedServer(config) as server:
         a, b = _inputs(17)
@@ -198,7 +185,7 @@ def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
 
 
 def test_a_killed_gateway_leaves_no_region_once_the_server_stops(tmp_path: Path):
-    add_model(tmp_path, "pair", _pair(), MINIMAL)
+    add_model(tmp_path, "pair", difference(), MINIMAL)
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
     with EmbeddedServer(config) as server:
         a, b = _inputs(23)

@@ -10,12 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from onnx import helper
 
 import mslite_triton as mslite
-from mslite_triton.server.workers import workers_of
 from tests.integration.test_java import JAVA, require_jdk
-from tests.support.repository import GEN
+from tests.support.processes import worker_pids
+from tests.support.repository import private_tiny
 
 pytestmark = pytest.mark.integration
 
@@ -64,17 +63,14 @@ public class PendingBound {
 
 def test_java_runner_refuses_predicts_beyond_its_bound(server, tmp_path: Path) -> None:
     require_jdk()
-    private = GEN.build_tiny()
-    helper.set_model_props(private, {"test": "java pending bound"})
-    (tmp_path / "private.onnx").write_bytes(private.SerializeToString())
     ctx = mslite.Context()
     ctx.server_url = server.grpc_url
     ctx.cpu.thread_num = 1
     ctx.parallel.workers_num = 1
     loaded = mslite.ModelParallelRunner()
-    loaded.build_from_file(str(tmp_path / "private.onnx"), ctx)  # the Java runner binds to this model
+    loaded.build_from_file(str(private_tiny(tmp_path, "java_bound")), ctx)  # the Java runner binds to this model
     name = loaded._remote.info.name
-    (worker,) = [w.pid for w in workers_of(server.process.pid) if w.instance.startswith(name + "_")]
+    (worker,) = worker_pids(server, name)
 
     classes = tmp_path / "classes"
     (tmp_path / "PendingBound.java").write_text(PROGRAM)

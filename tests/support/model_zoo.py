@@ -60,6 +60,19 @@ def multi_io() -> onnx.ModelProto:
     )
 
 
+def difference() -> onnx.ModelProto:
+    """``d = a - b`` on two ``[N, T]`` float32 inputs: swapped or shifted inputs change the answer.
+
+    Exercises two large inputs per request (the gateway's staging and request-size checks).
+    """
+    return _model(
+        "pair",
+        [helper.make_node("Sub", ["a", "b"], ["d"])],
+        [_vi(n, TensorProto.FLOAT, ["N", "T"]) for n in ("a", "b")],
+        [_vi("d", TensorProto.FLOAT, ["N", "T"])],
+    )
+
+
 def mixed_dtypes() -> onnx.ModelProto:
     """Non-float32 tensors: int64, bool and float16 in and out.
 

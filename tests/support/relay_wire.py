@@ -11,6 +11,18 @@ from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writ
 from mslite_gateway.staging import Region
 
 
+def frames_of(data: bytes | bytearray) -> list[tuple[int, int, int, bytes]]:
+    """(type, flags, stream, payload) of each frame in `data`."""
+    out, i = [], 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i : i + 3], "big")
+        out.append(
+            (data[i + 3], data[i + 4], int.from_bytes(data[i + 5 : i + 9], "big"), bytes(data[i + 9 : i + 9 + n]))
+        )
+        i += 9 + n
+    return out
+
+
 class End:
     """One side's connection as the relay writes to it: the bytes, whether reading paused, whether it closed."""
 

@@ -4,9 +4,33 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from typing import Self
 
 
-class Traffic:
+class Loops:
+    """One thread per target, started on entering the context; on leaving, `_stop` is set and each is joined.
+
+    Each target loops until `_stop` is set. Use as a context manager.
+    """
+
+    def __init__(self, targets: list[Callable[[], None]], *, join_s: float = 120.0) -> None:
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=target, daemon=True) for target in targets]
+        self._join_s = join_s
+
+    def __enter__(self) -> Self:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=self._join_s)
+
+
+class Traffic(Loops):
     """`threads` threads each running `call()` in a loop; successes are counted, failures recorded.
 
     Subclasses define `call`, which raises on a failed or wrong answer. Use as a context manager.
@@ -16,9 +40,8 @@ class Traffic:
         self.ok = 0
         self.failures: list[str] = []
         self._pause_s = pause_after_failure_s
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(threads)]
+        super().__init__([self._loop] * threads)
 
     def call(self) -> None:
         """One call and the check of its answer."""
@@ -41,13 +64,3 @@ class Traffic:
         while self.ok < target and time.monotonic() < deadline:
             time.sleep(0.05)
         assert self.ok >= target, f"only {self.ok} calls done (wanted {target}); failures: {self.failures[:3]}"
-
-    def __enter__(self) -> Traffic:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=120)

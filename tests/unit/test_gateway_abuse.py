@@ -20,7 +20,7 @@ from mslite_gateway.grpc_frames import (
     U32,
     frame,
 )
-from tests.support.relay_wire import End, Wire
+from tests.support.relay_wire import End, Wire, frames_of
 
 
 def test_one_connection_holds_at_most_its_share():
@@ -52,18 +52,6 @@ def test_admission_counts_what_arrives_after_it_admitted_more():
         Admission(max_inflight_per_model=1, max_inflight_bytes=1, body_stall_timeout_s=0)
 
 
-def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, stream, payload) of each frame in `data`."""
-    out, i = [], 0
-    while i + 9 <= len(data):
-        n = int.from_bytes(data[i : i + 3], "big")
-        out.append(
-            (data[i + 3], data[i + 4], int.from_bytes(data[i + 5 : i + 9], "big"), bytes(data[i + 9 : i + 9 + n]))
-        )
-        i += 9 + n
-    return out
-
-
 def _relay() -> tuple[Wire, End, End]:
     client = Wire()
     client.from_client(PREFACE + frame(SETTINGS, 0, 0))
@@ -81,7 +69,7 @@ def test_resets_of_streams_triton_never_had_open_are_not_relayed():
     client.from_client(frame(RST_STREAM, 0, 101, U32.pack(8)))  # a stream never opened
     client.from_client(_headers(encoder, 1) + frame(RST_STREAM, 0, 1, U32.pack(8)))  # opened, then cancelled
     client.from_client(frame(RST_STREAM, 0, 1, U32.pack(8)))  # the same one again: closed already
-    resets = [sid for kind, _, sid, _ in _frames(bytes(to_triton.data[len(PREFACE) :])) if kind == RST_STREAM]
+    resets = [sid for kind, _, sid, _ in frames_of(bytes(to_triton.data[len(PREFACE) :])) if kind == RST_STREAM]
     assert resets == [1]
 
 
@@ -95,9 +83,9 @@ def test_rapid_reset_ends_the_connection_with_enhance_your_calm():
         )
         sid += 200
     assert to_client.closed and to_triton.closed
-    goaway = [f for f in _frames(bytes(to_client.data)) if f[0] == GOAWAY]
+    goaway = [f for f in frames_of(bytes(to_client.data)) if f[0] == GOAWAY]
     assert len(goaway) == 1 and int.from_bytes(goaway[0][3][4:8], "big") == ENHANCE_YOUR_CALM
-    resets = sum(1 for f in _frames(bytes(to_triton.data[len(PREFACE) :])) if f[0] == RST_STREAM)
+    resets = sum(1 for f in frames_of(bytes(to_triton.data[len(PREFACE) :])) if f[0] == RST_STREAM)
     assert resets <= MAX_RESETS_PER_WINDOW  # what Triton saw of it: written at most up to the read that passed it
     assert client.rules.calmed == 1
 

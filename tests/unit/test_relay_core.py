@@ -30,24 +30,12 @@ from mslite_gateway.grpc_frames import (
     frame,
 )
 from tests.support import relay_traffic
-from tests.support.relay_wire import Wire
+from tests.support.relay_wire import Wire, frames_of
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 # One connection each, recorded by benchmarks/relay_replay.py on the tiny model (its first 250 reads): perf_analyzer
 # at c=8, and tritonclient with 8 calls in flight and now and then a call Triton refuses (`--driver tritonclient`).
 RECORDINGS = [relay_traffic.HERE / "perf_analyzer_tiny.reads", relay_traffic.HERE / "tritonclient_tiny.reads"]
-
-
-def _frames(data: bytes | bytearray) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, stream, payload) of each frame in `data`."""
-    out, i = [], 0
-    while i + 9 <= len(data):
-        n = int.from_bytes(data[i : i + 3], "big")
-        out.append(
-            (data[i + 3], data[i + 4], int.from_bytes(data[i + 5 : i + 9], "big"), bytes(data[i + 9 : i + 9 + n]))
-        )
-        i += 9 + n
-    return out
 
 
 def _trailers(payload: bytes) -> dict[str, str]:
@@ -94,7 +82,7 @@ def test_recorded_traffic_is_passed_to_triton_unchanged(recorded):
     reads = relay_traffic.load(recorded)
     sent = b"".join(d for side, d in reads if side == "client")
     assert recorded.with_suffix(".to_triton").read_bytes() == sent  # nothing refused: Triton sees what was sent
-    infers = [f for f in _frames(sent[len(PREFACE) :]) if f[0] == DATA]
+    infers = [f for f in frames_of(sent[len(PREFACE) :]) if f[0] == DATA]
     assert len(infers) > 100
 
 
@@ -104,17 +92,17 @@ def test_the_window_of_refused_data_is_given_back_to_the_client():
     encoder = hpack.Encoder()
     message = _infer_message(4000)  # over the cap: refused at its first bytes
     wire.from_client(_headers(encoder, 1, INFER) + frame(DATA, 0, 1, message[:16000]))
-    refusal = [f for f in _frames(wire.client.data) if f[0] == HEADERS]
+    refusal = [f for f in frames_of(wire.client.data) if f[0] == HEADERS]
     assert refusal and _trailers(refusal[0][3])["grpc-status"] == "8"  # RESOURCE_EXHAUSTED
     # the rest of the message keeps coming (it was in flight): Triton never sees it, so we give its window back
     for _ in range(40):
         wire.from_client(frame(DATA, 0, 1, bytes(10000)))
     credited = sum(
-        int.from_bytes(p, "big") for k, _, sid, p in _frames(wire.client.data) if k == WINDOW_UPDATE and sid == 0
+        int.from_bytes(p, "big") for k, _, sid, p in frames_of(wire.client.data) if k == WINDOW_UPDATE and sid == 0
     )
     assert credited >= _CREDIT_BATCH_BYTES
     assert credited == len(message[:16000]) + 40 * 10000 - wire.core.credit  # all of it, given back in batches
-    assert not [f for f in _frames(wire.triton.data[len(PREFACE) :]) if f[0] == DATA]
+    assert not [f for f in frames_of(wire.triton.data[len(PREFACE) :]) if f[0] == DATA]
 
 
 # -- refused streams, resets, trailers ---------------------------------------------------------------------------
@@ -122,10 +110,10 @@ def test_a_refused_stream_is_answered_here_and_reset_at_triton_and_its_late_fram
     wire = _opened(max_request_bytes=1000)
     encoder = hpack.Encoder()
     wire.from_client(_headers(encoder, 1, INFER) + frame(DATA, END_STREAM, 1, _infer_message(2000)))
-    to_client = _frames(wire.client.data)
+    to_client = frames_of(wire.client.data)
     assert [(k, sid) for k, _, sid, _ in to_client if k in (HEADERS, RST_STREAM)] == [(HEADERS, 1), (RST_STREAM, 1)]
     assert "over this server's limit of 1000 bytes" in _trailers(to_client[0][3])["grpc-message"]
-    to_triton = _frames(wire.triton.data[len(PREFACE) :])
+    to_triton = frames_of(wire.triton.data[len(PREFACE) :])
     assert (RST_STREAM, 0, 1, U32.pack(CANCEL)) in to_triton  # Triton got the headers, never a whole message
     before = len(wire.client.data)
     wire.from_triton(frame(RST_STREAM, 0, 1, U32.pack(CANCEL)) + frame(WINDOW_UPDATE, 0, 1, U32.pack(5)))
@@ -141,7 +129,7 @@ def test_our_answers_wait_for_a_frame_boundary_in_tritons_bytes():
     wire.from_client(_headers(encoder, 1, INFER) + frame(DATA, END_STREAM, 1, _infer_message(2000)))
     assert bytes(wire.client.data) == big[:100]  # the refusal waits ...
     wire.from_triton(big[100:] + frame(PING, 0, 0, bytes(8)))
-    kinds = [(k, sid) for k, _, sid, _ in _frames(wire.client.data)]
+    kinds = [(k, sid) for k, _, sid, _ in frames_of(wire.client.data)]
     assert kinds == [(DATA, 3), (HEADERS, 1), (RST_STREAM, 1), (PING, 0)]  # ... and goes in right after it
 
 
@@ -154,7 +142,7 @@ def test_tritons_trailers_are_scrubbed_of_server_paths():
     for name, value in [(b"grpc-message", b"failed to load '/opt/models/secret/model.onnx'")]:
         block += b"\0" + bytes([len(name)]) + name + bytes([len(value)]) + value  # as Triton sends it: not indexed
     wire.from_triton(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
-    (headers,) = [f for f in _frames(wire.client.data) if f[0] == HEADERS]
+    (headers,) = [f for f in frames_of(wire.client.data) if f[0] == HEADERS]
     message = _trailers(headers[3])["grpc-message"]
     assert "/opt/models" not in message and "<path>" in message
 
@@ -167,7 +155,7 @@ def test_client_resets_reach_triton_only_for_open_streams():
         _headers(encoder, 1, "/inference.GRPCInferenceService/ServerLive") + frame(RST_STREAM, 0, 1, U32.pack(8))
     )
     wire.from_client(frame(RST_STREAM, 0, 1, U32.pack(8)))  # closed already
-    resets = [sid for k, _, sid, _ in _frames(wire.triton.data[len(PREFACE) :]) if k == RST_STREAM]
+    resets = [sid for k, _, sid, _ in frames_of(wire.triton.data[len(PREFACE) :]) if k == RST_STREAM]
     assert resets == [1]
 
 
@@ -187,7 +175,7 @@ def test_rapid_reset_is_calmed_and_the_close_waits_for_tritons_frame_in_progress
         assert sid < 4 * MAX_RESETS_PER_WINDOW * 2
     assert not wire.client.closed and wire.wake_s == pytest.approx(1.0)
     wire.from_triton(tritons[50:])  # the end of Triton's frame: then our GOAWAY
-    goaway = [f for f in _frames(wire.client.data) if f[0] == GOAWAY]
+    goaway = [f for f in frames_of(wire.client.data) if f[0] == GOAWAY]
     assert len(goaway) == 1 and U32.unpack(goaway[0][3][4:8])[0] == ENHANCE_YOUR_CALM
     wire.tick(wire.now + 0.5)
     assert not wire.client.closed
@@ -207,10 +195,10 @@ def test_a_message_that_stops_is_dropped_after_the_stall_timeout_and_one_that_mo
     wire.tick(start + 4)
     wire.from_client(frame(DATA, 0, 3, message[16000:32000]))  # stream 3 moves, stream 1 does not
     wire.tick(start + 5.5)
-    answered = {sid: _trailers(p) for k, _, sid, p in _frames(wire.client.data) if k == HEADERS}
+    answered = {sid: _trailers(p) for k, _, sid, p in frames_of(wire.client.data) if k == HEADERS}
     assert list(answered) == [1] and answered[1]["grpc-status"] == "4"  # DEADLINE_EXCEEDED
     assert "no byte of it arrived for 5 s" in answered[1]["grpc-message"]
-    assert (RST_STREAM, 0, 1, U32.pack(CANCEL)) in _frames(wire.triton.data[len(PREFACE) :])
+    assert (RST_STREAM, 0, 1, U32.pack(CANCEL)) in frames_of(wire.triton.data[len(PREFACE) :])
     assert admission.bytes == 32000 and admission.stalled == 1  # stream 1's bytes given back, stream 3's held
     wire.tick(start + 9.5)
     assert admission.stalled == 2 and admission.bytes == 0 and not wire.client.closed
@@ -230,9 +218,9 @@ def test_without_triton_every_call_is_answered_unavailable_and_the_connection_en
     wire = _opened(reachable=False)
     encoder = hpack.Encoder()
     wire.from_client(_headers(encoder, 1, INFER))
-    kinds = [k for k, *_ in _frames(wire.client.data)]
+    kinds = [k for k, *_ in frames_of(wire.client.data)]
     assert kinds[0] == SETTINGS and GOAWAY in kinds and wire.client.closed
-    (headers,) = [f for f in _frames(wire.client.data) if f[0] == HEADERS]
+    (headers,) = [f for f in frames_of(wire.client.data) if f[0] == HEADERS]
     assert _trailers(headers[3])["grpc-status"] == "14" and not wire.triton.data
 
 
@@ -259,11 +247,11 @@ def test_a_staged_message_is_credited_back_to_the_client_less_what_triton_got_in
         answer = triton.encode([(":status", "200"), ("grpc-status", "0")])
         wire.from_triton(frame(HEADERS, END_HEADERS | END_STREAM, sid, answer))
     to_triton = {
-        sid: sum(len(p) for k, _, s, p in _frames(wire.triton.data[len(PREFACE) :]) if k == DATA and s == sid)
+        sid: sum(len(p) for k, _, s, p in frames_of(wire.triton.data[len(PREFACE) :]) if k == DATA and s == sid)
         for sid in (1, 3)
     }
     assert all(0 < n < 4096 for n in to_triton.values())  # ... and Triton got a small message naming the region
-    updates = [(sid, U32.unpack(p)[0]) for k, _, sid, p in _frames(wire.client.data) if k == WINDOW_UPDATE]
+    updates = [(sid, U32.unpack(p)[0]) for k, _, sid, p in frames_of(wire.client.data) if k == WINDOW_UPDATE]
     # A stream's window: every byte held but the last frame's (which ends the stream). The connection's: every
     # byte held, less what Triton got in their place (Triton gives that back itself); the rest is owed still.
     for sid in (1, 3):

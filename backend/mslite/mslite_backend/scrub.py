@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from .protocol import GATEWAY_REGION_PREFIX
 
@@ -49,13 +50,21 @@ def load_reason(text: str) -> str:
     return _LOAD_WRAPPING.sub("", text)
 
 
-def scrub_json_error(body: bytes) -> bytes:
-    """A Triton JSON error answer (`{"error": "..."}`) with its message scrubbed; any other body unchanged."""
+def json_error(body: bytes) -> dict[str, Any] | None:
+    """The document of a Triton JSON error answer (`{"error": "..."}`, a str), or None for any other body."""
     try:
         doc = json.loads(body)
     except ValueError:
-        return body
-    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
-        return body
-    cleaned = scrub(doc["error"])
-    return body if cleaned == doc["error"] else json.dumps({**doc, "error": cleaned}).encode()
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("error"), str) else None
+
+
+def with_error(body: bytes, doc: dict[str, Any], message: str) -> bytes:
+    """The error answer `body` (parsed as `doc`) telling `message` instead: the same bytes when it is unchanged."""
+    return body if message == doc["error"] else json.dumps({**doc, "error": message}).encode()
+
+
+def scrub_json_error(body: bytes) -> bytes:
+    """A Triton JSON error answer (`{"error": "..."}`) with its message scrubbed; any other body unchanged."""
+    doc = json_error(body)
+    return body if doc is None else with_error(body, doc, scrub(doc["error"]))
