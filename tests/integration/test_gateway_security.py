@@ -392,8 +392,9 @@ def test_a_load_naming_a_path_triton_cannot_create_is_refused(srv, protocol):
     client = mod.InferenceServerClient(f"127.0.0.1:{srv.grpc_port if protocol == 'grpc' else srv.http_port}")
     config = json.dumps({"backend": "mslite"})
     big = {"file:1/pad.bin": b"\0" * (2 << 20)}  # over the 1 MiB a load override is read within
+    keyed = {_admin_key.GRPC_HEADER if protocol == "grpc" else _admin_key.HEADER: srv.admin_key or ""}
     try:
-        for headers in ({}, _key(srv)):
+        for headers in ({}, keyed):
             for name in LONG_NAMES.values():
                 for extra in ({}, big):
                     with pytest.raises(InferenceServerException, match="^.*Invalid file path") as refused:
@@ -401,9 +402,9 @@ def test_a_load_naming_a_path_triton_cannot_create_is_refused(srv, protocol):
                     assert "/tmp" not in str(refused.value) and "AAAA" not in str(refused.value)
         assert srv.process.pid == pid and srv.process.poll() is None
         model = {"file:1/model.onnx": GEN.build_tiny().SerializeToString(), **big}
-        client.load_model("longpath", config=config, files=model, headers=_key(srv))
+        client.load_model("longpath", config=config, files=model, headers=keyed)
         assert client.is_model_ready("longpath")
-        client.unload_model("longpath", headers=_key(srv))
+        client.unload_model("longpath", headers=keyed)
     finally:
         client.close()
     assert srv.process.pid == pid and srv.process.poll() is None
