@@ -7,17 +7,19 @@ backend library for backend 'onnxruntime'", and Triton 2.51 then keeps the faile
 models until its exit timeout. Triton's own client examples send such overrides (`{"max_batch_size": 16}`),
 meaning "this model, with these changes". So the gateway adds `"backend": "mslite"` to an override that
 names no backend and no platform; any other load (an override that names one, no override, or one that
-is not a JSON object, which Triton refuses in its own words) goes through unchanged, and so does a load
-message over `MAX_REWRITTEN_BYTES` (an upload's model files come in the same message).
+is not a JSON object, which Triton refuses in its own words) goes through unchanged, and so does an HTTP
+load body over `MAX_REWRITTEN_BYTES` (an upload's model files come in the same body: not parsed twice on
+the event loop). A gRPC load message is held whole anyway (below), and rewritten at any size.
 
 An upload's `file:PATH` parameter is written by Triton 2.51 at PATH under its temporary directory
 (`/tmp/folderXXXXXX/`), and a PATH the file system cannot take (a component over NAME_MAX bytes, or the
 whole over PATH_MAX) throws an exception nobody catches there: tritonserver aborts, leaving its upload
 copy behind. So the gateway refuses such a load itself, in the words later Triton releases use ("Invalid
 file path"), for every caller. A PATH that leaves the directory (`..`, a symlink) Triton 2.51 already
-refuses ("must stay within model directory"), and an absolute one it joins under the directory: those go
-on. Checking the keys needs the whole message: a gRPC load is held until whole (up to the request cap,
-as an HTTP body is), then parsed.
+refuses (the load fails: "must stay within model directory"), and an absolute one it writes under the
+directory: those go on. Checking the keys needs the whole message: a gRPC load is held until whole (up to the request cap and
+counted against the admission budget, as an HTTP body is), then parsed; a large HTTP body is parsed off
+the event loop (`offload`).
 """
 
 from __future__ import annotations
@@ -116,8 +118,6 @@ def grpc_load_message(message: bytes) -> bytes | None:
         return None
     for key in req.parameters:
         check_file_path(key)
-    if len(message) > MAX_REWRITTEN_BYTES:  # an upload: its override goes as it is
-        return None
     if CONFIG_PARAMETER not in req.parameters:
         return None
     param = req.parameters[CONFIG_PARAMETER]
