@@ -601,7 +601,6 @@ class RelayCore:
     def _data(self, sid: int, flags: int, parts: list[Any]) -> bool:
         """Whether this (whole, checked-stream) DATA frame goes on to Triton."""
         stream = self.streams[sid]
-        first = stream.got == 0
         if flags & PADDED:
             stream.add(unpadded(joined(parts), flags) if parts else b"")
         else:

@@ -17,9 +17,9 @@ whole over PATH_MAX) throws an exception nobody catches there: tritonserver abor
 copy behind. So the gateway refuses such a load itself, in the words later Triton releases use ("Invalid
 file path"), for every caller. A PATH that leaves the directory (`..`, a symlink) Triton 2.51 already
 refuses (the load fails: "must stay within model directory"), and an absolute one it writes under the
-directory: those go on. Checking the keys needs the whole message: a gRPC load is held until whole (up to the request cap and
-counted against the admission budget, as an HTTP body is), then parsed; a large HTTP body is parsed off
-the event loop (`offload`).
+directory: those go on. Checking the keys needs the whole message: a gRPC load is held until whole (up
+to the request cap and counted against the admission budget, as an HTTP body is), then parsed; a large
+HTTP body is parsed off the event loop (`offload`).
 """
 
 from __future__ import annotations
