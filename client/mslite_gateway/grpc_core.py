@@ -97,7 +97,7 @@ from mslite_gateway.grpc_frames import (
 )
 from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_gateway.load_failures import LoadFailures
-from mslite_gateway.model_control import MAX_REWRITTEN_BYTES, grpc_load_message
+from mslite_gateway.model_control import grpc_load_message
 from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.staging import Staging
 
@@ -152,7 +152,8 @@ class RelayRules:
         self.checks[self.unregister_path] = check_unregister
         self.checks[f"/{SERVICE}/SystemSharedMemoryRegister".encode()] = check_register
         self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
-        # calls whose message may be sent on changed (`model_control`): held until whole, then rewritten
+        # calls whose message may be sent on changed or refused (`model_control`): held until whole (up to the
+        # cap, an upload's files too: its keys are checked), then rewritten
         self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
 
 
@@ -601,15 +602,11 @@ class RelayCore:
     def _data(self, sid: int, flags: int, parts: list[Any]) -> bool:
         """Whether this (whole, checked-stream) DATA frame goes on to Triton."""
         stream = self.streams[sid]
-        first = stream.got == 0
         if flags & PADDED:
             stream.add(unpadded(joined(parts), flags) if parts else b"")
         else:
             for part in parts:
                 stream.add(part)
-        if first and stream.rewrite is not None and stream.size > MAX_REWRITTEN_BYTES:
-            self.finish(sid)  # an upload with its files: it goes through as it comes, unread (`model_control`)
-            return True
         cap = self.rules.cap
         if stream.size > cap or (stream.size < 0 and stream.got > cap):
             self.refuse(

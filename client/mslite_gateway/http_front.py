@@ -42,7 +42,7 @@ from mslite_gateway.http_framing import (
     upstream_head,
 )
 from mslite_gateway.load_failures import LoadFailures
-from mslite_gateway.model_control import LOAD_ROUTE, http_load_body
+from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, Offload
 from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.staging import Staging
@@ -330,7 +330,8 @@ class HttpFront:
     async def _relay(self, req: Request) -> Response:
         """Any request but inference: relayed as it is, but for shared-memory calls and load overrides.
 
-        A load override that names no backend gets ours (`model_control`).
+        A load override that names no backend gets ours, and a load naming a file path Triton cannot create is
+        refused (`model_control`).
 
         After a keyed unregister call (without a name: every region, the gateway's too) staging checks its
         registrations again before it next uses one; a call that changes state is never sent twice.
@@ -340,6 +341,11 @@ class HttpFront:
             self.staging.recheck()
         head, body = upstream_head(req), req.body
         if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
+            # a file path Triton cannot create aborts it: refused here (`model_control`), a large body off the loop
+            if self.offload is not None and (len(req.body) > OFFLOAD_BYTES or req.header(b"content-encoding")):
+                await self._check_off_loop(check_http_load, req, self.cap)
+            else:
+                check_http_load(req, self.cap)
             rewritten = http_load_body(req.body)  # an override that names no backend keeps ours
             if rewritten is not None:
                 head, body = upstream_head(req, rewritten), rewritten

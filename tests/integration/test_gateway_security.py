@@ -362,3 +362,38 @@ def test_refusals_triton_gives_too_come_in_its_words(srv):
     request.model_version = "x" * 50_000  # echoed cut short: the answer must fit one HTTP/2 frame
     code, details = _grpc_call(srv.grpc_port, "ModelInfer", request.SerializeToString())
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("failed to get model version")
+
+
+LONG_NAMES = {
+    "component": "file:" + "A" * 256,  # over NAME_MAX: Triton 2.51 aborts on it
+    "whole": "file:" + "/".join(["a" * 200] * 21),  # over PATH_MAX under Triton's temporary directory
+}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_load_naming_a_path_triton_cannot_create_is_refused(srv, protocol):
+    """For every caller, on both protocols, and in a gRPC load large enough to have streamed; a normal upload works."""
+    assert srv.process is not None
+    pid = srv.process.pid
+    mod = grpcclient if protocol == "grpc" else httpclient
+    client = mod.InferenceServerClient(f"127.0.0.1:{srv.grpc_port if protocol == 'grpc' else srv.http_port}")
+    config = json.dumps({"backend": "mslite"})
+    big = {"file:1/pad.bin": b"\0" * (2 << 20)}  # over the 1 MiB a load override is read within
+    keyed = {_admin_key.GRPC_HEADER if protocol == "grpc" else _admin_key.HEADER: srv.admin_key or ""}
+    try:
+        for headers in (keyed, {}):  # keyed first: without the check, Triton itself would take it, and abort
+            for name in LONG_NAMES.values():
+                for extra in ({}, big):
+                    with pytest.raises(InferenceServerException, match="^.*Invalid file path") as refused:
+                        client.load_model("longpath", config=config, files={name: b"a", **extra}, headers=headers)
+                    assert "/tmp" not in str(refused.value) and "AAAA" not in str(refused.value)
+        assert srv.process.pid == pid and srv.process.poll() is None
+        model = {"file:1/model.onnx": GEN.build_tiny().SerializeToString(), **big}
+        # a gRPC load is held whole to be checked: an override without a backend gets ours at any size
+        upload_config = "{}" if protocol == "grpc" else config
+        client.load_model("longpath", config=upload_config, files=model, headers=keyed)
+        assert client.is_model_ready("longpath")
+        client.unload_model("longpath", headers=keyed)
+    finally:
+        client.close()
+    assert srv.process.pid == pid and srv.process.poll() is None

@@ -7,7 +7,16 @@ import json
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.model_control import LOAD_ROUTE, grpc_load_message, http_load_body, keep_backend
+from mslite_gateway.http_framing import Request
+from mslite_gateway.model_control import (
+    LOAD_ROUTE,
+    check_file_path,
+    check_http_load,
+    grpc_load_message,
+    http_load_body,
+    keep_backend,
+)
+from mslite_gateway.rules import Refusal
 
 
 def test_an_override_without_backend_or_platform_gets_mslite() -> None:
@@ -56,3 +65,23 @@ def test_the_load_route() -> None:
     assert LOAD_ROUTE.fullmatch(b"/v2/repository/models/simple/load")
     assert not LOAD_ROUTE.fullmatch(b"/v2/repository/models/simple/unload")
     assert not LOAD_ROUTE.fullmatch(b"/v2/repository/models/a/b/load")
+
+
+@pytest.mark.parametrize(
+    "key", ["file:1/" + "é" * 128, "file:" + "/".join(["a" * 200] * 21), "file:" + "b" * 256 + "/model.onnx"]
+)
+def test_a_file_path_triton_cannot_create_is_refused(key: str) -> None:
+    with pytest.raises(Refusal, match="^Invalid file path"):
+        check_file_path(key)
+    req = pb.RepositoryModelLoadRequest(model_name="simple")
+    req.parameters[key].bytes_param = b"a"
+    with pytest.raises(Refusal, match="^Invalid file path"):
+        grpc_load_message(req.SerializeToString())
+    body = json.dumps({"parameters": {"config": "{}", key: "YQ=="}}).encode()
+    with pytest.raises(Refusal, match="^Invalid file path"):
+        check_http_load(Request(b"POST", b"/v2/repository/models/simple/load", b"HTTP/1.1", [], body), 1 << 20)
+
+
+@pytest.mark.parametrize("key", ["file:1/" + "a" * 255, "file:" + "/".join(["a" * 200] * 20), "file:../x", "config"])
+def test_paths_triton_can_create_or_refuses_itself_go_on(key: str) -> None:
+    check_file_path(key)
