@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,14 @@ def _load(
 def _count_runs(runtime: ModelRuntime) -> list[dict[str, np.ndarray]]:
     """Record every session run of `runtime` (to see which requests were merged)."""
     calls: list[dict[str, np.ndarray]] = []
-    real = runtime.session.run
+    session: Any = runtime.string_session or runtime.session  # a string model runs on its C API session
+    real = session.run
 
     def run(names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         calls.append(feeds)
         return real(names, feeds)
 
-    runtime.session.run = run  # type: ignore[method-assign]
+    session.run = run
     return calls
 
 
@@ -481,8 +483,10 @@ def test_request_size_cap(tmp_path: Path) -> None:
 
 # --- string (BYTES) tensors --------------------------------------------------------------------
 
-# UTF-8 text of every kind: embedded and trailing NULs, empty strings, multi-byte characters
+# Bytes of every kind: embedded and trailing NULs, empty strings, multi-byte UTF-8, and bytes that are not
+# UTF-8 at all (ORT's C API takes and gives each string with its length: nothing is decoded)
 TEXTS = [b"hello", b"he\x00llo", b"", "\u00e9\u20ac\U0001f600".encode(), b"\x00", b"end\x00"]
+NOT_UTF8 = [b"\xff\xfe", b"\x80", b"a\xc3", b"\x00\xff\x00", b"\xed\xa0\x80", bytes(range(256))]
 
 
 def _strings(rows: list[list[bytes]]) -> np.ndarray:
@@ -491,10 +495,12 @@ def _strings(rows: list[list[bytes]]) -> np.ndarray:
     return array
 
 
-def test_strings_round_trip_byte_for_byte(tmp_path: Path) -> None:
+@pytest.mark.parametrize("texts", [TEXTS, NOT_UTF8], ids=["utf8", "not_utf8"])
+def test_strings_round_trip_byte_for_byte(tmp_path: Path, texts: list[bytes]) -> None:
     runtime = _load(tmp_path, zoo.string_identity())
-    assert runtime.direct_run() is None  # strings are converted on every run
-    sent = _strings([TEXTS[:3], TEXTS[3:]])
+    assert runtime.string_session is not None and not runtime.notes
+    assert runtime.direct_run() is None  # strings take their own path on every run
+    sent = _strings([texts[:3], texts[3:]])
     got = _ok(runtime.execute([{"INPUT0": sent}])[0])["OUTPUT0"]
     assert got.dtype == object and got.shape == (2, 3)
     assert [type(v) for v in got.flat] == [bytes] * 6
@@ -503,7 +509,8 @@ def test_strings_round_trip_byte_for_byte(tmp_path: Path) -> None:
 
 def test_merged_string_requests_are_split_back(tmp_path: Path) -> None:
     runtime = _load(tmp_path, zoo.string_identity(), merge_requests="true")
-    requests = [{"INPUT0": _strings([[t, t + b"!"]] * n)} for t, n in zip(TEXTS, (2, 1, 3, 1))]
+    texts = TEXTS[:2] + NOT_UTF8[:2]
+    requests = [{"INPUT0": _strings([[t, t + b"\xff"]] * n)} for t, n in zip(texts, (2, 1, 3, 1))]
     calls = _count_runs(runtime)
     results = runtime.execute(requests)
     assert len(calls) == 1 and calls[0]["INPUT0"].shape == (7, 2)
@@ -511,16 +518,16 @@ def test_merged_string_requests_are_split_back(tmp_path: Path) -> None:
         assert _ok(result)["OUTPUT0"].tolist() == feeds["INPUT0"].tolist()
 
 
-def test_a_string_that_is_not_utf8_fails_alone_naming_its_element(tmp_path: Path) -> None:
+def test_an_element_that_is_not_bytes_fails_alone_naming_it(tmp_path: Path) -> None:
     runtime = _load(tmp_path, zoo.string_identity(), merge_requests="true")
-    good = {"INPUT0": _strings([[b"a", b"b"]])}
-    bad = {"INPUT0": _strings([[b"ok", b"ok"], [b"ok", b"x\xff"]])}
+    good = {"INPUT0": _strings([[b"a", b"\xff"]])}
+    bad = {"INPUT0": _strings([[b"ok", b"ok"], [b"ok", 7]])}  # type: ignore[list-item]
     results = runtime.execute([good, bad, good])
-    assert _ok(results[0])["OUTPUT0"].tolist() == [[b"a", b"b"]]
-    assert _ok(results[2])["OUTPUT0"].tolist() == [[b"a", b"b"]]
+    assert _ok(results[0])["OUTPUT0"].tolist() == [[b"a", b"\xff"]]
+    assert _ok(results[2])["OUTPUT0"].tolist() == [[b"a", b"\xff"]]
     assert isinstance(results[1], RequestError)
     message = str(results[1])
-    assert "input 'INPUT0'" in message and "element 3" in message and "UTF-8" in message and "0xff" in message
+    assert "model 'm', input 'INPUT0'" in message and "element 3 is int, not bytes" in message
 
 
 def test_strings_cast_to_numbers(tmp_path: Path) -> None:
@@ -530,7 +537,52 @@ def test_strings_cast_to_numbers(tmp_path: Path) -> None:
     assert got.dtype == np.int32 and got.tolist() == [[1, -20, 300, 0], [7, 8, 9, 2147483647]]
 
 
-def test_a_string_output_that_is_not_utf8_is_a_clear_failure(tmp_path: Path) -> None:
+def test_strings_that_are_not_numbers_fail_the_cast_in_ort_words(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.string_to_int())
+    result = runtime.execute([{"INPUT0": _strings([[b"1", b"\xff", b"3", b"4"]])}])[0]
+    assert isinstance(result, InferenceFailure)
+    assert str(result).startswith("inference failed: ") and "Cast" in str(result)
+
+
+def _strings_beside_numbers() -> onnx.ModelProto:
+    """TEXT [N, 2] string and X [N, 2] float in; TEXT twice over (StringConcat), TEXT as is and X + 1 out."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("StringConcat", ["TEXT", "TEXT"], ["TWICE"]),
+            helper.make_node("Identity", ["TEXT"], ["SAME"]),
+            helper.make_node("Add", ["X", "one"], ["Y"]),
+        ],
+        "strings_beside_numbers",
+        [
+            helper.make_tensor_value_info("TEXT", TensorProto.STRING, ["N", 2]),
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 2]),
+        ],
+        [
+            helper.make_tensor_value_info("TWICE", TensorProto.STRING, ["N", 2]),
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 2]),
+            helper.make_tensor_value_info("SAME", TensorProto.STRING, ["N", 2]),
+        ],
+        initializer=[numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def test_string_and_numeric_outputs_side_by_side_merged(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, _strings_beside_numbers(), merge_requests="true")
+    requests = [
+        {"TEXT": _strings([[t, b"\x00" + t]] * n), "X": np.full((n, 2), i, np.float32)}
+        for i, (t, n) in enumerate(zip([b"\xff\xfe", b"", b"ab\x00", b"\xc3"], (1, 3, 2, 1)))
+    ]
+    results = runtime.execute(requests)
+    for i, (feeds, result) in enumerate(zip(requests, results)):
+        out = _ok(result)
+        assert list(out) == ["TWICE", "Y", "SAME"]
+        assert out["SAME"].tolist() == feeds["TEXT"].tolist()
+        assert out["TWICE"].tolist() == [[v + v for v in row] for row in feeds["TEXT"].tolist()]
+        assert out["Y"].dtype == np.float32 and out["Y"].tolist() == (feeds["X"] + 1).tolist(), i
+
+
+def test_a_string_output_that_is_not_utf8_comes_back_as_it_is(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Expand", ["c", "shape"], ["OUTPUT0"]), helper.make_node("Shape", ["x"], ["shape"])],
         "bad_text",
@@ -539,7 +591,41 @@ def test_a_string_output_that_is_not_utf8_is_a_clear_failure(tmp_path: Path) -> 
         initializer=[helper.make_tensor("c", TensorProto.STRING, [1], [b"\xff\xfe"])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    runtime = _load(tmp_path, model, warmup="false")  # the warm-up run would fail the load the same way
-    result = runtime.execute([{"x": np.zeros(2, np.float32)}])[0]
-    assert isinstance(result, InferenceFailure)
-    assert "not valid UTF-8" in str(result)
+    runtime = _load(tmp_path, model)
+    out = _ok(runtime.execute([{"x": np.zeros(2, np.float32)}])[0])
+    assert out["OUTPUT0"].tolist() == [b"\xff\xfe", b"\xff\xfe"]
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def test_string_runs_leave_no_native_objects_behind(tmp_path: Path) -> None:
+    """Every OrtValue of a run is released: 2,000 runs of 128 KiB of strings each keep the RSS where it was."""
+    runtime = _load(tmp_path, zoo.string_identity())
+    sent = _strings([[bytes([i % 256]) * 1024 for i in range(64)]] * 2)
+    for _ in range(200):  # the arena and allocator caches settle first
+        _ok(runtime.execute([{"INPUT0": sent}])[0])
+    before = _rss_kib()
+    for _ in range(2000):
+        got = _ok(runtime.execute([{"INPUT0": sent}])[0])["OUTPUT0"]
+    grown = _rss_kib() - before
+    assert got.tolist() == sent.tolist()
+    # a leaked input or output tensor per run would add 2,000 x 128 KiB = 250 MiB
+    assert grown < 16 * 1024, f"RSS grew by {grown} KiB over 2,000 runs"
+
+
+def test_without_the_c_api_strings_must_be_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ONNX Runtime without the C API version asked for: one note, and today's UTF-8 path."""
+    from mslite_backend import ort_c_strings
+
+    monkeypatch.setattr(ort_c_strings, "_api", None)
+    monkeypatch.setattr(ort_c_strings, "API_VERSION", 10_000)  # no ORT offers it: GetApi answers NULL
+    runtime = _load(tmp_path, zoo.string_identity())
+    assert runtime.string_session is None
+    assert len(runtime.notes) == 1 and "C API could not be loaded" in runtime.notes[0]
+    good = _strings([TEXTS[:3]])
+    assert _ok(runtime.execute([{"INPUT0": good}])[0])["OUTPUT0"].tolist() == good.tolist()
+    result = runtime.execute([{"INPUT0": _strings([[b"ok", b"x\xff"]])}])[0]
+    assert isinstance(result, RequestError) and "element 1 is not valid UTF-8" in str(result)

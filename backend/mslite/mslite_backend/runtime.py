@@ -18,6 +18,7 @@ from .dtypes import TRITON_TO_NUMPY, wire_name
 from .errors import BackendError, ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .mindir import resolve
+from .ort_c_strings import CStringSession
 from .providers import apply_env
 from .session import OrtSession, providers_for
 from .strings import from_ort, placeholder, to_ort
@@ -42,6 +43,7 @@ class ModelRuntime:
         buckets: tuple[int, ...] = (),
         merge: bool = False,
         bucket_sessions: dict[int, OrtSession] | None = None,
+        string_session: CStringSession | None = None,
     ) -> None:
         self.cfg = cfg
         self.buckets = buckets  # fixed batch sizes the session runs at (GPU: one shape per bucket), or none
@@ -65,6 +67,8 @@ class ModelRuntime:
         self._string_inputs = {name for name, (dtype, _) in self._expected.items() if dtype == np.object_}
         self._string_outputs = {t.name for t in io.outputs if t.data_type == "TYPE_STRING"}
         self._strings = bool(self._string_inputs or self._string_outputs)
+        # a string model's runs through ORT's C API, strings as raw bytes (`ort_c_strings`); None: the Python API
+        self.string_session = string_session
         # (name, dtype, shape) of every input of requests that passed: the checks depend on nothing else,
         # except BOOL contents, which are checked on every request
         self._accepted: set[tuple] = set()
@@ -111,16 +115,18 @@ class ModelRuntime:
                 lambda: initial_values(version_dir, cfg, prepared.updatable),
                 persistent=launcher_owner() is not None,
             )
+        strings, string_notes = _string_session(prepared, cfg, instance, io)
         runtime = cls(
             cfg,
             session,
             io,
             store,
             shared=prepared.shared and not notes,
-            notes=prepared.notes + notes + bind_notes,
+            notes=prepared.notes + notes + bind_notes + string_notes,
             buckets=buckets,
             merge=cfg.merges_for(instance.kind),
             bucket_sessions=per_bucket,
+            string_session=strings,
         )
         try:
             runtime.probe_resized()
@@ -300,7 +306,10 @@ class ModelRuntime:
     def _run_strings(
         self, session: OrtSession, feeds: Feeds, weights: dict[str, np.ndarray] | None
     ) -> dict[str, np.ndarray]:
-        """`_run_once` for a model with string tensors: `bytes` to `str` for ONNX Runtime, and back."""
+        """`_run_once` for a model with string tensors: bytes as they are through the C API, or else as UTF-8 `str`."""
+        if self.string_session is not None:
+            outputs = self.string_session.run(self.output_names, {**feeds, **weights} if weights else feeds)
+            return dict(zip(self.output_names, outputs))
         where = f"model '{self.cfg.model_name}'"
         feeds = {name: to_ort(where, name, a) if name in self._string_inputs else a for name, a in feeds.items()}
         outputs = session.run(self.output_names, {**feeds, **weights} if weights else feeds)
@@ -354,6 +363,8 @@ class ModelRuntime:
 
     def close(self, *, failed_load: bool = False) -> None:
         """Leave the weights store (the last worker removes it; see `WeightStore.close`). Safe to call twice."""
+        if self.string_session is not None:
+            self.string_session.close()
         if self.weights is not None:
             self.weights.close(failed_load=failed_load)
 
@@ -417,6 +428,32 @@ def _open_session(
         note = f"model '{cfg.model_name}': the shared optimized model did not load ({e}); loading it unshared"
         session = OrtSession(plain.model, cfg, instance, config_entries=plain.config_entries, cuda_graph=cuda_graph)
         return session, (note,)
+
+
+def _string_session(
+    prepared: PreparedModel, cfg: BackendConfig, instance: InstanceInfo, io: GraphIO
+) -> tuple[CStringSession | None, tuple[str, ...]]:
+    """A CPU model with string tensors: its C API session (`ort_c_strings`), or None and the note of why not.
+
+    Without one the model runs through ORT's Python API as before, where strings must be UTF-8.
+
+    Raises:
+        ModelLoadError: ONNX Runtime could not load the model through its C API either.
+    """
+    strings = [t.data_type for t in cfg.inputs] + [t.data_type for t in io.outputs]
+    if "TYPE_STRING" not in strings:
+        return None, ()
+    why = f"model '{cfg.model_name}': strings go to ONNX Runtime as UTF-8 text only"
+    if instance.kind != "CPU":
+        return None, (f"{why}: the C API path serves CPU instances, this one is {instance.kind}",)
+    src = prepared.source
+    try:
+        session = CStringSession(
+            src.model, cfg, preoptimized=src.preoptimized, config_entries=src.config_entries, where=cfg.model_name
+        )
+    except (OSError, AttributeError) as e:
+        return None, (f"{why}: ONNX Runtime's C API could not be loaded ({e})",)
+    return session, ()
 
 
 def _numpy_dtype(cfg: BackendConfig, spec: TensorSpec) -> np.dtype:
