@@ -2,6 +2,7 @@
 
 A CPU model with string tensors normally runs through ORT's C API (`ort_c_strings`), which carries every
 string as bytes. This module is what runs when that API cannot be loaded, and on other providers.
+
 Triton hands a BYTES tensor over as a numpy object array of `bytes`; ONNX Runtime's Python API takes
 an object array of `str` (it stores anything else as its `str()`, so `b'hi'` would become the text
 "b'hi'") and encodes each as UTF-8 into its std::string; outputs come back as `str`, decoded from
