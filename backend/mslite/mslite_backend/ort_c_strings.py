@@ -214,6 +214,7 @@ class CStringSession:
             OSError: the C API is not available (the caller falls back to the Python binding).
         """
         self._session: _P | None = None  # before anything can fail: `close` runs from `__del__` too
+        self._name_arrays: dict[tuple[str, ...], Any] = {}
         self._api = a = api()
         self._where = f"model '{where}', " if where else ""
         options = _P()
@@ -255,8 +256,7 @@ class CStringSession:
         outputs = (_P * len(output_names))()
         try:
             inputs = (_P * len(feeds))(*(self._tensor(name, array, made, keep) for name, array in feeds.items()))
-            in_names = (ctypes.c_char_p * len(feeds))(*(n.encode() for n in feeds))
-            out_names = (ctypes.c_char_p * len(output_names))(*(n.encode() for n in output_names))
+            in_names, out_names = self._names(tuple(feeds)), self._names(tuple(output_names))
             status = a.Run(self._session, None, in_names, inputs, len(feeds), out_names, len(output_names), outputs)
             made.extend(_P(v) for v in outputs if v)
             a.check(status)
@@ -264,6 +264,13 @@ class CStringSession:
         finally:
             for value in made:
                 a.ReleaseValue(value)
+
+    def _names(self, names: tuple[str, ...]) -> Any:
+        """The C array of `names`, made once per set of names (a model has few: its inputs, its outputs)."""
+        array = self._name_arrays.get(names)
+        if array is None:
+            array = self._name_arrays[names] = (ctypes.c_char_p * len(names))(*(n.encode() for n in names))
+        return array
 
     def close(self) -> None:
         """Release the native session (idempotent)."""
