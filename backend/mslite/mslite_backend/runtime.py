@@ -116,6 +116,8 @@ class ModelRuntime:
                 persistent=launcher_owner() is not None,
             )
         strings, string_notes = _string_session(prepared, cfg, instance, io)
+        if strings is not None:  # every run goes to `strings` (`_run_once`): ORT's Python copy would only hold memory
+            session.release()
         runtime = cls(
             cfg,
             session,

@@ -112,6 +112,14 @@ class OrtSession:
         except Exception as e:
             raise failure(e) from e
 
+    def release(self) -> None:
+        """Drop ONNX Runtime's session (its model and buffers); only `providers` stays, for the log.
+
+        For a model whose runs all go elsewhere (a string model on its C API session, `ort_c_strings`).
+        """
+        self._session = None
+        self.direct = None
+
     def io_binding(self) -> Any:
         """A new ONNX Runtime IOBinding of this session (`bound.BoundBucket` binds its buffers to it)."""
         return self._session.io_binding()
