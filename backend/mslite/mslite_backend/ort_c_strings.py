@@ -145,13 +145,13 @@ class _Api:
             restype, argtypes = _SIGNATURES[name]
             setattr(self, name, ctypes.CFUNCTYPE(restype, *argtypes)(slots[index]))
         env = _P()
-        self.check(self.CreateEnv(_LOG_ERROR, b"mslite-strings", ctypes.byref(env)))
+        self.check(self.CreateEnv(_LOG_ERROR, b"mslite-strings", ctypes.byref(env)), OSError)
         self.env = env  # one per process, as ORT wants; never released (workers end with their process)
         info = _P()
-        self.check(self.CreateCpuMemoryInfo(0, 0, ctypes.byref(info)))
+        self.check(self.CreateCpuMemoryInfo(0, 0, ctypes.byref(info)), OSError)
         self.cpu = info
         allocator = _P()
-        self.check(self.GetAllocatorWithDefaultOptions(ctypes.byref(allocator)))
+        self.check(self.GetAllocatorWithDefaultOptions(ctypes.byref(allocator)), OSError)
         self.allocator = allocator
 
     def __getattr__(self, name: str) -> Any:
