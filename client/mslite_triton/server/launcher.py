@@ -299,7 +299,8 @@ class EmbeddedServer:
                     raise
                 # every worker is gone, and Triton still counts live models: those never unload
                 if triton_process.exit_stalled(self.log_path) and not workers_of(proc.pid):
-                    log.warning(
+                    # a normal stop can end this way too (the last workers gone, Triton still counting): not a warning
+                    log.debug(
                         "tritonserver's exit keeps counting live models that have no worker left (Triton keeps "
                         "some failed loads among them); stopping it now instead of after its exit timeout"
                     )
