@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .tools import Tools, ensure_tools
+from tests.support.tools import Tools, ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 
