@@ -18,6 +18,7 @@ from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 _SWEEPS_PER_STALL = 5  # the stall timeout is checked this often per timeout: a stream goes within 1.2 times it
+_LINGER_S = 2.0  # how long a closed connection's last bytes may take to reach the client
 _CONNECT_TIMEOUT_S = 10.0
 
 
@@ -82,6 +83,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.upstream: _TritonProtocol | None = None
         self.connecting: asyncio.Task[None] | None = None  # kept: the loop holds only a weak reference to a task
+        self.lingering = False  # the core closed the connection: written, write side shut, closing soon
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -121,9 +123,29 @@ class _ClientProtocol(asyncio.Protocol):
             if triton is not None:
                 triton.close()
             if client is not None:
-                client.close()
+                self._close_after_writes(client)
+
+    def _close_after_writes(self, client: asyncio.Transport) -> None:
+        """Close the client's connection so that what was written to it (a GOAWAY, a refusal) reaches it.
+
+        Closing a socket that still holds unread bytes sends a reset, and a reset drops what is not sent yet:
+        a client that keeps sending (rapid reset) would never see its GOAWAY. So the write side is shut first
+        (FIN after the last byte), what the client still sends is read and dropped, and the connection is
+        closed `_LINGER_S` later, or sooner when the client closes it.
+        """
+        if client.is_closing() or self.lingering:
+            return
+        if not client.can_write_eof():
+            client.close()
+            return
+        self.lingering = True
+        client.write_eof()
+        client.resume_reading()  # a paused connection would keep its unread bytes
+        self.loop.call_later(_LINGER_S, client.close)
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return  # closing: what the client still sends is dropped
         self.apply(self.core.feed(CLIENT, data, self.loop.time()))
 
     def connection_lost(self, exc: Exception | None) -> None:
