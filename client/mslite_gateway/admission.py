@@ -30,6 +30,11 @@ from mslite_backend.settings import GATEWAY_BODY_STALL_TIMEOUT_S, GATEWAY_MAX_IN
 CHUNK_OVERHEAD_BYTES = 512
 
 
+def _mib(n: int) -> str:
+    """`n` bytes in MiB for a message: one decimal below 10 MiB (a held 900 KiB is not "0 MiB")."""
+    return f"{n / (1 << 20):.1f}" if n < 10 << 20 else str(n >> 20)
+
+
 class Overloaded(Exception):
     """A request refused by admission control; `message` starts with kLiteServiceDeny."""
 
@@ -87,13 +92,13 @@ class Admission:
             if self.bytes + size > self.max_bytes and self.bytes > own:
                 self.denied += 1
                 raise Overloaded(
-                    f"{SERVICE_DENY}: the server is busy: requests in flight hold {self.bytes >> 20} MiB, and this "
+                    f"{SERVICE_DENY}: the server is busy: requests in flight hold {_mib(self.bytes)} MiB, and this "
                     f"one would pass its limit of {self.max_bytes >> 20} MiB; retry later"
                 )
             if account is not None and account.bytes + size > self.max_connection_bytes and account.bytes > own:
                 self.denied += 1
                 raise Overloaded(
-                    f"{SERVICE_DENY}: this connection's requests in flight hold {account.bytes >> 20} MiB, and this "
+                    f"{SERVICE_DENY}: this connection's requests in flight hold {_mib(account.bytes)} MiB, and this "
                     f"one would pass the limit of {self.max_connection_bytes >> 20} MiB per connection; retry later"
                 )
             self.bytes += n

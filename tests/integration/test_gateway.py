@@ -38,6 +38,7 @@ from mslite_triton.server.gateway_process import GatewayProcess
 from tests.support.model_zoo import run_reference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ZOO
+from tests.support.sockets import wait_until_taken
 
 pytestmark = pytest.mark.integration
 
@@ -374,7 +375,9 @@ def test_admission_control_refuses_with_service_deny(gw, tmp_path):
     """Beyond the in-flight bounds, on both protocols together: 503 / UNAVAILABLE kLiteServiceDeny."""
     dead = f"127.0.0.1:{free_port()}"  # nothing listens: an HTTP request stays in flight (retried) for 20 s
     live_grpc = f"127.0.0.1:{gw.triton_grpc_port}"
-    gateway = _gateway(tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20)
+    gateway = _gateway(
+        tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20, body_stall_timeout_s=120
+    )
     http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
     body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
     infer = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -414,6 +417,9 @@ def test_admission_control_refuses_with_service_deny(gw, tmp_path):
         held.append(socket.create_connection(("127.0.0.1", http_port), timeout=30))
         head = b"POST /v2/models/other/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1000 << 10)
         held[-1].sendall(head + b"x" * (900 << 10))
+        # every byte read (so counted) before the next request comes: read interleaved with it, the held body's
+        # last piece could be the one over the budget, and the held request the one refused
+        wait_until_taken(held[-1])
         big = b"POST /v2/models/another/infer HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (200 << 10)
         assert b"MiB" in deny_seen(big + b"x" * (200 << 10))
         error = grpc_refusal("another", 51200)  # 200 KiB over gRPC: the same bytes budget
