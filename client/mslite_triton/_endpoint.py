@@ -12,7 +12,7 @@ from typing import Any
 
 from mslite_backend import settings
 
-from . import _admin_key
+from ._admin_key import key_for
 from ._transport import Transport
 from .errors import ServerUnavailableError
 
@@ -36,7 +36,7 @@ def server_url(explicit: str | None) -> str:
 def transport(explicit_url: str | None) -> Transport:
     """A shared, live-checked transport to the server (one pool per URL and key)."""
     url = server_url(explicit_url)
-    key = _admin_key.key_for(url)
+    key = key_for(url)
     with _lock:
         found = _transports.get((url, key))
     if found is not None:
@@ -57,7 +57,7 @@ def _autostart() -> str:
                 "(no URL)", f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0 turns auto-start off"
             )
         try:
-            from .server import EmbeddedServer, ServerConfig
+            from .server.launcher import EmbeddedServer, ServerConfig
         except ImportError as e:  # pragma: no cover - the server module itself has no extra imports
             raise ServerUnavailableError("(no URL)", f"cannot start an embedded server: {e}") from e
         repo = Path(tempfile.mkdtemp(prefix="mslite-triton-repo-"))

@@ -31,7 +31,8 @@ from mslite_backend.owned_files import owner_pid, sweep_dead_owners
 from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 from mslite_backend.scrub import load_reason
 
-from . import _admin_key
+from ._admin_key import GRPC_HEADER as ADMIN_KEY_GRPC_HEADER
+from ._admin_key import HEADER as ADMIN_KEY_HEADER
 from ._error_table import classify, clean_message
 from .errors import (
     ExecutionTimeoutError,
@@ -103,7 +104,7 @@ class Transport:
         self._ssl = parsed.scheme == "https"
         self._timeout_s = timeout_s if timeout_s is not None else settings.timeout_s()
         self._retry_s = retry_s if retry_s is not None else settings.retry_s()
-        header = _admin_key.HEADER if self.protocol == "http" else _admin_key.GRPC_HEADER
+        header = ADMIN_KEY_HEADER if self.protocol == "http" else ADMIN_KEY_GRPC_HEADER
         self._headers = {header: key} if key else None
         self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
         self._local = threading.local()

@@ -117,7 +117,3 @@ class ExecutionTimeoutError(MSLiteError, RuntimeError):
 
 class ServerStartError(RuntimeError):
     """The embedded server could not start: a port is taken, the binary is missing, or it died during start-up."""
-
-
-class GatewayError(RuntimeError):
-    """The gateway process could not start (a port in use, or it died)."""

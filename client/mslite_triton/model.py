@@ -26,7 +26,7 @@ from ._pending import PendingLimit, runner_sizes, take_runner_section
 from ._remote import RemoteModel, detect_format
 from ._weights import check_weights, send_weights, weight_sections
 from .context import Context
-from .model_group import ModelGroup, ModelGroupFlag
+from .model_group import GroupMember, ModelGroup, ModelGroupFlag
 from .runner import ModelParallelRunner
 from .tensor import ModelType, Tensor, TensorMeta
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 _INFO_KEYS = ("user_info", "input_shape", "dynamic_dims", "current_pid", "shareable_weight_mem_handle")
 
 
-class Model:
+class Model(GroupMember):
     """MindSpore Lite's `Model`, running on the server (one worker).
 
     Calls from several threads are allowed and run concurrently up to the server's capacity.

@@ -25,7 +25,6 @@ from .tensor import ModelType
 
 if TYPE_CHECKING:
     from ._remote import RemoteModel
-    from .model import Model
 
 
 class ModelGroupFlag(IntEnum):
@@ -37,6 +36,14 @@ class ModelGroupFlag(IntEnum):
 
     def __str__(self) -> str:
         return f"{type(self).__name__}.{self.name}"
+
+
+class GroupMember:
+    """What a group holds besides paths: `Model` is one (its module imports this one, never the reverse)."""
+
+    _group: ModelGroup | None
+    _remote: RemoteModel | None
+    model_path_: str
 
 
 class ModelGroup:
@@ -56,7 +63,7 @@ class ModelGroup:
                 " or ModelGroupFlag.kShareWeightAndWorkspace"
             )
         self.flags = flags
-        self._models: list[Model] = []
+        self._models: list[GroupMember] = []
         self._paths: list[str] = []
 
     @property
@@ -73,13 +80,11 @@ class ModelGroup:
             TypeError: `models` is not a list/tuple, or its elements are not all str or all Model.
             RuntimeError: `models` is empty.
         """
-        from .model import Model
-
         if not isinstance(models, (list, tuple)):
             raise TypeError(f"models must be list/tuple, but got {type(models)}")
         if not models:
             raise RuntimeError("models cannot be empty")
-        kind = str if isinstance(models[0], str) else Model if isinstance(models[0], Model) else None
+        kind = str if isinstance(models[0], str) else GroupMember if isinstance(models[0], GroupMember) else None
         for i, element in enumerate(models):
             if kind is None or not isinstance(element, kind):
                 raise TypeError(f"models element must be all str or Model, but got {type(element)} at index {i}.")

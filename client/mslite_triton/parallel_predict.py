@@ -31,7 +31,8 @@ class MSLitePredict:
 
     def __init__(self, model_path: str, device_id: int, target: str = "cpu") -> None:
         """Build the model on `device_id`: an Ascend or GPU device id, or on CPU the core it is pinned to."""
-        from . import Context, Model, ModelType
+        from .context import Context
+        from .model import Model, ModelType
 
         context = Context()
         context.target = [target]

@@ -1,7 +1,10 @@
 """The import graph of our packages, read from their source: what import-linter would check, without it.
 
 Every import counts, also one inside a function or under `TYPE_CHECKING`, and `from pkg import mod`
-counts as importing `pkg` (its `__init__`) as well as `pkg.mod`, since Python runs both.
+counts as importing `pkg` (its `__init__`) as well as `pkg.mod`, since Python runs both and `pkg` must be far
+enough initialised to hand `mod` over. `import pkg.mod` and `from pkg.mod import x` count as importing
+`pkg.mod` only, as import-linter counts them: Python runs `pkg/__init__` first there too, but takes nothing from
+it, so a `pkg/__init__` that imports `pkg.mod` back does not make a cycle that can break.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def modules(package: str) -> dict[str, Path]:
 
 
 def imported_names(module: str, path: Path) -> set[str]:
-    """Every dotted name `module` imports, with each parent package of it."""
+    """Every dotted name `module` imports (for `from pkg import name`, `pkg` and `pkg.name`)."""
     is_package = path.name == "__init__.py"
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -42,9 +45,7 @@ def imported_names(module: str, path: Path) -> set[str]:
             targets = [stem, *(f"{stem}.{alias.name}" for alias in node.names)]
         else:
             continue
-        for target in targets:
-            parts = target.split(".")
-            names.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        names.update(targets)
     return names
 
 

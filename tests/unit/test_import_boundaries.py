@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.support.imports import cycles, graph, imported_names, modules
 
 
@@ -57,3 +59,27 @@ def test_the_client_and_launcher_never_import_the_gateway() -> None:
 
 def test_the_gateway_and_the_contract_have_no_import_cycle() -> None:
     assert cycles(graph("mslite_gateway", "mslite_backend")) == []
+
+
+# Libraries the client process runs as the backend does: the wire's dtypes, MindIR conversion (the Converter
+# and a `.mindir` handed to a remote server are converted where the file is), files owned by a live process.
+CLIENT_SHARED = CONTRACT | {"mslite_backend.dtypes", "mslite_backend.mindir", "mslite_backend.owned_files"}
+
+
+def test_the_client_imports_only_itself_the_contract_and_the_shared_libraries() -> None:
+    backend = set(modules("mslite_backend"))
+    for module, path in modules("mslite_triton").items():
+        used = imported_names(module, path) & backend
+        assert used <= CLIENT_SHARED, (module, used - CLIENT_SHARED)
+
+
+def test_the_client_and_launcher_have_no_import_cycle() -> None:
+    assert cycles(graph("mslite_triton", "mslite_backend")) == []
+
+
+def test_from_pkg_import_mod_counts_as_importing_the_package(tmp_path: Path) -> None:
+    path = tmp_path / "x.py"
+    path.write_text("from mslite_triton import errors\nimport mslite_triton.server.launcher\n")
+    names = imported_names("mslite_triton.x", path)
+    assert {"mslite_triton", "mslite_triton.errors", "mslite_triton.server.launcher"} <= names
+    assert "mslite_triton.server" not in names  # its __init__ runs first, but nothing is taken from it

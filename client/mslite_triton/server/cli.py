@@ -16,7 +16,8 @@ from mslite_backend.settings import (
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
 )
-from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError, tune
+from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
+from mslite_triton.server.tune import add_command as add_tune_command
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -205,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with 408 / DEADLINE_EXCEEDED, and what it held is given back (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
-    tune.add_command(sub)
+    add_tune_command(sub)
     return parser
 
 

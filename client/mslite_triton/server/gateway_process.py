@@ -26,10 +26,13 @@ from mslite_backend.settings import (
     GATEWAY_MAX_REQUEST_BYTES,
     GATEWAY_UPSTREAM_RETRY_S,
 )
-from mslite_triton.errors import GatewayError
-from mslite_triton.server import parent_death
+from mslite_triton.server.parent_death import dies_with_parent
 
 __all__ = ["GatewayError", "GatewayProcess"]
+
+
+class GatewayError(RuntimeError):
+    """The gateway process could not start (a port in use, or it died)."""
 
 
 class GatewayProcess:
@@ -86,7 +89,7 @@ class GatewayProcess:
         with open(self.log_path, "ab") as logf:
             args = [sys.executable, "-m", GATEWAY_MODULE, *self.args]
             self.process = subprocess.Popen(
-                parent_death.dies_with_parent(args) if die_with_parent else args,
+                dies_with_parent(args) if die_with_parent else args,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=logf,

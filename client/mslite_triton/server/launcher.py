@@ -28,12 +28,20 @@ from typing import TYPE_CHECKING, Any
 
 from mslite_backend.owned_files import remove_prefixed, sweep_dead_owners
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
-from mslite_triton import _admin_key
+from mslite_triton._admin_key import HEADER as ADMIN_KEY_HEADER
+from mslite_triton._admin_key import new_key, write_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
-from mslite_triton.server import triton_process
 from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
 from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
+from mslite_triton.server.triton_process import (
+    command_line,
+    compose_workspace,
+    environment,
+    exit_stalled,
+    log_tail,
+    spawn,
+)
 from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
 
 if TYPE_CHECKING:  # started only by servers that are supervised, imported then
@@ -118,8 +126,8 @@ class EmbeddedServer:
         self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]
         self._binary = self._compose_workspace()
         if cfg.restrict_admin:
-            self.admin_key = _admin_key.new_key()
-            self.key_files = _admin_key.write_key(self.admin_key, cfg.host, [self.http_port, self.grpc_port])
+            self.admin_key = new_key()
+            self.key_files = write_key(self.admin_key, cfg.host, [self.http_port, self.grpc_port])
         self._launch()
         if cfg.gateway:
             self._start_gateway()
@@ -138,7 +146,7 @@ class EmbeddedServer:
         """
         if self._supervisor is not None and self._supervisor.halted:
             raise ServerStartError("the server is stopping")
-        args = triton_process.command_line(
+        args = command_line(
             str(self._binary),
             self.config,
             workspace=self.workspace,
@@ -149,10 +157,10 @@ class EmbeddedServer:
             admin_key=self.admin_key,
             load_models=self.config.load_models if load_models is None else load_models,
         )
-        env = triton_process.environment(admin_key=self.admin_key, weights_owner=self.weights_owner)
+        env = environment(admin_key=self.admin_key, weights_owner=self.weights_owner)
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
-        self.process = triton_process.spawn(args, env, self.log_path, die_with_parent=self._child_dies_with_me())
+        self.process = spawn(args, env, self.log_path, die_with_parent=self._child_dies_with_me())
         try:
             self._wait_ready()
         except BaseException:
@@ -204,7 +212,7 @@ class EmbeddedServer:
         self._start_gateway(stop_on_failure=False)
 
     def _compose_workspace(self) -> Path:
-        return triton_process.compose_workspace(self.workspace)
+        return compose_workspace(self.workspace)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -298,7 +306,7 @@ class EmbeddedServer:
                 if time.monotonic() >= deadline:
                     raise
                 # every worker is gone, and Triton still counts live models: those never unload
-                if triton_process.exit_stalled(self.log_path) and not workers_of(proc.pid):
+                if exit_stalled(self.log_path) and not workers_of(proc.pid):
                     # a normal stop can end this way too (the last workers gone, Triton still counting): not a warning
                     log.debug(
                         "tritonserver's exit keeps counting live models that have no worker left (Triton keeps "
@@ -382,7 +390,7 @@ class EmbeddedServer:
 
     def log_tail(self, lines: int = 30) -> str:
         """The server log's error lines (up to 10), then its last lines."""
-        return triton_process.log_tail(self.log_path, lines)
+        return log_tail(self.log_path, lines)
 
     def model_states(self) -> list[ModelState]:
         """Per-model readiness from the repository index (`POST /v2/repository/index`)."""
@@ -416,7 +424,7 @@ class EmbeddedServer:
         data = None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(self.triton_http_url + path, data=data, method=method)
         if self.admin_key:
-            req.add_header(_admin_key.HEADER, self.admin_key)
+            req.add_header(ADMIN_KEY_HEADER, self.admin_key)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return json.loads(resp.read() or b"null")

@@ -16,10 +16,10 @@ from importlib import resources
 from pathlib import Path
 
 from mslite_backend.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
-from mslite_triton import _admin_key
+from mslite_triton._admin_key import flags as admin_key_flags
 from mslite_triton.errors import ServerStartError
-from mslite_triton.server import parent_death
 from mslite_triton.server.config import ServerConfig
+from mslite_triton.server.parent_death import dies_with_parent
 from mslite_triton.server.ports import LOOPBACK
 
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
@@ -115,7 +115,7 @@ def command_line(
     ]
     flags += [f"--load-model={m}" for m in load_models]
     if admin_key:
-        flags += _admin_key.flags(admin_key)
+        flags += admin_key_flags(admin_key)
     return [binary, *flags, *cfg.extra_args]
 
 
@@ -142,7 +142,7 @@ def spawn(args: list[str], env: dict[str, str], log_path: Path, *, die_with_pare
     """
     with open(log_path, "ab") as logf:
         return subprocess.Popen(
-            parent_death.dies_with_parent(args) if die_with_parent else args,
+            dies_with_parent(args) if die_with_parent else args,
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,

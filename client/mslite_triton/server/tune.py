@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mslite_triton._pending import RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
-from mslite_triton.server import LOOPBACK, EmbeddedServer, ServerConfig
+from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.triton_process import wheel_libs
 
