@@ -35,7 +35,7 @@ def test_perf_analyzer_smoke(server, perf_analyzer, protocol):
     assert throughput > 0
 
 
-def test_the_runner_reads_a_real_run_over_shared_memory(server, perf_analyzer):
+def test_the_runner_reads_a_real_run(server, perf_analyzer):
     """The benchmarks' and tune's runner: its command line, environment and CSV against the real binary."""
     from pathlib import Path
 
@@ -43,7 +43,8 @@ def test_the_runner_reads_a_real_run_over_shared_memory(server, perf_analyzer):
 
     url = server.grpc_url.split("://", 1)[1]
     spec = PerfRun(Path(perf_analyzer.perf_analyzer), "mobilenetv2", url, concurrency=2, interval_ms=1000,
-                   shared_memory="system")  # fmt: skip
+                   shared_memory="none")  # fmt: skip
+    # (registering shared memory takes the admin key on the served ports, which perf_analyzer cannot send)
     got = run(spec, perf_analyzer.env)  # any three windows are accepted: it always gives figures
     assert got is not None
     assert got.infer_s > 0 and 0 < got.p50_ms <= got.p99_ms
