@@ -105,8 +105,8 @@ soak: $(STAMP) models
 ## SIGKILL of a worker, the gateway, tritonserver, and a hung tritonserver under `serve`; the auto-started server.
 .PHONY: chaos
 chaos: $(STAMP) models
-	$(PY) benchmarks/chaos.py faults $(CHAOS_ARGS)
+	$(PY) -m benchmarks.chaos faults $(CHAOS_ARGS)
 
 .PHONY: chaos-heal
 chaos-heal: $(STAMP) models
-	$(PY) benchmarks/chaos.py heal $(CHAOS_HEAL_ARGS)
+	$(PY) -m benchmarks.chaos heal $(CHAOS_HEAL_ARGS)

@@ -19,10 +19,10 @@
             row per fault and kind of client: outage seconds, ok, failed and wrong answers
             (`chaos_faults.py`; `make chaos`).
 
-Run: .venv/bin/python benchmarks/chaos.py faults [--quick] [--faults worker-kill,gateway-stop,...]
-     .venv/bin/python benchmarks/chaos.py kill [--seconds 60]
-     .venv/bin/python benchmarks/chaos.py overload [--seconds 20]
-     .venv/bin/python benchmarks/chaos.py heal [--rounds 1]
+Run: .venv/bin/python -m benchmarks.chaos faults [--quick] [--faults worker-kill,gateway-stop,...]
+     .venv/bin/python -m benchmarks.chaos kill [--seconds 60]
+     .venv/bin/python -m benchmarks.chaos overload [--seconds 20]
+     .venv/bin/python -m benchmarks.chaos heal [--rounds 1]
 """
 
 from __future__ import annotations
@@ -39,15 +39,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "model_repository"))
-sys.path.insert(0, str(ROOT))  # benchmarks.chaos_heal, when run as a script
-
-import generate_models  # noqa: E402
 
 import mslite_triton as mslite  # noqa: E402
 from mslite_triton.errors import ServiceDenyError  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
 from mslite_triton.server.workers import workers_of  # noqa: E402
+from tests.support.repository import GEN as generate_models  # noqa: E402
 
 
 def _rss_kib(pid: int) -> int:

@@ -1,4 +1,4 @@
-"""`chaos.py faults`: one fault after another under checked load, one row per fault.
+"""`python -m benchmarks.chaos faults`: one fault after another under checked load, one row per fault.
 
 The stack is `mslite-triton serve` as shipped (gateway, admin key, supervisor) on a repository holding
 `tiny` (y = 2x + 1), plus a model the Python client uploads with 2 workers and whose weight it updates to

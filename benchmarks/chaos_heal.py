@@ -1,4 +1,4 @@
-"""`chaos.py heal`: kill (or hang) each process of a serving stack under predicting clients, one row per case.
+"""`python -m benchmarks.chaos heal`: kill (or hang) each process of a serving stack under clients, a row per case.
 
 The stack is `mslite-triton serve` (gateway on, supervisor on) on the repository's models, plus a model
 the client uploads with 2 workers and whose weight it updates to 10 x I; 4 client threads predict that
@@ -217,8 +217,8 @@ def heal_campaign(rounds: int) -> int:
     print(f"{'case':38s} {'heal s':>7s} {'ok':>6s} {'failed':>6s} {'longest s':>9s}  weights kept", flush=True)
     rows = _serve_rows(rounds, work)
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "chaos.py"), "heal-autostart-child", "--rounds", str(rounds)],
-        capture_output=True, text=True, timeout=HEAL_DEADLINE_S * (rounds + 2),
+        [sys.executable, "-m", "benchmarks.chaos", "heal-autostart-child", "--rounds", str(rounds)],
+        cwd=ROOT, capture_output=True, text=True, timeout=HEAL_DEADLINE_S * (rounds + 2),
     )  # fmt: skip
     try:
         auto = [Row(**r) for r in json.loads(out.stdout.strip().splitlines()[-1])]

@@ -16,11 +16,9 @@ with every round's ratio.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
@@ -29,6 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from mslite_triton.server.perf_analyzer import PerfRun, run_relaxing
 from tests.support.tools import Tools, ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,28 +74,22 @@ def perf_round(tools: Tools, address: str, model: str, image: Path, concurrency:
         data = Path(tmp) / "data"  # perf_analyzer reads a folder of raw files named after the inputs
         data.mkdir()
         (data / input_name).write_bytes(image.read_bytes())
-        csv_path = Path(tmp) / "pa.csv"
         # as perf.py: when the windows never agree (a shared machine), once more with windows twice as long
         # accepting any three of them
-        for interval_s, stability in ((seconds, 50), (2 * seconds, 1000)):
-            cmd = [str(tools.perf_analyzer), "-m", model, "-u", address, "-i", "http", "-b", "1"]
-            cmd += ["--concurrency-range", str(concurrency), "--measurement-interval", str(int(interval_s * 1000))]
-            cmd += ["--max-trials", "6", "--stability-percentage", str(stability), "--input-data", str(data)]
-            out = subprocess.run(
-                [*cmd, "-f", str(csv_path)], env=tools.env, capture_output=True, text=True, timeout=interval_s * 8 + 120
-            )
-            if "Failed to obtain stable measurement" not in out.stdout + out.stderr:
-                break
-        if out.returncode != 0 or not csv_path.exists():
-            raise RuntimeError(f"perf_analyzer exit {out.returncode}: {(out.stdout + out.stderr)[-1500:]}")
-        with open(csv_path, newline="") as f:
-            (row, *_) = list(csv.DictReader(f))
-    return {
-        "img_s": float(row["Inferences/Second"]),
-        "p50_ms": float(row["p50 latency"]) / 1e3,
-        "p99_ms": float(row["p99 latency"]) / 1e3,
-        "command": shlex.join([Path(cmd[0]).name, *cmd[1:]]),
-    }
+        spec = PerfRun(
+            tools.perf_analyzer,
+            model,
+            address,
+            "http",
+            concurrency,
+            int(seconds * 1000),
+            max_trials=6,
+            stability_pct=50,
+            batch_size=1,
+            input_data=data,
+        )
+        result, used, _ = run_relaxing(spec, tools.env, spec.relaxed(interval_factor=2))
+    return {"img_s": result.infer_s, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "command": used.shown()}
 
 
 def main() -> None:

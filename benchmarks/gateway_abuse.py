@@ -10,8 +10,8 @@
          (what every relayed reset did). Prints how many connections were closed with ENHANCE_YOUR_CALM and
          tritonserver's RSS before and after.
 
-Run: .venv/bin/python benchmarks/gateway_abuse.py hold [--seconds 5]
-     .venv/bin/python benchmarks/gateway_abuse.py reset [--connections 5] [--pairs 20000] [--direct]
+Run: .venv/bin/python -m benchmarks.gateway_abuse hold [--seconds 5]
+     .venv/bin/python -m benchmarks.gateway_abuse reset [--connections 5] [--pairs 20000] [--direct]
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.support, when run as a script
 
 from mslite_gateway.grpc_frames import ENHANCE_YOUR_CALM  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import os
 import statistics
@@ -35,6 +34,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from mslite_triton.server.perf_analyzer import PerfResult, PerfRun, run_relaxing
 
 from . import passthrough_relay
 from .serving import process_cpu_s
@@ -55,17 +56,10 @@ def _count(http_url: str, model: str) -> int:
     return int(stats)
 
 
-def _perf(tools: Any, model: str, protocol: str, address: str, concurrency: int, interval_ms: int) -> dict[str, str]:
-    with tempfile.TemporaryDirectory(prefix="gw-pa-") as tmp:
-        csv_path = Path(tmp) / "pa.csv"
-        cmd = [str(tools.perf_analyzer), "-m", model, "-u", address, "-i", protocol]
-        cmd += ["--concurrency-range", str(concurrency), "--measurement-interval", str(interval_ms)]
-        cmd += ["--max-trials", "3", "--stability-percentage", "1000", "-f", str(csv_path)]
-        out = subprocess.run(cmd, env=tools.env, capture_output=True, text=True, timeout=3 * interval_ms / 1e3 + 60)
-        if out.returncode != 0 or not csv_path.exists():
-            raise RuntimeError(f"perf_analyzer exit {out.returncode}: {(out.stdout + out.stderr)[-800:]}")
-        with open(csv_path, newline="") as f:
-            return next(csv.DictReader(f))
+def _perf(tools: Any, model: str, protocol: str, address: str, concurrency: int, interval_ms: int) -> PerfResult:
+    """One perf_analyzer run of 3 windows, any three accepted (a busy machine never fails a round)."""
+    spec = PerfRun(tools.perf_analyzer, model, address, protocol, concurrency, interval_ms, max_trials=3)
+    return run_relaxing(spec, tools.env, spec.relaxed())[0]
 
 
 def _spread(values: list[float], digits: int = 1) -> str:
@@ -191,7 +185,7 @@ def _throughput_row(
     gateway the path goes through.
     """
     paths = ["direct", *gateways]
-    runs: dict[str, list[dict[str, str]]] = {p: [] for p in paths}
+    runs: dict[str, list[PerfResult]] = {p: [] for p in paths}
     cpu: dict[str, list[float]] = {p: [] for p in paths}
     for path in paths:  # warm-up, untimed
         _perf(tools, model, protocol, addresses[(protocol, path)], c, 500)
@@ -202,8 +196,8 @@ def _throughput_row(
             runs[path].append(_perf(tools, model, protocol, addresses[(protocol, path)], c, args.interval_ms))
             c1, n1 = _serving_cpu_s(pids), _count(srv.triton_http_url, model)
             cpu[path].append(1e3 * (c1 - c0) / max(n1 - n0, 1))
-    tput = {p: [float(x["Inferences/Second"]) for x in v] for p, v in runs.items()}
-    p50 = {p: [float(x["p50 latency"]) / 1e3 for x in v] for p, v in runs.items()}
+    tput = {p: [x.infer_s for x in v] for p, v in runs.items()}
+    p50 = {p: [x.p50_ms for x in v] for p, v in runs.items()}
     row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": c}
     for path in paths:
         ratios = [x / d for x, d in zip(tput[path], tput["direct"])]
@@ -232,7 +226,7 @@ def _cpu_row(
     user, system, tput = [], [], []
     for _ in range(args.rounds):
         (u0, s0), n0 = _cpu_split(pid), _count(url, model)
-        tput.append(float(_perf(tools, model, protocol, address, c, args.interval_ms)["Inferences/Second"]))
+        tput.append(_perf(tools, model, protocol, address, c, args.interval_ms).infer_s)
         (u1, s1), n1 = _cpu_split(pid), _count(url, model)
         user.append(1e3 * (u1 - u0) / max(n1 - n0, 1))
         system.append(1e3 * (s1 - s0) / max(n1 - n0, 1))

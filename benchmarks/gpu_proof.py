@@ -25,11 +25,9 @@ the script without a GPU: its figures say nothing about a GPU and its summary is
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import re
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -279,42 +277,32 @@ def perf_analyzer(
     pa: Path, env: dict[str, str], url: str, concurrency: int, shm: bool, interval_ms: int, model: str = MODEL
 ) -> dict:
     """One perf_analyzer point over gRPC; if its windows never agree, once more accepting any three."""
-    with tempfile.TemporaryDirectory(prefix="gpu-proof-pa-") as tmp:
-        csv_path = Path(tmp) / "pa.csv"
-        cmd = [str(pa), "-m", model, "-u", url, "-i", "grpc", "--concurrency-range", str(concurrency)]
-        cmd += ["--measurement-interval", str(interval_ms), "--max-trials", "6"]
-        cmd += ["--shared-memory", "system" if shm else "none"]
-        inf0, exe0 = model_stats(url, model)
-        stable = True
-        for pct in ("15", "1000"):
-            out = subprocess.run(
-                [*cmd, "--stability-percentage", pct, "-f", str(csv_path)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=interval_ms / 1000 * 8 + 60,
-            )
-            text = out.stdout + out.stderr
-            if out.returncode == 0 and csv_path.exists():
-                break
-            stable = False
-            if "Failed to obtain stable measurement" not in text:
-                raise RuntimeError(f"perf_analyzer exit {out.returncode}: {text[-1500:]}")
-        else:
-            raise RuntimeError(f"perf_analyzer gave no result: {text[-1500:]}")
-        with open(csv_path, newline="") as f:
-            row = next(csv.DictReader(f))
+    from mslite_triton.server.perf_analyzer import PerfRun, run_relaxing
+
+    spec = PerfRun(
+        pa,
+        model,
+        url,
+        "grpc",
+        concurrency,
+        interval_ms,
+        max_trials=6,
+        stability_pct=15,
+        shared_memory="system" if shm else "none",
+    )
+    inf0, exe0 = model_stats(url, model)
+    got, _, stable = run_relaxing(spec, env, spec.relaxed())
     inf1, exe1 = model_stats(url, model)
     result = {
         "model": model,
         "concurrency": concurrency,
         "shm": shm,
-        "infer_s": float(row["Inferences/Second"]),
-        "p50_ms": float(row["p50 latency"]) / 1e3,
-        "p99_ms": float(row["p99 latency"]) / 1e3,
+        "infer_s": got.infer_s,
+        "p50_ms": got.p50_ms,
+        "p99_ms": got.p99_ms,
         "avg_batch": (inf1 - inf0) / max(1, exe1 - exe0),
         "stable": stable,
-        "command": shlex.join([Path(cmd[0]).name, *cmd[1:], "--stability-percentage", "15"]),
+        "command": spec.shown(),
     }
     print(json.dumps(result), flush=True)
     return result
@@ -710,6 +698,7 @@ def main() -> None:
     proof.step("inprocess_c1", inprocess_c1, args.model, args.device, args.seconds)
 
     from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_triton.server.perf_analyzer import perf_env
 
     served = {k: v for k, v in SERVED.items() if k != "cpp_peer" or args.peer_backend is not None}
     delays = tuple(int(d) for d in args.sweep_delays.split(",") if d.strip())
@@ -727,6 +716,7 @@ def main() -> None:
     pa_env = dict(os.environ)  # perf_analyzer's own libraries (libcudart 12, libb64) go to it alone
     pa_libs = os.environ.get("GPU_PROOF_PA_LIBS", "")
     pa_env["LD_LIBRARY_PATH"] = ":".join(filter(None, [pa_libs, os.environ.get("LD_LIBRARY_PATH")]))
+    pa_env = perf_env(args.perf_analyzer, pa_env)  # a venv's binary: its CUDA runtime too
     t0 = time.perf_counter()
     server = EmbeddedServer(cfg)
     try:

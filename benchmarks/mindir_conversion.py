@@ -73,10 +73,9 @@ np.savez(f"{out}/reference.npz", x=x, y=net(Tensor(x)).asnumpy())
 
 ROUND = r"""
 import json, resource, sys, time
-sys.path.insert(0, sys.argv[1])
 from mslite_backend import mindir
 start = time.perf_counter()
-mindir.run_converter(sys.argv[2], sys.argv[3])
+mindir.run_converter(sys.argv[1], sys.argv[2])
 print(json.dumps([time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))
 """
 
@@ -101,7 +100,8 @@ def main() -> None:
             # one process per round, which runs the server's conversion (itself a child): the peak memory
             # reported is that child's alone
             probe = subprocess.run(
-                [sys.executable, "-c", ROUND, str(ROOT / "backend" / "mslite"), str(source), str(target)],
+                [sys.executable, "-c", ROUND, str(source), str(target)],
+                env={**os.environ, "PYTHONPATH": str(ROOT / "backend" / "mslite")},  # the backend as served
                 capture_output=True,
                 text=True,
                 check=True,

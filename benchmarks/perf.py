@@ -9,18 +9,15 @@ still gives no figures, the error keeps the end of its output.
 from __future__ import annotations
 
 import argparse
-import csv
 import resource
-import shlex
 import statistics
-import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mslite_triton.server.perf_analyzer import PerfRun, run_relaxing
 from tests.support.tools import Tools
 
 from .serving import BenchServer
@@ -33,11 +30,6 @@ class PerfSettings:
     interval_ms: int
     max_trials: int
     stability_pct: int
-
-    @property
-    def limit_s(self) -> float:
-        """Wall-clock bound of one perf_analyzer run (windows plus start-up slack)."""
-        return self.interval_ms * self.max_trials / 1000 * 1.5 + 30
 
 
 @dataclass(frozen=True)
@@ -63,60 +55,48 @@ class PerfPoint:
         return asdict(self)
 
 
-# perf_analyzer's CSV columns that split the average latency: client and network, then Triton's own timers
-BREAKDOWN = {
-    "Client Send": "client_send",
-    "Network+Server Send/Recv": "network",
-    "Server Queue": "queue",
-    "Server Compute Input": "compute_input",
-    "Server Compute Infer": "compute_infer",
-    "Server Compute Output": "compute_output",
-    "Client Recv": "client_recv",
-}
-
-
-class PerfError(RuntimeError):
-    """perf_analyzer failed for a reason other than unstable windows."""
-
-
 def measure(
     tools: Tools, server: BenchServer, model: str, concurrency: int, *, shm: bool, settings: PerfSettings
 ) -> PerfPoint:
     """Run perf_analyzer against `model` (which must be the only loaded model) at one concurrency.
 
     Raises:
-        PerfError: perf_analyzer failed or produced no CSV.
+        PerfAnalyzerError: perf_analyzer failed or gave no figures, even accepting any three windows.
     """
+    spec = PerfRun(
+        binary=tools.perf_analyzer,
+        model=model,
+        url=server.grpc_address,
+        concurrency=concurrency,
+        interval_ms=settings.interval_ms,
+        max_trials=settings.max_trials,
+        stability_pct=settings.stability_pct,
+        shared_memory="system" if shm else "none",
+    )
     inf0, exe0 = server.inference_count(model)
     work0, srv0 = server.cpu_s(model)
     kids0 = _children_cpu_s()
-    row, command, text = _run(tools, server, model, concurrency, shm, settings, settings.stability_pct)
-    stable = row is not None
-    if row is None:
-        longer = PerfSettings(settings.interval_ms * 2, settings.max_trials, 1000)
-        row, command, text = _run(tools, server, model, concurrency, shm, longer, longer.stability_pct)
+    result, used, stable = run_relaxing(spec, tools.env, spec.relaxed(interval_factor=2))
     inf1, exe1 = server.inference_count(model)
     work1, srv1 = server.cpu_s(model)
     kids1 = _children_cpu_s()
-    if row is None:
-        raise PerfError(f"perf_analyzer gave no result for {model} at concurrency {concurrency}: {text[-1500:]}")
     images = max(1, inf1 - inf0)
     per_img = 1e3 / images
     return PerfPoint(
         model=model,
         concurrency=concurrency,
         shm=shm,
-        infer_s=float(row["Inferences/Second"]),
-        p50_ms=float(row["p50 latency"]) / 1e3,
-        p99_ms=float(row["p99 latency"]) / 1e3,
+        infer_s=result.infer_s,
+        p50_ms=result.p50_ms,
+        p99_ms=result.p99_ms,
         stable=stable,
         images=inf1 - inf0,
         avg_batch=(inf1 - inf0) / max(1, exe1 - exe0),
         worker_cpu_ms_per_img=(work1 - work0) * per_img,
         server_cpu_ms_per_img=(srv1 - srv0) * per_img,
         client_cpu_ms_per_img=(kids1 - kids0) * per_img,
-        breakdown_us={key: float(row[col]) for col, key in BREAKDOWN.items() if row.get(col)},
-        command=command,
+        breakdown_us=result.breakdown_us,
+        command=used.shown(),
     )
 
 
@@ -186,44 +166,6 @@ def medians_by_level(
         for name in names:
             pts = found[(name, c)]
             yield c, name, pts, statistics.median(getattr(x, metric) / getattr(y, metric) for x, y in zip(pts, base))
-
-
-def _run(
-    tools: Tools,
-    server: BenchServer,
-    model: str,
-    concurrency: int,
-    shm: bool,
-    settings: PerfSettings,
-    stability_pct: int,
-) -> tuple[dict[str, str] | None, str, str]:
-    """perf_analyzer's CSV row (None when its windows never agreed), its command line and its output."""
-    with tempfile.TemporaryDirectory(prefix="bench-pa-") as tmp:
-        csv_path = Path(tmp) / "pa.csv"
-        cmd = [str(tools.perf_analyzer), "-m", model, "-u", server.grpc_address, "-i", "grpc"]
-        cmd += ["--concurrency-range", str(concurrency), "--measurement-interval", str(settings.interval_ms)]
-        cmd += ["--max-trials", str(settings.max_trials), "--stability-percentage", str(stability_pct)]
-        cmd += ["--shared-memory", "system" if shm else "none"]
-        command = shlex.join([Path(cmd[0]).name, *cmd[1:]])
-        started = time.monotonic()
-        try:
-            out = subprocess.run(
-                [*cmd, "-f", str(csv_path)], env=tools.env, capture_output=True, text=True, timeout=settings.limit_s
-            )
-        except subprocess.TimeoutExpired as e:
-            raise PerfError(
-                f"perf_analyzer ran past {settings.limit_s:.0f} s ({time.monotonic() - started:.0f} s)"
-            ) from e
-        text = out.stdout + out.stderr
-        if out.returncode != 0 and "Failed to obtain stable measurement" in text:
-            return None, command, text
-        if out.returncode != 0 or not csv_path.exists():
-            raise PerfError(f"perf_analyzer exit {out.returncode}: {text[-1200:]}")
-        with open(csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    if not rows:
-        raise PerfError(f"perf_analyzer wrote an empty CSV: {text[-600:]}")
-    return rows[0], command, text
 
 
 def _children_cpu_s() -> float:

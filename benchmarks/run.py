@@ -19,9 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks import bars, paired  # noqa: E402
 from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
 from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402

@@ -36,9 +36,6 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tests.support.badinput.memory import tree_rss_kb  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

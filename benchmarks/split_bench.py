@@ -1,7 +1,7 @@
 """Batch splitting (its bar): a batch-2 predict split over 2 single-thread workers vs the same two
 slices one after the other on 1 worker, MobileNetV2 with its batch fixed to 1, measured side by side.
 
-Run: .venv/bin/python benchmarks/split_bench.py [--rounds 40]
+Run: .venv/bin/python -m benchmarks.split_bench [--rounds 40]
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,12 +16,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "model_repository"))
-
-import generate_models  # noqa: E402
-
 import mslite_triton as mslite  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+from tests.support.repository import GEN as generate_models  # noqa: E402
 
 
 def _runner(url: str, path: str, workers: int) -> mslite.ModelParallelRunner:

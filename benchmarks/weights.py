@@ -34,9 +34,6 @@ from typing import Any
 import numpy as np
 from onnx import numpy_helper
 
-if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 ROOT = Path(__file__).resolve().parent.parent
 import mslite_triton as mslite  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402

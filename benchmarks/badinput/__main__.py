@@ -24,9 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as `python benchmarks/badinput`: make the `benchmarks` package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from tests.support.badinput.bar import KNOWN_GAPS, Tally, violation  # noqa: E402
 from tests.support.badinput.cases import CaseGenerator  # noqa: E402
 from tests.support.badinput.memory import tree_rss_kb  # noqa: E402

@@ -33,3 +33,19 @@ def test_perf_analyzer_smoke(server, perf_analyzer, protocol):
     assert "Concurrency: 2, throughput:" in out.stdout
     throughput = float(out.stdout.split("Concurrency: 2, throughput:")[1].split()[0])
     assert throughput > 0
+
+
+def test_the_runner_reads_a_real_run(server, perf_analyzer):
+    """The benchmarks' and tune's runner: its command line, environment and CSV against the real binary."""
+    from pathlib import Path
+
+    from mslite_triton.server.perf_analyzer import PerfRun, run
+
+    url = server.grpc_url.split("://", 1)[1]
+    spec = PerfRun(Path(perf_analyzer.perf_analyzer), "mobilenetv2", url, concurrency=2, interval_ms=1000,
+                   shared_memory="none")  # fmt: skip
+    # (registering shared memory takes the admin key on the served ports, which perf_analyzer cannot send)
+    got = run(spec, perf_analyzer.env)  # any three windows are accepted: it always gives figures
+    assert got is not None
+    assert got.infer_s > 0 and 0 < got.p50_ms <= got.p99_ms
+    assert got.row["Concurrency"] == "2" and "compute_infer" in got.breakdown_us

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mslite_triton.server.tune import cuda_runtime_dir
+from mslite_triton.server.perf_analyzer import cuda_runtime_dir, perf_env
 
 REQUIREMENTS = (
     "tritonclient==2.40.0",
@@ -37,7 +37,7 @@ class Tools:
 
     perf_analyzer: Path
     python: Path
-    env: dict[str, str]  # environment for perf_analyzer (LD_LIBRARY_PATH with libcudart)
+    env: dict[str, str]  # environment for perf_analyzer (perf_env: LD_LIBRARY_PATH with libcudart)
     version: str
 
 
@@ -63,8 +63,7 @@ def ensure_tools(root: Path, *, note: Callable[[str], None] = lambda _: None) ->
     libdir = cuda_runtime_dir(binary)
     if libdir is None:
         raise ToolsError(f"nvidia/cuda_runtime/lib not found in {venv}; delete the venv and rerun")
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *filter(None, [env.get("LD_LIBRARY_PATH")])])
+    env = perf_env(binary)
     out = subprocess.run([str(binary), "--version"], env=env, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
         raise ToolsError(f"perf_analyzer does not run (exit {out.returncode}): {(out.stderr or out.stdout)[-800:]}")

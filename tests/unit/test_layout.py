@@ -1,4 +1,7 @@
-"""The test suite stands on its own: it imports nothing from `benchmarks/` and never edits `sys.path`."""
+"""The test suite stands on its own: it imports nothing from `benchmarks/` and never edits `sys.path`.
+
+The benchmarks run as modules (`python -m benchmarks.x` from the checkout), so they never edit it either.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
+BENCHMARKS = TESTS.parent / "benchmarks"
 
 
 def _imported_modules(tree: ast.AST) -> set[str]:
@@ -34,3 +38,10 @@ def test_tests_leave_sys_path_alone() -> None:
         str(p.relative_to(TESTS)) for p in sorted(TESTS.rglob("*.py")) if p != here and "sys.path." in p.read_text()
     ]
     assert not offenders, offenders
+
+
+def test_benchmarks_leave_sys_path_alone() -> None:
+    # child interpreters they start get PYTHONPATH instead
+    scripts = sorted(BENCHMARKS.rglob("*.py"))
+    offenders = [str(p.relative_to(BENCHMARKS)) for p in scripts if "sys.path." in p.read_text()]
+    assert not offenders, f"run them as `python -m benchmarks.NAME`: {offenders}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import glob
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from mslite_triton._pending import RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
 from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig
+from mslite_triton.server.perf_analyzer import cuda_runtime_dir
 from mslite_triton.server.ports import pick_ports
 from mslite_triton.server.triton_process import wheel_libs
 
@@ -159,13 +159,6 @@ def _server_wrapper(work: Path, server: EmbeddedServer) -> Path:
         f'exec "{binary}" --backend-directory="{server.workspace / "backends"}" '
         f'--cache-directory="{server.workspace / "caches"}" "$@"\n',
     )
-
-
-def cuda_runtime_dir(perf_analyzer: Path) -> str | None:
-    """The CUDA runtime library that perf_analyzer's venv ships (tritonclient 2.40's binary needs it), if any."""
-    venv = perf_analyzer.parent.parent
-    found = glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"))
-    return found[0] if found else None
 
 
 def _perf_wrapper(work: Path, perf_analyzer: str) -> Path:
