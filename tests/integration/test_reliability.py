@@ -194,7 +194,6 @@ def _server_prefix(cli_pid: int) -> str:
     raise AssertionError("server process not found")
 
 
-
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path, protocol):
     """A request the server is still running after MSLITE_TRITON_TIMEOUT_S fails with ExecutionTimeoutError."""

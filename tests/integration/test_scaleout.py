@@ -51,7 +51,6 @@ def fill_template(text: str, values: dict[str, str]) -> str:
     return _VARIABLE.sub(sub, text)
 
 
-
 @dataclass
 class Proxy:
     """A running nginx in front of the replicas."""
