@@ -33,12 +33,16 @@ models: $(DEMO_STAMP)
 demo: models
 	cd examples && MSLITE_TRITON_LOG=info ../$(PY) quick_start_parallel_python.py
 
-## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
-test: system-packages $(STAMP) models
+## Lint (ruff's rules and its formatting, Markdown's Python blocks included) and type-check, in seconds.
+lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy client/mslite_triton client/mslite_gateway backend/mslite/mslite_backend
 	@# model.py imports the package beside it by the name Triton's stub gives it, from backend/mslite
 	cd backend/mslite && $(abspath $(PY)) -m mypy --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache model.py
+
+## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
+test: system-packages $(STAMP) models lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests
 
 unit: $(STAMP)

@@ -17,6 +17,7 @@ import onnx
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton._transport import Transport
 from mslite_triton.errors import (
     InvalidInputError,
@@ -67,7 +68,7 @@ def test_seed_scripts_run_unchanged(server, files, tmp_path, script):
     (tmp_path / "model").mkdir()
     shutil.copy(files / "mobilenetv2.onnx", tmp_path / "model" / "mobilenetv2.onnx")
     shutil.copy(files / "input.bin", tmp_path / "model" / "input.bin")
-    env = {**os.environ, "MSLITE_TRITON_URL": server.grpc_url}
+    env = {**os.environ, settings.URL_ENV: server.grpc_url}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script)],
         cwd=tmp_path,
@@ -261,7 +262,7 @@ def test_unreachable_server_names_the_url(files):
 
 
 def test_autostart_off_names_the_variable_and_starts_nothing(files):
-    """MSLITE_TRITON_AUTOSTART=0 with no URL: ServerUnavailableError at build, and no server process."""
+    """`settings.AUTOSTART_ENV`=0 with no URL: ServerUnavailableError at build, and no server process."""
     script = (
         "import sys, mslite_triton as mslite\n"
         "from mslite_triton import _endpoint\n"
@@ -271,13 +272,13 @@ def test_autostart_off_names_the_variable_and_starts_nothing(files):
         "    print('REFUSED', e, flush=True)\n"
         "print('EMBEDDED', _endpoint._embedded, flush=True)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "MSLITE_TRITON_URL"}
-    env["MSLITE_TRITON_AUTOSTART"] = "0"
+    env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
+    env[settings.AUTOSTART_ENV] = "0"
     proc = subprocess.run(
         [sys.executable, "-c", script, str(files / "tiny.onnx")], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "REFUSED" in proc.stdout and "MSLITE_TRITON_AUTOSTART=0" in proc.stdout, proc.stdout
+    assert "REFUSED" in proc.stdout and f"{settings.AUTOSTART_ENV}=0" in proc.stdout, proc.stdout
     assert "EMBEDDED None" in proc.stdout, proc.stdout
 
 
@@ -349,7 +350,7 @@ if sys.argv[2] == "hang":
 
 @pytest.mark.parametrize("ending", ["exit", "hang"])
 def test_autostarted_server_stops_with_its_parent(files, ending):
-    env = {k: v for k, v in os.environ.items() if k != "MSLITE_TRITON_URL"}
+    env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
     proc = subprocess.Popen(
         [sys.executable, "-c", AUTOSTART, str(files / "tiny.onnx"), ending], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -382,7 +383,7 @@ print("REGIONS", len(mine), "PID", os.getpid(), flush=True)
 
 @pytest.mark.parametrize("shm", ["1", "0"])
 def test_large_inputs_use_shared_memory_locally(server, files, tmp_path, shm):
-    env = {**os.environ, "MSLITE_TRITON_SHM": shm}
+    env = {**os.environ, settings.SHM_ENV: shm}
     out = tmp_path / "y.npy"
     proc = subprocess.run(
         [sys.executable, "-c", SHM_SCRIPT, str(files / "mobilenetv2.onnx"), server.grpc_url, str(out)],

@@ -26,7 +26,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-
 def _build(server, path: str, **cpu) -> mslite.ModelParallelRunner:
     ctx = mslite.Context()
     ctx.server_url = server.grpc_url

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from mslite_backend import settings
 from tests.support.repository import ROOT
 
 pytestmark = pytest.mark.integration
@@ -57,7 +58,7 @@ def compose_config(
     for f in ("docker-compose.yml", *files):
         args += ["-f", str(ROOT / f)]
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("MSLITE_", "COMPOSE_", "DOCKER_"))}
-    environ.update(env if env is not None else {"MSLITE_TRITON_KEY": KEY})
+    environ.update(env if env is not None else {settings.ADMIN_KEY_ENV: KEY})
     return subprocess.run([*args, "config"], capture_output=True, text=True, timeout=120, env=environ, cwd=ROOT)
 
 
@@ -115,7 +116,7 @@ def test_compose_config_is_valid_and_mounts_are_real(compose, files):
         assert triton["build"]["dockerfile"] == "deploy/Dockerfile"
         assert triton["shm_size"] in ("1gb", "1g", 1 << 30)
         assert "/v2/health/ready" in " ".join(triton["healthcheck"]["test"])
-        assert triton["environment"]["MSLITE_TRITON_KEY"] == KEY
+        assert triton["environment"][settings.ADMIN_KEY_ENV] == KEY
     assert {port for _, port in published(svcs["triton"])} == {"8000", "8001", "8002"}
     assert svcs["triton-replica"]["deploy"]["replicas"] >= 2 and not published(svcs["triton-replica"])
     assert svcs["nginx"]["depends_on"]["triton-replica"]["condition"] == "service_healthy"
@@ -131,7 +132,7 @@ def test_compose_config_is_valid_and_mounts_are_real(compose, files):
 def test_compose_requires_the_admin_key(compose):
     out = compose_config(compose, env={})
     assert out.returncode != 0
-    assert "MSLITE_TRITON_KEY" in out.stderr
+    assert settings.ADMIN_KEY_ENV in out.stderr
 
 
 def test_compose_rejects_a_broken_file(compose, tmp_path):
@@ -143,7 +144,7 @@ def test_compose_rejects_a_broken_file(compose, tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "MSLITE_TRITON_KEY": KEY},
+        env={**os.environ, settings.ADMIN_KEY_ENV: KEY},
     )
     assert out.returncode != 0 and "shm_size" in out.stderr
 
@@ -188,7 +189,7 @@ def test_entrypoint_restricts_the_admin_apis_when_a_key_is_set(tmp_path, key):
     fake = tmp_path / "tritonserver"
     fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
     fake.chmod(0o755)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "MSLITE_TRITON_KEY": key}
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", settings.ADMIN_KEY_ENV: key}
     out = subprocess.run(
         ["sh", str(ROOT / "deploy" / "triton-entrypoint.sh"), *dockerfile_cmd()],
         capture_output=True,
@@ -204,7 +205,7 @@ def test_entrypoint_restricts_the_admin_apis_when_a_key_is_set(tmp_path, key):
         assert args[:2] == [f"--http-restricted-api={restricted}{key}", f"--grpc-restricted-protocol={restricted}{key}"]
     else:
         assert not any("restricted" in a for a in args)
-        assert "MSLITE_TRITON_KEY is not set" in out.stderr
+        assert f"{settings.ADMIN_KEY_ENV} is not set" in out.stderr
 
 
 def test_kserve_manifest_structure(compose):
@@ -225,7 +226,7 @@ def test_kserve_manifest_structure(compose):
     assert [a for a in args if a in same] == same
     assert "--model-repository=/mnt/models" in args and "--http-port=8080" in args
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    (key_env,) = [e for e in container["env"] if e["name"] == "MSLITE_TRITON_KEY"]
+    (key_env,) = [e for e in container["env"] if e["name"] == settings.ADMIN_KEY_ENV]
     assert "secretKeyRef" in key_env["valueFrom"]
     (shm,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     volumes = {v["name"]: v for v in runtime["spec"]["volumes"]}

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton.errors import ServerUnavailableError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.ports import pick_ports
@@ -288,8 +289,8 @@ AUTOSTART_CLIENT = textwrap.dedent(
 
 
 def test_the_autostarted_server_heals_a_dead_tritonserver(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if k not in ("MSLITE_TRITON_URL", "MSLITE_TRITON_AUTOSTART")}
-    env["MSLITE_TRITON_KEY_DIR"] = str(tmp_path / "keys")
+    env = {k: v for k, v in os.environ.items() if k not in (settings.URL_ENV, settings.AUTOSTART_ENV)}
+    env[settings.KEY_DIR_ENV] = str(tmp_path / "keys")
     root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run(
         [sys.executable, "-c", AUTOSTART_CLIENT, root, str(tmp_path)],
@@ -304,7 +305,7 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
     repo = tmp_path / "repo"
     repo.mkdir()
     ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
-    env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
+    env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
@@ -313,11 +314,11 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
     try:
         while not proc.stdout.readline().startswith("serving"):
             assert proc.poll() is None, proc.stderr.read()[-3000:]
-        os.environ["MSLITE_TRITON_KEY_DIR"] = env["MSLITE_TRITON_KEY_DIR"]
+        os.environ[settings.KEY_DIR_ENV] = env[settings.KEY_DIR_ENV]
         try:
             runner = build_updated(f"grpc://127.0.0.1:{ports[1]}", tmp_path)
         finally:
-            del os.environ["MSLITE_TRITON_KEY_DIR"]
+            del os.environ[settings.KEY_DIR_ENV]
         time.sleep(2)  # the supervisor's catalog learns the new model at its next poll
         with Clients(runner) as clients:
             clients.wait_for(20)

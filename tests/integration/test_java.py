@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration
@@ -70,7 +71,7 @@ def python_output(server, files) -> np.ndarray:
 
 
 def run_main(classes: Path, url: str, *args: str, timeout: int = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MSLITE_TRITON_URL": url}
+    env = {**os.environ, settings.URL_ENV: url}
     return subprocess.run(
         ["java", "-cp", str(classes), "Main", *args], capture_output=True, text=True, timeout=timeout, env=env
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from tests.integration.test_java import JAVA, require_jdk
 from tests.support.processes import worker_pids
 from tests.support.repository import private_tiny
@@ -84,7 +85,7 @@ def test_java_runner_refuses_predicts_beyond_its_bound(server, tmp_path: Path) -
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={k: v for k, v in os.environ.items() if k != "MSLITE_TRITON_URL"},
+        env={k: v for k, v in os.environ.items() if k != settings.URL_ENV},
     )
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)

@@ -20,6 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton import _admin_key
 from mslite_triton.errors import InferenceError, ModelLoadError
 from mslite_triton.server import EmbeddedServer, ServerConfig
@@ -71,7 +72,7 @@ def test_a_failed_load_names_no_server_path_and_no_traceback(gw, protocol):
 
 
 def test_the_client_library_reports_a_failed_load_cleanly(gw, tmp_path, monkeypatch):
-    monkeypatch.setenv("MSLITE_TRITON_KEY", gw.admin_key)  # key files name the public ports only
+    monkeypatch.setenv(settings.ADMIN_KEY_ENV, gw.admin_key)  # key files name the public ports only
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08not onnx at all")
     ctx = mslite.Context()

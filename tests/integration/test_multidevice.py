@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton.parallel_predict import ParallelPredictUtils
 from tests.support.model_zoo import no_batch, run_reference
 from tests.support.repository import GEN
@@ -27,7 +28,7 @@ def static_batch_model(batch: int) -> onnx.ModelProto:
 
 
 def test_multicard_sample_master_worker_flow_on_two_cpu_workers(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("MSLITE_TRITON_URL", server.grpc_url)
+    monkeypatch.setenv(settings.URL_ENV, server.grpc_url)
     path = tmp_path / "static_bs1.onnx"
     model = static_batch_model(1)
     path.write_bytes(model.SerializeToString())

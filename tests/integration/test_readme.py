@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mslite_backend import settings
 from tests.support.model_zoo import run_reference
 from tests.support.repository import GEN, ROOT
 
@@ -34,13 +35,13 @@ def test_readme_quick_start_runs(server, tmp_path: Path):
     proc = subprocess.run(
         [sys.executable, "-c", _quick_start()],
         cwd=tmp_path,
-        env={**os.environ, "MSLITE_TRITON_URL": server.grpc_url, "MSLITE_TRITON_LOG": "info"},
+        env={**os.environ, settings.URL_ENV: server.grpc_url, settings.LOG_ENV: "info"},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # MSLITE_TRITON_LOG=info (what `make demo` sets) says where the model went and with how many workers
+    # the log variable at info (what `make demo` sets) says where the model went and with how many workers
     said = r"mslite_triton: model '\S+' (loaded at \S+: 2 worker\(s\) x 1 thread|already loaded)"
     assert re.search(said, proc.stderr), proc.stderr[-3000:]
     (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x.reshape(1, 3, 224, 224)})

@@ -21,6 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
 from mslite_triton.server import EmbeddedServer, ServerConfig
@@ -114,7 +115,7 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "tiny").symlink_to(repository / "tiny")
-    env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
+    env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     ports = [str(free_port()) for _ in range(3)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
@@ -194,10 +195,9 @@ def _server_prefix(cli_pid: int) -> str:
     raise AssertionError("server process not found")
 
 
-
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path, protocol):
-    """A request the server is still running after MSLITE_TRITON_TIMEOUT_S fails with ExecutionTimeoutError."""
+    """A request the server is still running after `settings.TIMEOUT_S_ENV` fails with ExecutionTimeoutError."""
     from mslite_triton._transport import Transport
 
     path = tmp_path / "slow.onnx"
@@ -209,7 +209,7 @@ def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_pa
     ctx.parallel.workers_num = 1
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(path), ctx)
-    monkeypatch.setenv("MSLITE_TRITON_TIMEOUT_S", "0.25")
+    monkeypatch.setenv(settings.TIMEOUT_S_ENV, "0.25")
     runner._remote.transport = Transport(url, key=server.admin_key)  # the variable's value, on a pool of its own
     inputs = runner.get_inputs()
     inputs[0].set_data_from_numpy(np.ones((1, 1), np.float32))

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
@@ -49,7 +50,6 @@ def fill_template(text: str, values: dict[str, str]) -> str:
         return values[m.group(1)]
 
     return _VARIABLE.sub(sub, text)
-
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Proxy:
 def no_shm():
     """Through a proxy a registered region would exist on one replica only: the client must send inline."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MSLITE_TRITON_SHM", "0")
+        mp.setenv(settings.SHM_ENV, "0")
         yield
 
 
@@ -219,7 +219,7 @@ def test_bind_by_name_through_the_proxy(proxy, image, expected, protocol):
     out = _predict(runner, image)
     assert out.shape == (1, 1000)
     np.testing.assert_array_equal(out, expected)
-    assert not runner._remote.transport.use_shm  # MSLITE_TRITON_SHM=0 honoured: tensors went inline
+    assert not runner._remote.transport.use_shm  # settings.SHM_ENV=0 honoured: tensors went inline
 
 
 def test_requests_are_spread_over_both_replicas(replicas, proxy, image, expected):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mslite_backend import settings
 from mslite_triton.server.ports import pick_ports
 
 pytestmark = pytest.mark.integration
@@ -19,7 +20,7 @@ def test_serve_pins_tritons_private_ports_and_reports_a_sigterm(tmp_path: Path):
     repo = tmp_path / "repo"
     repo.mkdir()
     ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 5)]
-    env = {**os.environ, "MSLITE_TRITON_KEY_DIR": str(tmp_path / "keys")}
+    env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2],

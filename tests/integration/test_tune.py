@@ -6,7 +6,7 @@ its file. Each must load the chosen number of workers with the chosen threads. T
 workers, so on any machine the choice differs from what a default Context plans (2 workers on 2 cores).
 
 Model Analyzer (the `[tune]` extra) is found on PATH, beside this interpreter, or named by
-MSLITE_TRITON_MODEL_ANALYZER; `make test` installs it, so without it the test fails rather than skips.
+`settings.MODEL_ANALYZER_ENV`; `make test` installs it, so without it the test fails rather than skips.
 perf_analyzer comes from the benchmark's tools venv.
 """
 
@@ -26,6 +26,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_triton._model_config import local_cores, plan_workers
 from mslite_triton.server import cli
 from tests.integration.test_java import unload
@@ -41,7 +42,7 @@ WORKERS = (1, 3)
 @pytest.fixture(scope="module")
 def model_analyzer() -> str:
     """Fail (never skip) without Model Analyzer: `make test` installs the [tune] extra."""
-    found = os.environ.get("MSLITE_TRITON_MODEL_ANALYZER") or shutil.which("model-analyzer")
+    found = os.environ.get(settings.MODEL_ANALYZER_ENV) or shutil.which("model-analyzer")
     found = found or shutil.which("model-analyzer", path=str(Path(sys.executable).parent))
     if not found:
         pytest.fail("Model Analyzer is not installed: pip install '.[tune]' (make test installs it)")

@@ -58,7 +58,6 @@ def _unload(server, *runners: mslite.ModelParallelRunner) -> None:
             time.sleep(0.1)
 
 
-
 def _pss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
         if line.startswith("Pss:"):

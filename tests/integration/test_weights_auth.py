@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_backend import settings
 from mslite_backend.protocol import (
     PROOF_PARAMETER,
     UPDATE_PARAMETER,
@@ -148,9 +149,9 @@ def test_the_client_library_proves_the_key_and_without_it_is_told_why(gw, protoc
         np.testing.assert_array_equal(_predict(gw), 5 * X)
     finally:
         _restore(gw)
-    # a client without the key: a new process would find no key file and no MSLITE_TRITON_KEY
-    monkeypatch.setenv("MSLITE_TRITON_KEY_DIR", str(tmp_path))
-    monkeypatch.delenv("MSLITE_TRITON_KEY", raising=False)
+    # a client without the key: a new process would find no key file and no key variable (settings.ADMIN_KEY_ENV)
+    monkeypatch.setenv(settings.KEY_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(settings.ADMIN_KEY_ENV, raising=False)
     keyless = mslite.ModelParallelRunner()
     keyless.build_from_file(f"triton://{MODEL}", ctx)
     with pytest.raises(PermissionDeniedError, match="update weight failed! .*weights update refused: it must prove"):

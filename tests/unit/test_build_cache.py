@@ -134,7 +134,7 @@ def test_a_build_applies_the_configured_bound(tmp_path: Path, monkeypatch: pytes
     assert sorted(n for n in os.listdir(root) if not n.endswith(".lock")) == ["second"]
     assert Path(path).read_text() == "second"
     monkeypatch.setenv(settings.CACHE_MAX_BYTES_ENV, "2GB")
-    with pytest.raises(ValueError, match="MSLITE_TRITON_CACHE_MAX_BYTES must be a number of bytes"):
+    with pytest.raises(ValueError, match=f"{settings.CACHE_MAX_BYTES_ENV} must be a number of bytes"):
         ensure_built(root, "third", _writes("third"))
 
 

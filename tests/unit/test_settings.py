@@ -47,11 +47,12 @@ def test_docs_name_no_unknown_variable() -> None:
 
 
 def test_no_other_module_spells_a_variable() -> None:
-    own = Path(settings.__file__).resolve()
+    # the tests too: a test that spells a name keeps passing after the name changes, testing nothing
+    own = {Path(settings.__file__).resolve(), Path(__file__).resolve()}
     offenders = []
-    for folder in ("client", "backend", "benchmarks"):
+    for folder in ("client", "backend", "benchmarks", "tests"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            if path.resolve() != own and PREFIX in path.read_text():
+            if path.resolve() not in own and PREFIX in path.read_text():
                 offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, f"import the names from mslite_backend.settings instead: {offenders}"
 
