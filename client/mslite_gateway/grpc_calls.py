@@ -363,8 +363,8 @@ class CheckedCalls:
             self.frames.out.append(frame(DATA, end, sid, message[a : a + MIN_MAX_FRAME_SIZE]))
 
     # -- ends of streams --
-    def stalled(self, now: float) -> list[int]:
-        """The streams whose message brought no byte for the stall timeout."""
+    def stalled_ids(self, now: float) -> list[int]:
+        """The streams whose message brought no byte for the stall timeout (`RelayCore.tick` drops them)."""
         stall_s = self.rules.admission.stall_s
         return [sid for sid, s in self.streams.items() if not s.done and now - s.moved > stall_s]
 

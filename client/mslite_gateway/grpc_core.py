@@ -97,8 +97,8 @@ class Writes:
 class RelayCore:
     """One relayed connection: the client's byte stream, Triton's, and the checked streams between them."""
 
-    # Slots: the core has more attributes than CPython 3.11 specializes for a plain instance dict (30 keys),
-    # and its attributes are read on every frame.
+    # Slots: its attributes are read on every frame (and before its checked calls became their own object,
+    # it had more than the 30 keys of a plain instance dict that CPython 3.11 specializes).
     __slots__ = (
         "rules",
         "now",
@@ -191,7 +191,7 @@ class RelayCore:
         if self.close_at and now >= self.close_at:
             self.close()
         calls = self.calls
-        for sid in calls.stalled(now):
+        for sid in calls.stalled_ids(now):
             if sid in calls.streams and not self.shut:  # not closed with the connection by the one before
                 self.stalled(sid)
         return self._writes()
