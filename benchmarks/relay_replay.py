@@ -1,6 +1,8 @@
 """The gateway's gRPC relay without sockets: its Python cost per request, on traffic recorded from a real run.
 
     .venv/bin/python -m benchmarks.relay_replay [--model tiny] [--concurrency 8] [--chunks 40000] [--profile]
+    .venv/bin/python -m benchmarks.relay_replay --replay tests/support/relay_traffic/perf_analyzer_tiny.reads \
+        --against /tmp/base/client   # another version's gateway (e.g. `git archive BASE client | tar -x`)
 
 Starts the embedded server (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
@@ -9,12 +11,17 @@ its writes to a transport that drops them. Prints the best of 5 replays as micro
 request (requests counted by admission control); `--profile` adds cProfile's top functions. Nothing here
 waits on a socket or another process, so the figure holds steady on a busy machine, where throughput
 ratios do not; in the real process the same work costs about twice as much (cold caches between requests).
+
+`--against DIR` times a second version of the gateway (the `mslite_gateway` package in DIR) on the same
+reads in the same process, the two alternated replay by replay (the order reversed every other round), so
+a change of the machine's load reaches both alike; it prints each one's best and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import pickle
 import pstats
 import sys
@@ -38,11 +45,47 @@ class _Sink:
         pass
 
 
-def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
-    """Seconds the relay's core spent on `reads`, and the inference requests it let through."""
-    from mslite_gateway.admission import Admission
-    from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules
-    from mslite_gateway.grpc_frames import write
+def load_gateway(root: Path | None = None) -> dict[str, Any]:
+    """The relay's names that `replay` uses, from the `mslite_gateway` package in `root` (None: the installed one).
+
+    A version from `root` is imported under the usual name and then taken out of `sys.modules` again, so
+    that another version can be imported beside it: its functions keep their own module globals.
+    """
+    if root is None:
+        import mslite_gateway.grpc_core  # noqa: F401  (the installed version, as every other caller sees it)
+
+        modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "mslite_gateway"}
+    else:
+        saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
+        sys.path.insert(0, str(root))
+        try:
+            importlib.import_module("mslite_gateway.grpc_core")
+            modules = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
+        finally:
+            sys.path.remove(str(root))
+            sys.modules.update(saved)
+    core, frames = modules["mslite_gateway.grpc_core"], modules["mslite_gateway.grpc_frames"]
+    return {
+        "Admission": modules["mslite_gateway.admission"].Admission,
+        "CLIENT": core.CLIENT,
+        "TRITON": core.TRITON,
+        "RelayCore": core.RelayCore,
+        "RelayRules": core.RelayRules,
+        "write": frames.write,
+    }
+
+
+def replay(reads: list[tuple[str, bytes]], gateway: dict[str, Any] | None = None) -> tuple[float, int]:
+    """Seconds the relay's core (of `gateway`, `load_gateway`'s) spent on `reads`, and the requests it let through."""
+    g = gateway or load_gateway()
+    Admission, CLIENT, TRITON, RelayCore, RelayRules, write = (  # noqa: N806  (the classes' own names)
+        g["Admission"],
+        g["CLIENT"],
+        g["TRITON"],
+        g["RelayCore"],
+        g["RelayRules"],
+        g["write"],
+    )
 
     admission = Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
     entered = 0
@@ -57,14 +100,14 @@ def replay(reads: list[tuple[str, bytes]]) -> tuple[float, int]:
     core = RelayCore(RelayRules(max_request_bytes=64 << 20, admission=admission, staging=None))
     core.opened(True, 0.0)
     sink = _Sink()
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: on a busy machine, waiting for a core is not the relay's cost
     for side, data in reads:  # what the asyncio adapter does with each read, but for the sockets
         writes = core.feed(CLIENT if side == "client" else TRITON, data, 0.0)
         if writes.to_client:
             write(sink, writes.to_client)
         if writes.to_triton:
             write(sink, writes.to_triton)
-    return time.perf_counter() - start, entered
+    return time.thread_time() - start, entered
 
 
 def drive_client(url: str, model: str, seconds: float) -> None:
@@ -144,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver", choices=("perf_analyzer", "tritonclient"), default="perf_analyzer")
     ap.add_argument("--save", type=Path, help="also write the recording here (tests/support/relay_traffic.py format)")
     ap.add_argument("--replay", type=Path, help="replay this saved recording instead of recording one")
+    ap.add_argument("--against", type=Path, help="also time the mslite_gateway package in this folder, alternated")
+    ap.add_argument("--rounds", type=int, default=5, help="replays per version (the best one counts)")
     args = ap.parse_args(argv)
     if args.replay is not None:
         reads = relay_traffic.load(args.replay)
@@ -156,16 +201,36 @@ def main(argv: list[str] | None = None) -> int:
             reads = pickle.loads(path.read_bytes())
         if args.save is not None:
             relay_traffic.save(args.save, reads)
-    runs = [replay(reads) for _ in range(5)]
+    ours = load_gateway()
+    if args.against is not None:
+        other = load_gateway(args.against.resolve())
+        theirs, runs = [], []
+        for i in range(args.rounds):
+            if i % 2:
+                runs.append(replay(reads, ours))
+                theirs.append(replay(reads, other))
+            else:
+                theirs.append(replay(reads, other))
+                runs.append(replay(reads, ours))
+        other_best, other_requests = min(theirs)
+        print(
+            f"{args.against}: {other_best / max(other_requests, 1) * 1e6:.2f} us per request "
+            f"({other_requests} requests, best of {args.rounds})",
+            flush=True,
+        )
+    else:
+        runs = [replay(reads, ours) for _ in range(args.rounds)]
     best, requests = min(runs)
     print(
         f"{args.model} gRPC c={args.concurrency}: {len(reads)} reads, {requests} requests, "
-        f"{best / max(requests, 1) * 1e6:.2f} us of relay Python per request (best of 5)",
+        f"{best / max(requests, 1) * 1e6:.2f} us of relay Python per request (best of {args.rounds})",
         flush=True,
     )
+    if args.against is not None:
+        print(f"this version / {args.against}: {best / requests / (other_best / other_requests):.3f}", flush=True)
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(replay, reads)
+        profiler.runcall(replay, reads, ours)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
     return 0
 

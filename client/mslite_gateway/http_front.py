@@ -246,6 +246,13 @@ class HttpFront:
                     return
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # The gateway stops and what the grace period left is cancelled (a request waiting for Triton in
+            # the upstream's retry sleep): ended quietly. Left cancelled, the stream server's done-callback
+            # (Python 3.11) asks the task for its exception, which raises and is logged as an ERROR with a
+            # traceback.
+            if not self.closing:
+                raise
         finally:
             self._writers.discard(writer)
             writer.close()

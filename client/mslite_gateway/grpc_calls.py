@@ -1,0 +1,409 @@
+"""The client's calls on one relayed gRPC connection as they are checked: each stream's state and the decisions on it.
+
+`RelayCore` (`grpc_core`) reads the frames of both sides and hands this part what concerns the client's calls:
+each request header block (`call`), each DATA frame header and whole held frame of a checked stream
+(`data_header`, `data_frame`), Triton's answers and resets (`finish`). What this part decides goes back
+through the connection (`Link`): frames of ours for the client (`send`), resets for Triton (`for_triton`),
+messages for Triton in place of the client's (the client frame reader's `out`).
+
+A checked stream's DATA frames are passed on as they arrive (and kept, as views of what was read, for the
+check), except one that may complete the message (and the first, before the message's size is known), which
+is held until whole: when the message is whole it is checked (`grpc_checks.check_model_infer`, on the pieces
+where they lie) and the frame is passed on, or the stream is reset at Triton (which never saw a whole
+message, so never ran it) and the client gets the refusal as a trailers-only answer.
+
+Flow control: DATA that Triton never sees (refused, or staged in shared memory) never has its window given
+back by Triton, so this part gives it back to the client itself (`give_credit`, when the core says a batch
+is due), less what it sent Triton in its place.
+
+Admission control: a checked stream's DATA is admitted frame by frame (a frame that would pass a bound, of
+all connections or of this one's, is refused with UNAVAILABLE kLiteServiceDeny) and counted as its bytes
+arrive; an inference request counts for its model from its check until Triton's trailers. A message over
+the size cap is RESOURCE_EXHAUSTED from its first five bytes on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import hpack
+
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.grpc_checks import (
+    SERVICE,
+    VERSIONED,
+    Pieces,
+    check_model_infer,
+    check_register,
+    check_unregister,
+    check_versioned,
+    read_model_infer,
+    staged_model_infer,
+    whole,
+)
+from mslite_gateway.grpc_frames import (
+    CANCEL,
+    COLLECT,
+    DATA,
+    DROP,
+    END_STREAM,
+    GOAWAY,
+    INVALID_ARGUMENT,
+    MIN_MAX_FRAME_SIZE,
+    NO_ERROR,
+    PADDED,
+    PASS,
+    RESOURCE_EXHAUSTED,
+    RST_STREAM,
+    TAP,
+    U32,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    WINDOW_UPDATE,
+    Frames,
+    frame,
+    grpc_code,
+    joined,
+    trailers_only,
+    unpadded,
+)
+from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
+from mslite_gateway.load_failures import LoadFailures
+from mslite_gateway.model_control import grpc_load_message
+from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.staging import Staging
+
+# The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
+# whose bytes we credit back at once, does not hold back for.
+_STAGED_MAX_BYTES = 1 << 20
+
+
+class RelayRules:
+    """What every connection of one gateway shares: the checks per method, the limits, the counters."""
+
+    def __init__(
+        self,
+        *,
+        max_request_bytes: int,
+        admission: Admission,
+        staging: Staging | None,
+        admin_key: str | None = None,
+        failures: LoadFailures | None = None,
+    ) -> None:
+        self.admin_key = admin_key
+        self.staging = staging
+        self.explain = None if failures is None else failures.explain_now  # a not-ready error: why
+        self.cap = max_request_bytes
+        self.admission = admission
+        self.refused = 0
+        self.calmed = 0  # connections ended for too many resets
+        self.closing = False  # the gateway is stopping: new calls are refused
+        self.infer_path = f"/{SERVICE}/ModelInfer".encode()
+        self.checks: dict[bytes, Check] = {
+            self.infer_path: lambda data, keyed: check_model_infer(data, self.cap, keyed=keyed)
+        }
+        for name, (kind, field) in VERSIONED.items():
+            self.checks[f"/{SERVICE}/{name}".encode()] = check_versioned(kind, field)
+        # the gateway's own regions are not the clients' to register or unregister; after any unregister
+        # call (one without a name unregisters them all) staging checks its registrations again
+        self.unregister_path = f"/{SERVICE}/SystemSharedMemoryUnregister".encode()
+        self.checks[self.unregister_path] = check_unregister
+        self.checks[f"/{SERVICE}/SystemSharedMemoryRegister".encode()] = check_register
+        self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
+        # calls whose message may be sent on changed or refused (`model_control`): held until whole (up to the
+        # cap, an upload's files too: its keys are checked), then rewritten
+        self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
+
+
+class Link(Protocol):
+    """What the calls need of their connection (`grpc_core.RelayCore`)."""
+
+    now: float  # the time of the latest call (seconds)
+    alone: bool  # Triton could not be reached: every call is answered here
+    open: set[int]  # streams forwarded to Triton and not ended there
+    for_triton: list[bytes]  # frames of ours for Triton, written at the client's next frame boundary
+
+    def send(self, data: bytes) -> None:
+        """A frame of ours to the client (at the next frame boundary in Triton's byte stream)."""
+
+    def close(self) -> None:
+        """Close both sides once what is written goes."""
+
+
+class CheckedCalls:
+    """The checked streams of one connection, what they hold in flight, and the window owed to the client."""
+
+    __slots__ = (
+        "rules",
+        "link",
+        "frames",
+        "headers",
+        "streams",
+        "refused_ids",
+        "credit",
+        "stream_credit",
+        "debt",
+        "account",
+        "owed",
+        "owed_to",
+    )
+
+    def __init__(self, rules: RelayRules, link: Link, frames: Frames) -> None:
+        self.rules = rules
+        self.link = link
+        self.frames = frames  # the client's byte stream: its `out` is what goes to Triton
+        self.headers = RequestHeaders()
+        self.streams: dict[int, Stream] = {}
+        self.refused_ids: set[int] = set()
+        self.credit = 0  # window to give the client back for DATA Triton never saw (connection, streams)
+        self.stream_credit: dict[int, int] = {}
+        self.debt = 0  # DATA bytes we sent Triton in place of the client's: Triton gives their window back
+        self.account = Account()  # request bytes this connection has in flight
+        self.owed = 0  # bytes of the checked DATA frame being read still to arrive (counted as they do)
+        self.owed_to: tuple[int, Stream] | None = None
+
+    # -- the client's DATA --
+    def data_header(self, length: int, flags: int, sid: int) -> int:
+        """A DATA frame's header: what the frame reader does with it (`grpc_frames` PASS, TAP, COLLECT, DROP)."""
+        if sid in self.refused_ids:
+            self.credit_back(length)
+            return DROP
+        stream = self.streams.get(sid)
+        if stream is None or stream.done:
+            return PASS
+        frames = self.frames
+        arrived = min(length, frames.avail)  # only what came: the rest is counted as it comes
+        try:
+            self.rules.admission.take_bytes(arrived, self.account, own=stream.charged, admit=length)
+        except Overloaded as e:
+            self.credit_back(length)
+            self.refuse(sid, UNAVAILABLE, e.message)
+            return DROP
+        stream.charged += arrived
+        stream.moved = self.link.now
+        if arrived < length:
+            self.owed, self.owed_to = length - arrived, (sid, stream)
+        if not stream.held and not flags & (PADDED | END_STREAM) and stream.cannot_complete(length):
+            stream.got += length  # all message bytes, and not the last: they go on as they arrive
+            frames.tap = stream.parts
+            return TAP
+        return COLLECT  # held until whole: it may complete the message (or end the stream early)
+
+    def arrived(self, n: int) -> None:
+        """`n` bytes were read while a checked DATA frame was owed bytes: count those of them that are its."""
+        take = min(self.owed, n)
+        self.owed -= take
+        assert self.owed_to is not None
+        sid, stream = self.owed_to
+        if self.streams.get(sid) is stream:  # not finished meanwhile (it gave back what it held then)
+            self.rules.admission.count_bytes(take, self.account)
+            stream.charged += take
+            stream.moved = self.link.now
+        if not self.owed:
+            self.owed_to = None
+
+    def data_frame(self, sid: int, flags: int, raw: bytes, parts: list[Any]) -> None:
+        """A whole DATA frame the reader held (`COLLECT`): passed on to Triton, or kept and its window given back."""
+        if self._data(sid, flags, parts):
+            out = self.frames.out
+            out.append(raw)
+            out += parts
+        else:
+            staged = sid in self.streams and self.streams[sid].held and not flags & END_STREAM
+            self.credit_back(sum(len(p) for p in parts), sid if staged else 0)
+
+    def credit_back(self, length: int, sid: int = 0) -> None:
+        """Triton never sees this DATA, so never gives its window back: we do, in batches (`give_credit`)."""
+        self.credit += length
+        if sid and length:  # a staged stream still open: its own window too
+            self.stream_credit[sid] = self.stream_credit.get(sid, 0) + length
+
+    def give_credit(self) -> None:
+        """The window updates for what this read held back, in one write (less what we sent Triton instead)."""
+        paid = min(self.credit, self.debt)
+        self.debt -= paid
+        updates = [frame(WINDOW_UPDATE, 0, sid, U32.pack(n)) for sid, n in self.stream_credit.items()]
+        if self.credit > paid:
+            updates.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(self.credit - paid)))
+        self.credit = 0
+        self.stream_credit.clear()
+        if updates:
+            self.link.send(b"".join(updates))
+
+    # -- the client's request headers --
+    def call(self, sid: int, block: bytes) -> None:
+        """Stream `sid`'s request header block (whole): which call it is, and whether and how it is checked."""
+        link = self.link
+        try:
+            path, encoding, key = self.headers.read_call(block)
+        except hpack.HPACKError:
+            link.close()  # what Triton would do too: the connection's compression state is lost
+            return
+        if sid in self.streams or sid in self.refused_ids:
+            return  # trailers of a request (gRPC clients send none)
+        rules = self.rules
+        if link.alone:
+            self.refuse(sid, UNAVAILABLE, "the inference server is not reachable (restarting?)")
+            # and hang up: the client's retry connects again, and so do we to tritonserver, once it is back
+            link.send(frame(GOAWAY, 0, 0, U32.pack(sid) + U32.pack(NO_ERROR)))
+            link.close()  # after what is written
+        elif rules.closing:
+            self.refuse(sid, UNAVAILABLE, "the server is shutting down")
+        elif path in rules.checks:
+            answered = None
+            staging = rules.staging
+            keyed = holds_key(key, rules.admin_key)
+            if path == rules.unregister_path and keyed and staging is not None:
+                staging.recheck()  # now, and again once Triton has answered (a staged request may come between)
+                answered = staging.recheck
+            self.streams[sid] = Stream(
+                rules.checks[path],
+                encoding,
+                stageable=path == rules.infer_path,
+                keyed=keyed,
+                answered=answered,
+                moved=link.now,
+            )
+        elif path in rules.rewrites:
+            self.streams[sid] = Stream(_no_check, encoding, rewrite=rules.rewrites[path], moved=link.now)
+        elif path in rules.streaming:
+            self.refuse(
+                sid,
+                UNIMPLEMENTED,
+                "streaming inference (ModelStreamInfer) is not served through this server's gateway; use ModelInfer",
+            )
+
+    # -- a held message --
+    def _data(self, sid: int, flags: int, parts: list[Any]) -> bool:
+        """Whether this (whole, checked-stream) DATA frame goes on to Triton."""
+        stream = self.streams[sid]
+        first = stream.got == 0
+        if flags & PADDED:
+            stream.add(unpadded(joined(parts), flags) if parts else b"")
+        else:
+            for part in parts:
+                stream.add(part)
+        cap = self.rules.cap
+        if first and stream.rewrite is not None and stream.size > cap:
+            # an upload larger than the request cap (a big model's files) is not held: it goes through as it
+            # comes, unread, so its file names are not checked (`model_control`; loads need the admin key)
+            self.finish(sid)
+            return True
+        if stream.size > cap or (stream.size < 0 and stream.got > cap):
+            self.refuse(
+                sid,
+                RESOURCE_EXHAUSTED,
+                f"the request message of {stream.size} bytes is over this server's limit of {cap} bytes",
+            )
+            return False
+        if stream.stageable and stream.size >= 0:
+            self._choose_region(stream)
+        if stream.whole:
+            return self._complete(sid, stream, flags)
+        if flags & END_STREAM:
+            self.refuse(sid, INVALID_ARGUMENT, "the request ended before its message did")
+            return False
+        return not stream.held  # a staged or rewritten stream's bytes stay here
+
+    def _choose_region(self, stream: Stream) -> None:
+        """Once the message's size is known: a large uncompressed one goes to Triton through shared memory."""
+        stream.stageable = False  # decided once
+        staging = self.rules.staging
+        if staging is not None and not stream.parts[0][0] and staging.wants(stream.size):
+            stream.region = staging.take(stream.size)
+
+    def _complete(self, sid: int, stream: Stream, flags: int) -> bool:
+        if stream.got > 5 + stream.size:
+            self.refuse(sid, INVALID_ARGUMENT, "a unary call carries one request message; this one carries more")
+            return False
+        staged = b""
+        try:
+            if stream.rewrite is not None:
+                data = whole(stream.message(self.rules.cap))
+                self._send_message(sid, flags, stream.rewrite(data) or data)
+                stream.done = True
+                return False
+            if stream.region is None:
+                model = stream.check(stream.message(self.rules.cap), stream.keyed)
+            else:
+                req, raw = read_model_infer(stream.message(self.rules.cap), self.rules.cap, keyed=stream.keyed)
+                model = str(req.model_name)
+                staged = staged_model_infer(req, raw, stream.region.name, stream.region.view)
+        except Refusal as e:
+            self.refuse(sid, grpc_code(e.status), e.message)
+            return False
+        if model is not None:
+            try:
+                self.rules.admission.enter(model)
+            except Overloaded as e:
+                self.refuse(sid, UNAVAILABLE, e.message)
+                return False
+            stream.model = model
+        stream.done = True
+        if stream.region is None:
+            return True
+        if len(staged) > _STAGED_MAX_BYTES:  # typed `contents`, not raw bytes: it would not fit Triton's window
+            self.refuse(
+                sid,
+                RESOURCE_EXHAUSTED,
+                f"the request holds {len(staged)} bytes besides raw_input_contents, over this server's limit of "
+                f"{_STAGED_MAX_BYTES} bytes; send large tensors as raw_input_contents",
+            )
+            return False
+        self._send_message(sid, flags, staged)  # in place of the client's: Triton reads the region
+        return False
+
+    def _send_message(self, sid: int, flags: int, body: bytes) -> None:
+        """Send Triton `body` as stream `sid`'s (uncompressed) message, in place of the client's held DATA."""
+        message = b"\0" + U32.pack(len(body)) + body
+        self.debt += len(message)
+        last = len(message) - 1
+        for a in range(0, len(message), MIN_MAX_FRAME_SIZE):
+            end = flags & END_STREAM if a + MIN_MAX_FRAME_SIZE > last else 0
+            self.frames.out.append(frame(DATA, end, sid, message[a : a + MIN_MAX_FRAME_SIZE]))
+
+    # -- ends of streams --
+    def stalled_ids(self, now: float) -> list[int]:
+        """The streams whose message brought no byte for the stall timeout (`RelayCore.tick` drops them)."""
+        stall_s = self.rules.admission.stall_s
+        return [sid for sid, s in self.streams.items() if not s.done and now - s.moved > stall_s]
+
+    def refuse(self, sid: int, code: int, message: str) -> None:
+        """Answer stream `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""
+        self.rules.refused += 1
+        self.finish(sid)
+        self.refused_ids.add(sid)
+        if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
+            self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
+        link = self.link
+        link.send(trailers_only(sid, code, message) + frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
+        if not link.alone:
+            link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
+
+    def finish(self, sid: int, *, answered: bool = False) -> None:
+        """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
+        self.link.open.discard(sid)
+        stream = self.streams.pop(sid, None)
+        if stream is None:
+            return
+        if stream.region is not None and self.rules.staging is not None:
+            if answered or not stream.done:
+                self.rules.staging.give_back(stream.region)
+            else:  # sent, then reset or cut off: Triton may still read the region
+                self.rules.staging.abandon(stream.region)
+        if answered and stream.answered is not None:
+            stream.answered()
+        if stream.charged:
+            self.rules.admission.give_bytes(stream.charged, self.account)
+        if stream.model is not None:
+            self.rules.admission.leave(stream.model)
+
+    def finish_all(self) -> None:
+        """The connection closes: every stream in progress is finished."""
+        for sid in list(self.streams):
+            self.finish(sid)
+
+
+def _no_check(data: bytes | Pieces, keyed: bool) -> None:
+    """The check of a call the relay only rewrites (`RelayRules.rewrites`): Triton checks its message."""
+    return None

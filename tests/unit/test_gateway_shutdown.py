@@ -1,0 +1,52 @@
+"""A gateway stopped with requests still waiting for Triton ends them quietly (`http_front.HttpFront.handle`).
+
+The gateway process runs against loopback ports where nothing listens, as while Triton restarts: an HTTP
+request then waits in the upstream's retry sleep. Stopped with a short grace period, the gateway cancels it;
+its log holds the usual closing line and no error or traceback.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from mslite_triton.server.gateway_process import GatewayProcess
+from tests.support.processes import free_port
+
+
+def test_a_stop_cancels_requests_waiting_for_triton_without_a_traceback(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.log"
+    http_port = free_port()
+    gateway = GatewayProcess(
+        host="127.0.0.1",
+        http_port=http_port,
+        grpc_port=free_port(),
+        upstream_http=f"127.0.0.1:{free_port()}",  # nothing listens: the request is offered again and again
+        upstream_grpc=f"127.0.0.1:{free_port()}",
+        grace_s=0.3,
+        upstream_retry_s=60.0,
+        log_path=log,
+    )
+    gateway.start()
+    clients = []
+    try:
+        for _ in range(3):
+            c = socket.create_connection(("127.0.0.1", http_port), timeout=10)
+            c.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            clients.append(c)
+        time.sleep(0.5)  # within the retry sleep by now (the first refused connect takes microseconds)
+        proc = gateway.process
+        assert proc is not None
+        gateway.stop(timeout_s=20)
+        assert proc.returncode == 0
+        for c in clients:  # ended without an answer: the connection closes
+            assert c.recv(1024) == b""
+    finally:
+        gateway.stop()
+        for c in clients:
+            c.close()
+    text = log.read_text(errors="replace")
+    assert "gateway stopped" in text, text
+    for sign in ("Traceback", "CancelledError", " ERROR "):
+        assert sign not in text, text
