@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import importlib
+import importlib.util
 import pickle
 import pstats
 import sys
@@ -57,12 +58,17 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "mslite_gateway"}
     else:
         saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
-        sys.path.insert(0, str(root))
+        folder = root / "mslite_gateway"
+        spec = importlib.util.spec_from_file_location(
+            "mslite_gateway", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None and spec.loader is not None, folder
         try:
+            sys.modules["mslite_gateway"] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules["mslite_gateway"])  # its submodules are then found in `folder`
             importlib.import_module("mslite_gateway.grpc_core")
             modules = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
         finally:
-            sys.path.remove(str(root))
             sys.modules.update(saved)
     core, frames = modules["mslite_gateway.grpc_core"], modules["mslite_gateway.grpc_frames"]
     return {
