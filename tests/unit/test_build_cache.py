@@ -147,3 +147,53 @@ def test_an_entry_built_under_a_loose_umask_is_trusted(tmp_path: Path) -> None:
     assert not os.stat(path).st_mode & 0o022
     assert ensure_built(str(tmp_path / "cache"), "k", _writes("again")) == path
     assert Path(path).read_text() == "ours"  # used, not built again
+
+
+def _use_and_hold(root: str, started: Any, release: Any, results: Any) -> None:
+    """A worker: the model from the cache (building it if first), then the entry held until `release`."""
+    started.set()
+    try:
+        path = ensure_built(root, "k", _slow_build, timeout_s=10)
+        results.put(("ok", os.getpid(), Path(path).read_text()))
+    except Exception as e:  # noqa: BLE001 - the test reports what the worker met
+        results.put(("error", os.getpid(), repr(e)))
+    release.wait(30)
+
+
+def _slow_build(out: str) -> None:
+    import time
+
+    time.sleep(0.3)
+    Path(out, "model.onnx").write_text(f"built by {os.getpid()}")
+
+
+def test_workers_that_found_no_entry_together_do_not_wait_for_the_builder_to_exit(tmp_path: Path) -> None:
+    # Both take the lock shared while another holder (this test) keeps anyone from building, both find no
+    # entry, both wait for the exclusive lock; the first builds and then holds the entry shared for its life.
+    # The second must use the entry, not wait for the builder to exit (it waited until the time-out before).
+    import fcntl
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    lock = os.open(root / "k.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    release, results = FORK.Event(), FORK.Queue()
+    starts = [FORK.Event(), FORK.Event()]
+    workers = [FORK.Process(target=_use_and_hold, args=(str(root), s, release, results)) for s in starts]
+    try:
+        for w in workers:
+            w.start()
+        for s in starts:
+            assert s.wait(10)
+        import time
+
+        time.sleep(0.5)  # both found no entry and wait for the exclusive lock
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        found = [results.get(timeout=8) for _ in workers]  # before: the second, a TimeoutError after 10 s
+        assert [f[0] for f in found] == ["ok", "ok"], found
+        assert found[0][2] == found[1][2]  # one build, used by both
+    finally:
+        release.set()
+        for w in workers:
+            w.join(10)
+        os.close(lock)
