@@ -42,7 +42,7 @@ from mslite_triton.server.triton_process import (
     log_tail,
     spawn,
 )
-from mslite_triton.server.workers import remove_upload_copies, upload_copies, workers_of
+from mslite_triton.server.workers import remove_upload_copies, state_of, upload_copies, workers_of
 
 if TYPE_CHECKING:  # started only by servers that are supervised, imported then
     from mslite_triton.server.supervisor import Supervisor
@@ -242,8 +242,11 @@ class EmbeddedServer:
         if supervisor is not None:
             supervisor.halt()  # no heal from now on; its thread ends last (see Supervisor.halt)
             leaked = supervisor.leaked
-        # a hung server acts on no SIGTERM (e.g. its handler deadlocked), and answers no request to drain
-        hung = self.process is not None and self.process.poll() is None and not self.answers_live()
+        # a hung server acts on no SIGTERM (e.g. its handler deadlocked), and answers no request to drain; a
+        # stopped one says so by its state at once (a probe answered 200 once though the server was stopped,
+        # with a second test run beside: not understood, so the state is not left to a probe)
+        proc = self.process
+        hung = proc is not None and proc.poll() is None and (state_of(proc.pid) == "T" or not self.answers_live())
         if self.gateway is not None:
             self.gateway.stop(HUNG_GRACE_S if hung else timeout_s)
             self.gateway = None
