@@ -61,7 +61,10 @@ def ensure_built(root: str, key: str, build: Callable[[str], None], *, timeout_s
         _lock(fd, fcntl.LOCK_SH, deadline)  # waits for a builder or an eviction
         if not _trusted(final):
             fcntl.flock(fd, fcntl.LOCK_UN)  # released first: two readers upgrading together would wait forever
-            if _lock_to_build(fd, final, deadline) and not _trusted(final):
+            # Workers that start together all get here; the first builds, then holds the lock shared for as long
+            # as it lives, so the others stop waiting for it exclusively once the entry is there (renamed into
+            # place whole). Waiting on, they waited the whole time-out, and the model's load hung for as long.
+            if _lock(fd, fcntl.LOCK_EX, deadline, unless=lambda: _trusted(final)) and not _trusted(final):
                 _build(root, key, final, build)
             _lock(fd, fcntl.LOCK_SH, deadline)
             if not _trusted(final):  # removed in the instant between the two locks: rare, and not worth a retry
@@ -173,32 +176,19 @@ def _remove_unheld(root: str, name: str) -> bool:
         os.close(fd)  # the lock file stays: removing it would let two builders lock different files
 
 
-def _lock_to_build(fd: int, entry: str, deadline: float) -> bool:
-    """Take the lock exclusively to build `entry`; False, without it, once another process has built it.
+def _lock(fd: int, kind: int, deadline: float, *, unless: Callable[[], bool] | None = None) -> bool:
+    """Take the lock (`kind`) by `deadline`; False, without it, as soon as `unless()` holds while waiting.
 
-    Workers that start together all find no entry under the shared lock and all wait to build it; the first
-    builds and then holds the lock shared for as long as it lives, so the others must stop waiting for the
-    exclusive lock as soon as the entry is there (they waited the whole `BUILD_TIMEOUT_S` before, and the
-    model's load hung for as long).
+    Raises:
+        TimeoutError: not taken by `deadline`.
     """
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if _trusted(entry):  # renamed into place whole: built
+            if unless is not None and unless():
                 return False
-            if time.monotonic() > deadline:
-                raise TimeoutError("another worker held the model cache's lock for too long") from None
-            time.sleep(0.05)
-
-
-def _lock(fd: int, kind: int, deadline: float) -> None:
-    while True:
-        try:
-            fcntl.flock(fd, kind | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
             if time.monotonic() > deadline:
                 raise TimeoutError("another worker held the model cache's lock for too long") from None
             time.sleep(0.05)
