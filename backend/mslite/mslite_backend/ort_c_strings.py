@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import BackendConfig
 from .errors import InferenceFailure, ModelLoadError, RequestError, client_message
+from .session import SessionSettings
 
 API_VERSION = 19  # every member used here exists since this version (GetResizedStringTensorElementBuffer: 16)
 
@@ -198,16 +198,8 @@ class CStringSession:
     String inputs are object arrays of `bytes`; string outputs come back as object arrays of `bytes`.
     """
 
-    def __init__(
-        self,
-        model: str | bytes,
-        cfg: BackendConfig,
-        *,
-        preoptimized: bool = False,
-        config_entries: tuple[tuple[str, str], ...] = (),
-        where: str = "",
-    ) -> None:
-        """Open the session with the thread and optimization settings `session.session_options` gives.
+    def __init__(self, model: str | bytes, settings: SessionSettings, *, where: str = "") -> None:
+        """Open the session with `settings` (`session.session_settings`, which the Python API's sessions use too).
 
         Raises:
             ModelLoadError: ONNX Runtime could not load the model.
@@ -220,18 +212,13 @@ class CStringSession:
         options = _P()
         a.check(a.CreateSessionOptions(ctypes.byref(options)), ModelLoadError)
         try:
-            a.check(a.SetIntraOpNumThreads(options, cfg.intra_op_threads), ModelLoadError)
-            a.check(a.SetInterOpNumThreads(options, cfg.inter_op_threads), ModelLoadError)
-            parallel = 1 if cfg.execution_mode == "parallel" else 0
-            a.check(a.SetSessionExecutionMode(options, parallel), ModelLoadError)
-            arena = a.EnableCpuMemArena if cfg.enable_mem_arena else a.DisableCpuMemArena
+            a.check(a.SetIntraOpNumThreads(options, settings.intra_op_threads), ModelLoadError)
+            a.check(a.SetInterOpNumThreads(options, settings.inter_op_threads), ModelLoadError)
+            a.check(a.SetSessionExecutionMode(options, int(settings.parallel)), ModelLoadError)
+            arena = a.EnableCpuMemArena if settings.mem_arena else a.DisableCpuMemArena
             a.check(arena(options), ModelLoadError)
-            level = 0 if preoptimized else cfg.graph_optimization_level
-            a.check(a.SetSessionGraphOptimizationLevel(options, level), ModelLoadError)
-            entries = list(config_entries)
-            if not cfg.allow_spinning:
-                entries += [("session.intra_op.allow_spinning", "0"), ("session.inter_op.allow_spinning", "0")]
-            for key, value in entries:
+            a.check(a.SetSessionGraphOptimizationLevel(options, settings.optimization_level), ModelLoadError)
+            for key, value in settings.config_entries:
                 a.check(a.AddSessionConfigEntry(options, key.encode(), value.encode()), ModelLoadError)
             session = _P()
             if isinstance(model, bytes):

@@ -20,7 +20,7 @@ from .graph import GraphIO, check_config_against_graph, read_graph_io
 from .mindir import resolve
 from .ort_c_strings import CStringSession
 from .providers import apply_env
-from .session import OrtSession, providers_for
+from .session import OrtSession, providers_for, session_settings
 from .strings import from_ort, placeholder, to_ort
 from .weight_store import WeightStore, launcher_owner, store_directory
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
@@ -450,9 +450,8 @@ def _string_session(
         return None, (f"{why}: the C API path serves CPU instances, this one is {instance.kind}",)
     src = prepared.source
     try:
-        session = CStringSession(
-            src.model, cfg, preoptimized=src.preoptimized, config_entries=src.config_entries, where=cfg.model_name
-        )
+        settings = session_settings(cfg, preoptimized=src.preoptimized, config_entries=src.config_entries)
+        session = CStringSession(src.model, settings, where=cfg.model_name)
     except (OSError, AttributeError) as e:
         return None, (f"{why}: ONNX Runtime's C API could not be loaded ({e})",)
     return session, ()

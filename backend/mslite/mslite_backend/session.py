@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,22 +26,57 @@ def providers_for(instance: InstanceInfo, cfg: BackendConfig, *, cuda_graph: boo
     )
 
 
-def session_options(cfg: BackendConfig) -> Any:
-    """Build `SessionOptions` from the typed config."""
-    import onnxruntime as ort
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a session is opened with, whichever of ONNX Runtime's APIs opens it (Python, or C: `ort_c_strings`)."""
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = cfg.intra_op_threads
-    so.inter_op_num_threads = cfg.inter_op_threads
-    so.execution_mode = (
-        ort.ExecutionMode.ORT_PARALLEL if cfg.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
-    )
-    so.enable_cpu_mem_arena = cfg.enable_mem_arena
-    so.graph_optimization_level = ort.GraphOptimizationLevel(cfg.graph_optimization_level)
+    intra_op_threads: int
+    inter_op_threads: int
+    parallel: bool  # ORT's parallel execution mode, else sequential
+    mem_arena: bool
+    optimization_level: int  # a GraphOptimizationLevel value (0: none ... 99: all)
+    config_entries: tuple[tuple[str, str], ...]
+
+
+def session_settings(
+    cfg: BackendConfig, *, preoptimized: bool = False, config_entries: tuple[tuple[str, str], ...] = ()
+) -> SessionSettings:
+    """The settings of a session of this config.
+
+    Args:
+        cfg: the typed config (threads, execution mode, arena, optimization level, spinning).
+        preoptimized: the model was saved already optimized (and prepacked): do not optimize again.
+        config_entries: extra session config entries (e.g. where a serialized model's external data is).
+    """
+    entries = tuple(config_entries)
     if not cfg.allow_spinning:
         # Workers x threads exceed the cores: spinning threads would steal time from other workers.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        entries = (("session.intra_op.allow_spinning", "0"), ("session.inter_op.allow_spinning", "0"), *entries)
+    return SessionSettings(
+        intra_op_threads=cfg.intra_op_threads,
+        inter_op_threads=cfg.inter_op_threads,
+        parallel=cfg.execution_mode == "parallel",
+        mem_arena=cfg.enable_mem_arena,
+        optimization_level=0 if preoptimized else cfg.graph_optimization_level,
+        config_entries=entries,
+    )
+
+
+def session_options(
+    cfg: BackendConfig, *, preoptimized: bool = False, config_entries: tuple[tuple[str, str], ...] = ()
+) -> Any:
+    """ONNX Runtime's Python `SessionOptions` of `session_settings`."""
+    import onnxruntime as ort
+
+    settings = session_settings(cfg, preoptimized=preoptimized, config_entries=config_entries)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = settings.intra_op_threads
+    so.inter_op_num_threads = settings.inter_op_threads
+    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL if settings.parallel else ort.ExecutionMode.ORT_SEQUENTIAL
+    so.enable_cpu_mem_arena = settings.mem_arena
+    so.graph_optimization_level = ort.GraphOptimizationLevel(settings.optimization_level)
+    for key, value in settings.config_entries:
+        so.add_session_config_entry(key, value)
     return so
 
 
@@ -78,11 +114,7 @@ class OrtSession:
         providers = choice.providers()
         where = f"model '{cfg.model_name}', instance '{instance.name}'"
         check_available(choice, ort.get_available_providers(), where)
-        so = session_options(cfg)
-        if preoptimized:
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        for key, value in config_entries:
-            so.add_session_config_entry(key, value)
+        so = session_options(cfg, preoptimized=preoptimized, config_entries=config_entries)
         try:
             self._session = ort.InferenceSession(path, so, providers=providers)
         except Exception as e:
