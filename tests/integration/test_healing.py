@@ -8,6 +8,7 @@ failed and that every answer, before and after, used the updated weights.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -205,7 +206,8 @@ def _alive(pid: int) -> bool:
     return state_of(pid) not in ("", "Z")
 
 
-def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path):
+def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.INFO, logger="mslite_triton")  # what the stop decided, shown if this fails
     (tmp_path / "repo").mkdir()
     srv = EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True, exit_timeout_s=60))
     with srv:  # as `serve` runs it: gateway and supervisor
@@ -213,6 +215,20 @@ def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path):
         started = time.monotonic()
         srv.stop()
         assert time.monotonic() - started < 20  # was the exit timeout and more (60 + 5 s here)
+
+
+def test_a_server_found_stopped_while_it_is_given_time_to_exit_is_killed(tmp_path: Path):
+    # The stop's first look can miss a SIGSTOP that has not taken effect yet (it failed 3 of 13 full runs,
+    # waiting the whole exit timeout): what it waits on is looked at again. Here the look is skipped.
+    (tmp_path / "repo").mkdir()
+    with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=60, supervise=False)) as srv:
+        pid = srv.process.pid
+        os.kill(pid, signal.SIGSTOP)
+        _wait(lambda: state_of(pid) == "T", "the server stopped", 10)
+        started = time.monotonic()
+        srv._terminate()  # SIGTERM, and up to the exit timeout (65 s) to act on it
+        assert time.monotonic() - started < 10
+        assert not _alive(pid)
 
 
 def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_path: Path):

@@ -243,10 +243,13 @@ class EmbeddedServer:
             supervisor.halt()  # no heal from now on; its thread ends last (see Supervisor.halt)
             leaked = supervisor.leaked
         # a hung server acts on no SIGTERM (e.g. its handler deadlocked), and answers no request to drain; a
-        # stopped one says so by its state at once (a probe answered 200 once though the server was stopped,
-        # with a second test run beside: not understood, so the state is not left to a probe)
-        proc = self.process
-        hung = proc is not None and proc.poll() is None and (state_of(proc.pid) == "T" or not self.answers_live())
+        # stopped one says so by its state. A look can miss a stop that has just begun (its threads stop when
+        # next scheduled): `_wait_exit` then kills the server once it finds it stopped.
+        proc, hung = self.process, False
+        if proc is not None and proc.poll() is None:
+            state = state_of(proc.pid)
+            hung = state == "T" or not self.answers_live()
+            log.info("stopping tritonserver (pid %d, state %s%s)", proc.pid, state, ", hung" if hung else "")
         if self.gateway is not None:
             self.gateway.stop(HUNG_GRACE_S if hung else timeout_s)
             self.gateway = None
@@ -296,7 +299,7 @@ class EmbeddedServer:
             return code
 
     def _wait_exit(self, proc: subprocess.Popen[bytes], wait_s: float) -> int:
-        """`proc.wait(wait_s)`, given up early when Triton's exit waits on nothing (`triton_process.exit_stalled`).
+        """`proc.wait(wait_s)`, given up early when the server is stopped or its exit waits on nothing.
 
         Raises:
             subprocess.TimeoutExpired: the server is still running.
@@ -307,6 +310,10 @@ class EmbeddedServer:
                 return proc.wait(timeout=max(0.0, min(EXIT_POLL_S, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
+                    raise
+                # stopped (SIGSTOP, a debugger): it acts on no SIGTERM until it is continued, so waiting is in vain
+                if state_of(proc.pid) == "T":
+                    log.warning("tritonserver (pid %d) is stopped and cannot exit; killing it", proc.pid)
                     raise
                 # every worker is gone, and Triton still counts live models: those never unload
                 if exit_stalled(self.log_path) and not workers_of(proc.pid):
