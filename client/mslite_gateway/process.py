@@ -85,7 +85,6 @@ async def serve(args: argparse.Namespace) -> None:
     staging = None
     if not args.no_staging:  # its regions together stay within what admission control lets be in flight
         staging = Staging(up_host, up_port, os.environ.get(ADMIN_KEY_ENV), max_bytes=args.max_inflight_bytes)
-        staging.start()
     upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
     admission = Admission(
         max_inflight_per_model=args.max_inflight_per_model,
@@ -106,9 +105,13 @@ async def serve(args: argparse.Namespace) -> None:
         offload=offload,
         failures=failures,
     )
-    http_server = await asyncio.start_server(
-        front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
-    )
+    # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
+    try:
+        http_server = await asyncio.start_server(
+            front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
+        )
+    except OSError as e:
+        raise RuntimeError(f"HTTP port {args.http_port} on {args.host} could not be bound: {e}") from None
     try:
         grpc_server, relay = await start_relay(
             args.host,
@@ -122,6 +125,8 @@ async def serve(args: argparse.Namespace) -> None:
         )
     except OSError as e:
         raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
+    if staging is not None:
+        staging.start()
     sys.stdout.write(GATEWAY_READY_LINE + "\n")
     sys.stdout.flush()
     await stop.wait()

@@ -52,6 +52,16 @@ def write_key(key: str, host: str, ports: list[int]) -> list[Path]:
     return written
 
 
+def remove_key(paths: list[Path], key: str) -> None:
+    """Remove the key files among `paths` that still hold `key` (another server may have its port now)."""
+    for path in paths:
+        try:
+            if path.read_text().strip() == key:
+                path.unlink()
+        except OSError:
+            pass
+
+
 def key_for(url: str) -> str | None:
     """The key to send to `url`: `settings.ADMIN_KEY_ENV`, else the key file of its host and port, else None."""
     env = settings.admin_key()

@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError
+from mslite_backend import settings
+from mslite_triton._admin_key import key_path, write_key
+from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError, launcher
+from mslite_triton.server.ports import LOOPBACK, pick_ports
 from mslite_triton.server.workers import workers_of
 
 pytestmark = pytest.mark.integration
@@ -164,3 +167,40 @@ def test_warm_up_runs_before_the_model_is_ready(tmp_path: Path):
         body = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": x.flatten().tolist()}]}
         out = srv.http_json("POST", "/v2/models/cold/infer", body)["outputs"][0]
         assert out["shape"] == [2, 2] and out["data"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("taken", ["http", "grpc", "metrics", "triton-http", "triton-grpc"])
+def test_a_port_taken_between_its_pick_and_the_start_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: str
+):
+    # Another process (a second test run beside, a client's outgoing connection) took a port after the
+    # launcher picked it and before the server bound it: the start failed, and wrote its key over theirs.
+    monkeypatch.setenv(settings.KEY_DIR_ENV, str(tmp_path / "keys"))
+    occupant, picks = socket.socket(), []
+
+    def pick_then_lose_one(wanted: list[tuple[str, int, str]]) -> list[int]:
+        ports = pick_ports(wanted)
+        if not picks:  # the first pick only
+            port = ports[[what for _, _, what in wanted].index(taken)]
+            occupant.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            occupant.bind((LOOPBACK, port))
+            occupant.listen()
+            write_key("theirs", LOOPBACK, [port])
+        picks.append(ports)
+        return ports
+
+    monkeypatch.setattr(launcher, "pick_ports", pick_then_lose_one)
+    (tmp_path / "repo").mkdir()
+    with occupant:
+        lost = occupant_port = None
+        with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True)) as srv:
+            occupant_port = occupant.getsockname()[1]
+            lost = key_path(LOOPBACK, occupant_port)
+            assert len(picks) == 2, picks  # one start lost a port; the next, on other ports, started
+            ours = [srv.http_port, srv.grpc_port, srv.metrics_port, srv.triton_http_port, srv.triton_grpc_port]
+            assert occupant_port not in ours
+            assert srv.answers_live() and srv.gateway_answers_live()
+            assert srv.admin_key and key_path(LOOPBACK, srv.http_port).read_text().strip() == srv.admin_key
+            assert lost.read_text().strip() == "theirs"
+        assert lost.read_text().strip() == "theirs"  # our stop removed our key files only
+        assert not key_path(LOOPBACK, ours[0]).exists()

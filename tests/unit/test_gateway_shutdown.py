@@ -1,4 +1,5 @@
-"""A gateway stopped with requests still waiting for Triton ends them quietly (`http_front.HttpFront.handle`).
+"""A gateway stopped with requests still waiting for Triton ends them quietly (`http_front.HttpFront.handle`);
+one that cannot bind its ports ends at once, saying why.
 
 The gateway process runs against loopback ports where nothing listens, as while Triton restarts: an HTTP
 request then waits in the upstream's retry sleep. Stopped with a short grace period, the gateway cancels it;
@@ -11,7 +12,9 @@ import socket
 import time
 from pathlib import Path
 
-from mslite_triton.server.gateway_process import GatewayProcess
+import pytest
+
+from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
 from tests.support.processes import free_port
 
 
@@ -50,3 +53,25 @@ def test_a_stop_cancels_requests_waiting_for_triton_without_a_traceback(tmp_path
     assert "gateway stopped" in text, text
     for sign in ("Traceback", "CancelledError", " ERROR "):
         assert sign not in text, text
+
+
+def test_a_port_it_cannot_bind_ends_its_start_at_once_with_the_reason(tmp_path: Path) -> None:
+    # Its watch of Triton started before the ports were bound, and its cancellation kept the failed start
+    # alive: the launcher waited its 30 s and reported no reason, so it could not try other ports.
+    for taken in ("http", "grpc"):
+        with socket.socket() as occupant:
+            occupant.bind(("127.0.0.1", 0))
+            occupant.listen()
+            port = occupant.getsockname()[1]
+            ports = {"http_port": free_port(), "grpc_port": free_port(), taken + "_port": port}
+            gateway = GatewayProcess(
+                host="127.0.0.1",
+                upstream_http=f"127.0.0.1:{free_port()}",
+                upstream_grpc=f"127.0.0.1:{free_port()}",
+                log_path=tmp_path / f"{taken}.log",
+                **ports,
+            )
+            started = time.monotonic()
+            with pytest.raises(GatewayError, match=f"port {port} on 127.0.0.1 could not be bound: .*already in use"):
+                gateway.start(timeout_s=30)
+            assert time.monotonic() - started < 10

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from mslite_backend.owned_files import remove_prefixed, sweep_dead_owners
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 from mslite_triton._admin_key import HEADER as ADMIN_KEY_HEADER
-from mslite_triton._admin_key import new_key, write_key
+from mslite_triton._admin_key import new_key, remove_key, write_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
 from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
-from mslite_triton.server.ports import LOOPBACK, accepts, pick_ports
+from mslite_triton.server.ports import LOOPBACK, listening_ports, pick_ports
 from mslite_triton.server.triton_process import (
     command_line,
     compose_workspace,
@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 LEAKED_GRACE_S = 5.0  # how long a stop waits for a server holding dead instances (see supervisor.py)
 HUNG_GRACE_S = 1.0  # how long a stop lets the gateway drain when tritonserver behind it is hung
 EXIT_POLL_S = 0.25  # how often a stop looks at an exiting tritonserver's log
+START_ATTEMPTS = 3  # starts on newly picked ports, when one picked was taken before the server bound it
+PORT_TAKEN = "already in use"  # how tritonserver's and the gateway's start failures say so
 # A request line with no target and no version: the gateway answers it itself (400, malformed request
 # line) and sends nothing on to tritonserver.
 GATEWAY_PROBE = b"PROBE\r\n\r\n"
@@ -121,16 +123,26 @@ class EmbeddedServer:
         wanted += [(cfg.host, cfg.metrics_port, "metrics")]
         if cfg.gateway:  # Triton's own ports, private, behind the gateway's
             wanted += [(LOOPBACK, cfg.triton_http_port, "triton-http"), (LOOPBACK, cfg.triton_grpc_port, "triton-grpc")]
-        ports = pick_ports(wanted)
-        self.http_port, self.grpc_port, self.metrics_port = ports[:3]
-        self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]
         self._binary = self._compose_workspace()
         if cfg.restrict_admin:
             self.admin_key = new_key()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            ports = pick_ports(wanted)
+            self.http_port, self.grpc_port, self.metrics_port = ports[:3]
+            self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]
+            try:
+                self._launch()
+                if cfg.gateway:
+                    self._start_gateway()
+                break
+            except ServerStartError as e:
+                # a free port is picked, then bound by the server: another process can take it in between
+                if attempt == START_ATTEMPTS or PORT_TAKEN not in str(e):
+                    raise
+                log.info("a port picked for the server was taken before the server bound it; picking others")
+                self.log_path.unlink(missing_ok=True)  # this start's log tells of this start only
+        if self.admin_key:  # once the ports are ours: a start that lost a port leaves its owner's key file alone
             self.key_files = write_key(self.admin_key, cfg.host, [self.http_port, self.grpc_port])
-        self._launch()
-        if cfg.gateway:
-            self._start_gateway()
         if cfg.supervise:  # its thread starts the processes of every heal (see `_child_dies_with_me`)
             from mslite_triton.server.supervisor import Supervisor
 
@@ -222,8 +234,8 @@ class EmbeddedServer:
                 raise ServerStartError(
                     f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
                 )
-            grpc_host = LOOPBACK if self.config.gateway else self.config.host
-            if self._http_status("GET", "/v2/health/ready") == 200 and accepts(grpc_host, self.triton_grpc_port):
+            ours = {self.triton_http_port, self.triton_grpc_port, self.metrics_port}
+            if self._http_status("GET", "/v2/health/ready") == 200 and ours <= listening_ports(self.process.pid):
                 return
             time.sleep(0.2)
         raise ServerStartError(
@@ -253,8 +265,8 @@ class EmbeddedServer:
         if self.gateway is not None:
             self.gateway.stop(HUNG_GRACE_S if hung else timeout_s)
             self.gateway = None
-        for path in self.key_files:
-            path.unlink(missing_ok=True)
+        if self.admin_key:
+            remove_key(self.key_files, self.admin_key)
         self.key_files = []
         if hung:
             timeout_s = 0

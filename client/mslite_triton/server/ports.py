@@ -1,12 +1,15 @@
-"""The embedded server's ports: picked free (or checked free) before start, probed for readiness after."""
+"""The embedded server's ports: picked free (or checked free) before start, found held by the server after."""
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
 from mslite_triton.errors import ServerStartError
 
 LOOPBACK = "127.0.0.1"
+_LISTEN = "0A"  # a listening socket's state in /proc/net/tcp
 
 
 def pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
@@ -38,10 +41,32 @@ def pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
             s.close()
 
 
-def accepts(host: str, port: int) -> bool:
-    """True when something accepts TCP connections on host:port (the gRPC endpoint starts on its own)."""
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process `pid` listens on (any address, IPv4 or IPv6), from /proc.
+
+    A port that answers need not be the server's: another process may have taken it between its pick and
+    the server's bind (a second test run, a client's outgoing connection), and would answer in its place.
+    """
     try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
-        return False
+        return set()
+    inodes = set()
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()  # sl local_address rem_address st ... inode (the 10th)
+            if fields[3] == _LISTEN and fields[9] in inodes:
+                ports.add(int(fields[1].rpartition(":")[2], 16))
+    return ports
