@@ -192,7 +192,6 @@ def test_a_port_taken_between_its_pick_and_the_start_is_picked_again(
     monkeypatch.setattr(launcher, "pick_ports", pick_then_lose_one)
     (tmp_path / "repo").mkdir()
     with occupant:
-        lost = occupant_port = None
         with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True)) as srv:
             occupant_port = occupant.getsockname()[1]
             lost = key_path(LOOPBACK, occupant_port)

@@ -56,8 +56,8 @@ def test_a_stop_cancels_requests_waiting_for_triton_without_a_traceback(tmp_path
 
 
 def test_a_port_it_cannot_bind_ends_its_start_at_once_with_the_reason(tmp_path: Path) -> None:
-    # Its watch of Triton started before the ports were bound, and its cancellation kept the failed start
-    # alive: the launcher waited its 30 s and reported no reason, so it could not try other ports.
+    # Its watch of Triton started before the ports were bound, and the failed start then stayed in asyncio's
+    # clean-up: the launcher waited its 30 s and reported no reason, so it could not try other ports.
     for taken in ("http", "grpc"):
         with socket.socket() as occupant:
             occupant.bind(("127.0.0.1", 0))
