@@ -12,6 +12,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.settled import settled
+
 pytestmark = pytest.mark.integration
 
 MODEL = "mixed_dtypes"
@@ -40,20 +42,6 @@ def _stats(server) -> dict[str, int]:
     return {"executions": int(stats["execution_count"]), "inferences": int(stats["inference_count"])}
 
 
-def _settled_stats(server) -> dict[str, int]:
-    """Triton's counts once they stop changing: it counts an execution just after the response has gone out,
-    so the last request's count may still be on its way (seen: 14 executions of 15 with a second make test
-    beside)."""
-    stats = _stats(server)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        again, stats = stats, _stats(server)
-        if again == stats:
-            break
-    return stats
-
-
 def _ours(samples) -> dict[str, float]:
     return {
         "executions": _total(samples, "mslite_execution_ms_count"),
@@ -74,7 +62,7 @@ def _cumulative_buckets(samples, name: str) -> dict[tuple[tuple[str, str], ...],
 
 def test_backend_metrics_count_what_triton_counts(server):
     samples = _scrape(server)
-    before, triton_before = _ours(samples), _settled_stats(server)
+    before, triton_before = _ours(samples), settled(lambda: _stats(server))
     client = grpcclient.InferenceServerClient(server.grpc_url.split("://", 1)[1])
     ids = np.arange(10, dtype=np.int64).reshape(2, 5)
     h = np.zeros((2, 5), np.float16)
@@ -94,7 +82,7 @@ def test_backend_metrics_count_what_triton_counts(server):
                 call(np.full((2, 5), 7, np.uint8).view(np.bool_))
     finally:
         client.close()
-    triton = {k: v - triton_before[k] for k, v in _settled_stats(server).items()}
+    triton = {k: v - triton_before[k] for k, v in settled(lambda: _stats(server)).items()}
     assert triton == {"executions": 15, "inferences": 30}, triton  # 15 requests of 2 samples, one at a time
     want = {**triton, "invalid": 3}
     deadline = time.monotonic() + 60  # the workers send their counts once a second

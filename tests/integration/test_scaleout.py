@@ -29,6 +29,7 @@ from mslite_backend import settings
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
+from tests.support.settled import settled
 
 pytestmark = pytest.mark.integration
 
@@ -184,19 +185,6 @@ def _success_count(server: EmbeddedServer) -> int:
     return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)
 
 
-def _settled_success_counts(servers: list[EmbeddedServer]) -> list[int]:
-    """Each server's success count once it stops changing: Triton counts a success just after the response
-    has gone out, so an earlier test's last request may still be counted (seen: 25 served of 24 sent)."""
-    counts = [_success_count(s) for s in servers]
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        again, counts = counts, [_success_count(s) for s in servers]
-        if again == counts:
-            break
-    return counts
-
-
 def _runner(url: str) -> mslite.ModelParallelRunner:
     ctx = mslite.Context()
     ctx.server_url = url
@@ -236,7 +224,7 @@ def test_bind_by_name_through_the_proxy(proxy, image, expected, protocol):
 
 
 def test_requests_are_spread_over_both_replicas(replicas, proxy, image, expected):
-    before = _settled_success_counts(replicas)
+    before = settled(lambda: [_success_count(s) for s in replicas])
     http = _runner(proxy.http_url)
     for _ in range(8):
         np.testing.assert_array_equal(_predict(http, image), expected)
@@ -245,11 +233,7 @@ def test_requests_are_spread_over_both_replicas(replicas, proxy, image, expected
         outs = list(pool.map(lambda _: _predict(grpc, image), range(16)))
     for out in outs:
         np.testing.assert_array_equal(out, expected)
-    served = [_success_count(s) - b for s, b in zip(replicas, before)]
-    deadline = time.monotonic() + 5  # Triton counts a success just after the response has gone out
-    while sum(served) < 24 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        served = [_success_count(s) - b for s, b in zip(replicas, before)]
+    served = [a - b for a, b in zip(settled(lambda: [_success_count(s) for s in replicas]), before)]
     assert sum(served) == 24 and min(served) > 0, served
 
 

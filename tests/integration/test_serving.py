@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 import mslite_triton as mslite
 from tests.support.model_zoo import run_reference
 from tests.support.repository import GEN, ZOO, private_tiny
+from tests.support.settled import settled
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +110,7 @@ def test_concurrent_requests_are_batched_and_exact(server, tmp_path):
         results = list(pool.map(lambda x: _infer(server, name, {"x": x})["y"], xs))
     for x, y in zip(xs, results):
         np.testing.assert_array_equal(y, x * 2 + 1)
-    after = _stats(server, name)
+    after = settled(lambda: _stats(server, name))
     inferences = after["inference_count"] - before["inference_count"]
     executions = after["execution_count"] - before["execution_count"]
     assert inferences == sum(x.shape[0] for x in xs)

@@ -25,6 +25,7 @@ from mslite_triton import _admin_key
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
+from tests.support.settled import settled
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +114,7 @@ def test_strings_merged_by_the_batcher_go_back_to_their_requests(served, route):
         row = served.http_json("GET", "/v2/models/string_identity/stats", None)["model_stats"][0]
         return int(row["inference_stats"]["success"]["count"]), int(row["execution_count"])
 
-    requests_before, executions_before = stats()
+    requests_before, executions_before = settled(stats)
     sends = [_strings([[t + bytes([i, 0x80 + i]), t] for t in TEXTS[: 1 + i % 4]]) for i in range(12)]  # not UTF-8
     answers: list = [None] * len(sends)
     start = threading.Barrier(len(sends))
@@ -130,7 +131,7 @@ def test_strings_merged_by_the_batcher_go_back_to_their_requests(served, route):
         t.join(120)
     for sent, got in zip(sends, answers):
         assert got is not None and _as_bytes(got) == sent.tolist()
-    requests, executions = stats()
+    requests, executions = settled(stats)
     assert requests - requests_before == len(sends)
     assert executions - executions_before < len(sends)  # some requests shared an execute (one merged run)
 
