@@ -1,10 +1,12 @@
-"""Timeouts for the HTTP front's awaits: one timer per task, re-armed only when it would fire too late.
+"""Timeouts for the gateway's awaits: one timer per task, re-armed only when it would fire too late.
 
 Every HTTP request waits three times (its head, its body, Triton's answer), each with a timeout. An
 `asyncio.timeout` scope costs 3.6 us on uvloop (an object, a timer scheduled and cancelled); here a task keeps
 one timer (`_Clock`), each await only writes its deadline, and the timer, when it fires early, sets itself
 again for the deadline now current. It is scheduled anew only where a deadline comes sooner than the timer.
-`within` raises asyncio.TimeoutError as `asyncio.wait_for` does.
+`within` raises asyncio.TimeoutError as `asyncio.wait_for` does, and unlike Python 3.11's `wait_for` it never drops
+a cancel from outside that comes in the instant its await completes (a loop that waits in `wait_for`, like the
+staging pool's watch of Triton, then runs on after its task was cancelled).
 """
 
 from __future__ import annotations

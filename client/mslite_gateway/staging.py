@@ -41,6 +41,7 @@ from typing import Any
 
 from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX, SHM_DIR
+from mslite_gateway.deadlines import within
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +115,8 @@ class Staging:
         Triton takes seconds to listen again, and this connection breaks the moment the old one dies.
         """
         while True:
-            try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
+            try:  # `within`: on Python 3.11 `wait_for` drops a stop's cancel that comes as the connection is made
+                reader, writer = await within(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError):
                 self._stale = True
                 await asyncio.sleep(_WATCH_RETRY_S)

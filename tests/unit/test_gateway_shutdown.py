@@ -1,5 +1,5 @@
 """A gateway stopped with requests still waiting for Triton ends them quietly (`http_front.HttpFront.handle`);
-one that cannot bind its ports ends at once, saying why.
+one that cannot bind its ports ends at once, saying why; its watch of Triton ends when it is cancelled.
 
 The gateway process runs against loopback ports where nothing listens, as while Triton restarts: an HTTP
 request then waits in the upstream's retry sleep. Stopped with a short grace period, the gateway cancels it;
@@ -8,12 +8,15 @@ its log holds the usual closing line and no error or traceback.
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from mslite_gateway.staging import Staging
 from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
 from tests.support.processes import free_port
 
@@ -75,3 +78,34 @@ def test_a_port_it_cannot_bind_ends_its_start_at_once_with_the_reason(tmp_path: 
             with pytest.raises(GatewayError, match=f"port {port} on 127.0.0.1 could not be bound: .*already in use"):
                 gateway.start(timeout_s=30)
             assert time.monotonic() - started < 10
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10's gateway uses asyncio.wait_for")
+def test_a_stop_that_comes_as_the_watch_of_triton_connects_ends_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Python 3.11's wait_for returns the connection and drops a cancel that comes in that instant: the watch then
+    # read from Triton until it closed, and the stopping gateway stayed in asyncio's clean-up.
+    async def scenario() -> None:
+        connection = asyncio.get_running_loop().create_future()
+        monkeypatch.setattr(asyncio, "open_connection", lambda *args, **kwargs: connection)
+        with socket.socket() as triton:
+            triton.bind(("127.0.0.1", 0))
+            triton.listen()
+            reader, writer = await _connected(triton.getsockname()[1])
+            pool = Staging("127.0.0.1", 1, None, max_bytes=1 << 20)
+            pool.start()
+            (watch,) = pool._tasks
+            await asyncio.sleep(0)  # the watch now waits for its connection
+            connection.set_result((reader, writer))
+            watch.cancel()
+            done, _ = await asyncio.wait({watch}, timeout=2)
+            writer.close()
+        assert done and watch.cancelled(), "the watch went on after it was cancelled"
+
+    asyncio.run(scenario())
+
+
+async def _connected(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, protocol = await loop.create_connection(lambda: asyncio.StreamReaderProtocol(reader), "127.0.0.1", port)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
