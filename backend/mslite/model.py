@@ -5,6 +5,7 @@ All ONNX Runtime work lives in the `mslite_backend` package beside this file.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import time
@@ -102,6 +103,7 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
         close_stub_region()  # first: the region carries every request's tensors
+        faulthandler.enable()  # a crash in native code (ONNX Runtime, the stub) leaves each thread's stack in the log
 
         try:
             name = args.get("model_instance_name", "")

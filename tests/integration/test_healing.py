@@ -103,6 +103,16 @@ def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
     assert clients.failures == []
 
 
+def test_a_worker_that_crashes_leaves_its_python_stacks_in_the_server_log(healing):
+    srv, runner = healing
+    name = runner._remote.info.name
+    with Clients(runner) as clients:
+        victim = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGSEGV), "worker")  # healed as any death
+    log = srv.log_path.read_text(errors="replace")
+    assert "Fatal Python error: Segmentation fault" in log and "(most recent call first)" in log, log[-2000:]
+
+
 def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(healing):
     srv, runner = healing
     name = runner._remote.info.name

@@ -6,8 +6,15 @@ from mslite_triton.server import EmbeddedServer
 from mslite_triton.server.workers import describe_exit, workers_of
 
 # What the server log holds after a crash or a bug of ours: Triton's crash handler ("Signal (11) received"),
-# an abort, a worker found dead, a traceback from the backend.
-LOG_ALARMS = ("Signal (", "terminate called", "is not healthy", "Traceback", "mslite: execute failed")
+# an abort, a worker found dead, a traceback from the backend, a worker's own crash (its stacks follow).
+LOG_ALARMS = (
+    "Signal (",
+    "terminate called",
+    "is not healthy",
+    "Traceback",
+    "mslite: execute failed",
+    "Fatal Python error",
+)
 
 
 def log_alarms(text: str) -> list[str]:
