@@ -8,7 +8,7 @@ import pytest
 
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.repository import build_repository
-from tests.support.server_checks import assert_never_healed, dead_workers, health_marks, log_alarms
+from tests.support.server_checks import assert_never_healed, dead_workers, health_marks
 
 # the session server once started: each test's teardown checks it still has its first processes
 _SESSION: list[EmbeddedServer] = []
@@ -36,7 +36,8 @@ def _session_server_did_not_heal():
 
     The session teardown would report it too, but as an error of whichever test used the server last. A dead
     worker may stay a zombie for the rest of the session (seen after a crash the supervisor healed), so only
-    deaths new in this test count: one crash fails one test, not every test after it.
+    deaths new in this test count: one crash fails one test, not every test after it. The log's end goes with the
+    failure (a worker's crash writes its Python stacks there), as the log itself goes with the session.
     """
     before = health_marks(_SESSION[0]) if _SESSION else (0, ())
     dead_before = set(dead_workers(_SESSION[0])) if _SESSION else set()
@@ -48,5 +49,5 @@ def _session_server_did_not_heal():
         assert restarts == before[0] and not new and not dead, (
             f"the session server lost a process during this test: {restarts - before[0]} tritonserver restart(s), "
             f"heals {list(new)}, dead workers not yet healed {dead}; "
-            f"log: {log_alarms(srv.log_path.read_text(errors='replace'))}"
+            f"the server log:\n{srv.log_tail(60)}"
         )
