@@ -224,7 +224,10 @@ def test_bind_by_name_through_the_proxy(proxy, image, expected, protocol):
 
 
 def test_requests_are_spread_over_both_replicas(replicas, proxy, image, expected):
-    before = settled(lambda: [_success_count(s) for s in replicas])
+    def counts() -> list[int]:
+        return [_success_count(s) for s in replicas]
+
+    before = settled(counts)
     http = _runner(proxy.http_url)
     for _ in range(8):
         np.testing.assert_array_equal(_predict(http, image), expected)
@@ -233,7 +236,7 @@ def test_requests_are_spread_over_both_replicas(replicas, proxy, image, expected
         outs = list(pool.map(lambda _: _predict(grpc, image), range(16)))
     for out in outs:
         np.testing.assert_array_equal(out, expected)
-    served = [a - b for a, b in zip(settled(lambda: [_success_count(s) for s in replicas]), before)]
+    served = [a - b for a, b in zip(settled(counts), before)]
     assert sum(served) == 24 and min(served) > 0, served
 
 

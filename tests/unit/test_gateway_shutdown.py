@@ -86,11 +86,11 @@ def test_a_stop_that_comes_as_the_watch_of_triton_connects_ends_the_watch(monkey
     # read from Triton until it closed, and the stopping gateway stayed in asyncio's clean-up.
     async def scenario() -> None:
         connection = asyncio.get_running_loop().create_future()
-        monkeypatch.setattr(asyncio, "open_connection", lambda *args, **kwargs: connection)
         with socket.socket() as triton:
             triton.bind(("127.0.0.1", 0))
             triton.listen()
-            reader, writer = await _connected(triton.getsockname()[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", triton.getsockname()[1])
+            monkeypatch.setattr(asyncio, "open_connection", lambda *args, **kwargs: connection)  # the watch's
             pool = Staging("127.0.0.1", 1, None, max_bytes=1 << 20)
             pool.start()
             (watch,) = pool._tasks
@@ -102,10 +102,3 @@ def test_a_stop_that_comes_as_the_watch_of_triton_connects_ends_the_watch(monkey
         assert done and watch.cancelled(), "the watch went on after it was cancelled"
 
     asyncio.run(scenario())
-
-
-async def _connected(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, protocol = await loop.create_connection(lambda: asyncio.StreamReaderProtocol(reader), "127.0.0.1", port)
-    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
