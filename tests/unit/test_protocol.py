@@ -1,4 +1,4 @@
-"""The wire contract (mslite_backend/protocol.py): the one batcher rule, and the Java client's copies of its names."""
+"""The wire contract (protocol.py): the one batcher rule; the Java client's copies of its and settings.py's names."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from mslite_backend import protocol
+from mslite_backend import protocol, settings
 
-JAVA_CONFIGS = (
-    Path(__file__).resolve().parents[2] / "client" / "java" / "src" / "mslite" / "triton" / "ModelConfigs.java"
-)
+JAVA_SOURCES = Path(__file__).resolve().parents[2] / "client" / "java" / "src" / "mslite" / "triton"
+JAVA_CONFIGS = JAVA_SOURCES / "ModelConfigs.java"
 
 
 def test_queue_policy_is_an_opt_in_and_zero_means_none() -> None:
@@ -32,3 +31,10 @@ def test_java_client_names_match_the_module() -> None:
     shared = {name: value for name, value in vars(protocol).items() if name in java}
     assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
     assert {name: java[name] for name in shared} == shared
+
+
+def test_java_client_variables_match_the_settings() -> None:
+    java = dict(re.findall(r'static final String (\w+) = "([^"]*)";', (JAVA_SOURCES / "Settings.java").read_text()))
+    names = {"URL_ENV", "AUTOSTART_ENV", "SERVE_CMD_ENV", "DEFAULT_SERVE_CMD", "ADMIN_KEY_ENV", "KEY_DIR_ENV"}
+    assert set(java) == names
+    assert java == {name: getattr(settings, name) for name in java}

@@ -51,6 +51,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
+    if args.stop_on_stdin_close:
+        threading.Thread(target=_stop_at_eof, args=(stop, received), name="stdin-watch", daemon=True).start()
     server = EmbeddedServer(config)
     try:
         server.start()
@@ -93,6 +95,18 @@ def _serve(args: argparse.Namespace) -> int:
     server.remove_workspace()
     sys.stderr.write(f"mslite-triton: stopped (tritonserver exit code {code})\n")
     return 0 if code in (0, None) else 1
+
+
+def _stop_at_eof(stop: threading.Event, received: list[str]) -> None:
+    """Set `stop` once standard input ends.
+
+    The process holding its other end (a C++ or Java client that started this server) has then ended, however
+    it ended (a signal it could not catch included).
+    """
+    while sys.stdin.buffer.read(4096):
+        pass
+    received.append("end of standard input")
+    stop.set()
 
 
 def _positive(text: str) -> int:
@@ -157,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
         "perf_analyzer cannot send the key over gRPC)",
     )
     serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
+    serve.add_argument(
+        "--stop-on-stdin-close",
+        action="store_true",
+        help="stop when standard input ends: a program that starts this server as its child keeps the other end "
+        "open, so the server stops when that program ends, however it ends",
+    )
     serve.add_argument(
         "--hang-s",
         type=_positive_float,

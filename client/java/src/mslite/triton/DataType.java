@@ -2,18 +2,23 @@ package mslite.triton;
 
 /**
  * MindSpore Lite's data type numbers ({@code com.mindspore.config.DataType}), and their KServe v2 names.
+ * {@code kNumberTypeInt}, {@code kNumberTypeUInt} and {@code kNumberTypeFloat} are MindSpore Lite's generic
+ * type numbers: no tensor has them (a model's tensors have sized types), so they name no KServe type here.
  */
 public final class DataType {
     public static final int kTypeUnknown = 0;
     public static final int kNumberTypeBool = 30;
+    public static final int kNumberTypeInt = 31;
     public static final int kNumberTypeInt8 = 32;
     public static final int kNumberTypeInt16 = 33;
     public static final int kNumberTypeInt32 = 34;
     public static final int kNumberTypeInt64 = 35;
+    public static final int kNumberTypeUInt = 36;
     public static final int kNumberTypeUInt8 = 37;
     public static final int kNumberTypeUInt16 = 38;
     public static final int kNumberTypeUInt32 = 39;
     public static final int kNumberTypeUInt64 = 40;
+    public static final int kNumberTypeFloat = 41;
     public static final int kNumberTypeFloat16 = 42;
     public static final int kNumberTypeFloat32 = 43;
     public static final int kNumberTypeFloat64 = 44;

@@ -10,9 +10,6 @@ import java.net.http.HttpResponse;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
@@ -88,37 +85,6 @@ final class KServeHttp {
 
     String url() {
         return base;
-    }
-
-    /**
-     * The admin key the model-control API asks for: {@code MSLITE_TRITON_KEY}, else the key file the embedded
-     * server wrote for this host and port ({@code $MSLITE_TRITON_KEY_DIR} or {@code ~/.mslite-triton/keys},
-     * {@code <host>_<port>.key}), else null. Inference needs no key.
-     */
-    static String adminKey(String url) {
-        String env = System.getenv("MSLITE_TRITON_KEY");
-        if (env != null && !env.isEmpty()) {
-            return env;
-        }
-        URI uri;
-        try {
-            uri = URI.create(url);
-        } catch (IllegalArgumentException e) {
-            return null;
-        }
-        if (uri.getHost() == null || uri.getPort() < 0) {
-            return null;
-        }
-        String dir = System.getenv("MSLITE_TRITON_KEY_DIR");
-        Path keys = dir != null && !dir.isEmpty() ? Paths.get(dir)
-                : Paths.get(System.getProperty("user.home"), ".mslite-triton", "keys");
-        String host = "localhost".equals(uri.getHost()) ? "127.0.0.1" : uri.getHost();
-        try {
-            String key = Files.readString(keys.resolve(host + "_" + uri.getPort() + ".key")).trim();
-            return key.isEmpty() ? null : key;
-        } catch (IOException e) {
-            return null;
-        }
     }
 
     // -- server and model control -----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 package mslite.triton;
 
+import java.util.ArrayList;
 import java.util.logging.Logger;
 
 /**
@@ -16,6 +17,7 @@ public final class MSContext {
     private int threadNum;
     private int interOpParallelNum;
     private int threadAffinityMode;
+    private final ArrayList<Integer> coreList = new ArrayList<>();
     private boolean enableParallel;
     private int deviceType = -1;
     private boolean enableFloat16;
@@ -50,7 +52,9 @@ public final class MSContext {
             return false;
         }
         if (type != DeviceType.DT_CPU && type != DeviceType.DT_GPU) {
-            LOG.severe("addDeviceInfo: device type " + type + " is not available on this server (CPU and GPU are)");
+            String device = type == DeviceType.DT_ASCEND ? " (Ascend)" : type == DeviceType.DT_NPU ? " (NPU)" : "";
+            LOG.severe("addDeviceInfo: device type " + type + device + " is not available on this server (CPU and GPU"
+                    + " are: it runs ONNX Runtime)");
             return false;
         }
         if (deviceType >= 0) {
@@ -60,6 +64,26 @@ public final class MSContext {
         deviceType = type;
         enableFloat16 = isEnableFloat16;
         return true;
+    }
+
+    /**
+     * An Ascend NPU: refused (false, with the reason logged), as this server runs ONNX Runtime on CPU and GPU.
+     * Code written for Ascend runs here with {@code addDeviceInfo(DeviceType.DT_CPU, false)} instead.
+     */
+    public boolean addDeviceInfo(AscendDeviceInfo ascendDeviceInfo) {
+        if (!initialised) {
+            LOG.severe("addDeviceInfo: call init first");
+            return false;
+        }
+        if (ascendDeviceInfo == null) {
+            LOG.severe("addDeviceInfo: the device info must not be null");
+            return false;
+        }
+        LOG.severe("addDeviceInfo: Ascend (device " + ascendDeviceInfo.getDeviceID() + ", rank "
+                + ascendDeviceInfo.getRankID() + ", provider '" + ascendDeviceInfo.getProvider() + "') is not "
+                + "available: this server runs ONNX Runtime on CPU and GPU; use addDeviceInfo(DeviceType.DT_CPU, false)"
+                + " or DT_GPU");
+        return false;
     }
 
     public void setThreadNum(int num) {
@@ -97,6 +121,23 @@ public final class MSContext {
 
     public int getThreadAffinityMode() {
         return initialised ? threadAffinityMode : -1;
+    }
+
+    /**
+     * Cores to bind the threads to; kept and read back, but not sent: binding a server's worker threads to
+     * cores is the server's own business (its model config), not a client's.
+     */
+    public void setThreadAffinity(ArrayList<Integer> cores) {
+        if (cores == null || cores.contains(null)) {
+            LOG.severe("setThreadAffinity: the core list must not be null or hold null");
+            return;
+        }
+        coreList.clear();
+        coreList.addAll(cores);
+    }
+
+    public ArrayList<Integer> getThreadAffinityCoreList() {
+        return new ArrayList<>(coreList);
     }
 
     public void setEnableParallel(boolean isParallel) {

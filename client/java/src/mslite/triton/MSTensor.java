@@ -1,5 +1,6 @@
 package mslite.triton;
 
+import java.lang.reflect.Array;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.Arrays;
@@ -7,9 +8,10 @@ import java.util.List;
 import java.util.logging.Logger;
 
 /**
- * A tensor: name, MindSpore Lite data type, shape and little-endian data, shaped like
- * {@code com.mindspore.MSTensor}. Not synchronised: share tensors between threads only read-only, or give
- * each thread its own (as {@link ModelParallelRunner#getInputs()} does).
+ * A tensor: name, MindSpore Lite data type, shape and little-endian data, with {@code com.mindspore.MSTensor}'s
+ * methods and return types. Not synchronised: share tensors between threads only read-only, or give each thread
+ * its own (as {@link ModelParallelRunner#getInputs()} does). Data is never changed in place (setting data
+ * replaces it), so tensors may share one buffer.
  */
 public final class MSTensor {
     private static final Logger LOG = Logger.getLogger(MSTensor.class.getName());
@@ -17,32 +19,70 @@ public final class MSTensor {
     private final String name;
     private int dataType;
     private int[] shape;
-    private ByteBuffer data; // little-endian, position 0; null until set
+    private ByteBuffer data; // little-endian, position 0, read-only once set; null until set
 
     MSTensor(String name, int dataType, int[] shape, ByteBuffer data) {
         this.name = name;
         this.dataType = dataType;
         this.shape = shape.clone();
-        this.data = data;
+        this.data = data == null ? null : data.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN);
     }
 
-    /** A tensor over a copy of {@code buffer}'s remaining bytes (null: no data yet). */
+    /** A tensor over a copy of {@code buffer}'s bytes (see {@link #setData(ByteBuffer)}; null: no data yet). */
     public static MSTensor createTensor(String tensorName, int dataType, int[] tensorShape, ByteBuffer buffer) {
         if (tensorName == null || tensorShape == null) {
             LOG.severe("createTensor: name and shape must not be null");
             return null;
         }
         DataType.byteSize(dataType); // rejects unsupported types early
-        return new MSTensor(tensorName, dataType, tensorShape, buffer == null ? null : copy(buffer));
+        MSTensor t = new MSTensor(tensorName, dataType, tensorShape, null);
+        return buffer == null || t.setData(buffer) ? t : null;
+    }
+
+    /**
+     * A tensor holding a Java array (of any rank, its shape read from the array) or a boxed scalar (shape
+     * {@code []}) of float, double, int, long or boolean.
+     */
+    public static MSTensor createTensor(String tensorName, Object obj) {
+        if (tensorName == null || obj == null) {
+            LOG.severe("createTensor: name and value must not be null");
+            return null;
+        }
+        int rank = 0;
+        Class<?> element = obj.getClass();
+        while (element.isArray()) {
+            element = element.getComponentType();
+            rank++;
+        }
+        int dataType = javaType(element);
+        if (dataType == DataType.kTypeUnknown) {
+            LOG.severe("createTensor: " + element.getSimpleName() + " values are not supported (float, double, int, "
+                    + "long and boolean are)");
+            return null;
+        }
+        int[] shape = new int[rank];
+        Object level = obj;
+        for (int i = 0; i < rank; i++) {
+            shape[i] = Array.getLength(level);
+            if (shape[i] == 0) {
+                LOG.severe("createTensor: '" + tensorName + "' has an empty dimension");
+                return null;
+            }
+            level = Array.get(level, 0);
+        }
+        ByteBuffer b = ByteBuffer.allocate(count(shape) * DataType.byteSize(dataType)).order(ByteOrder.LITTLE_ENDIAN);
+        if (!flatten(obj, rank, shape, 0, dataType, b)) {
+            LOG.severe("createTensor: '" + tensorName + "' is a ragged array (its rows differ in length)");
+            return null;
+        }
+        b.flip();
+        return new MSTensor(tensorName, dataType, shape, b);
     }
 
     /** A float32 tensor of the given shape holding {@code values}. */
     public static MSTensor createTensor(String tensorName, int[] tensorShape, float[] values) {
         MSTensor t = createTensor(tensorName, DataType.kNumberTypeFloat32, tensorShape, null);
-        if (t != null && !t.setData(values)) {
-            return null;
-        }
-        return t;
+        return t != null && t.setData(values) ? t : null;
     }
 
     public String tensorName() {
@@ -58,33 +98,51 @@ public final class MSTensor {
     }
 
     /** Changes the shape (e.g. a batch of 4); set data of the matching size afterwards. */
-    public void setShape(int[] tensorShape) {
+    public boolean setShape(int[] tensorShape) {
+        if (tensorShape == null) {
+            LOG.severe("setShape: the shape must not be null");
+            return false;
+        }
         shape = tensorShape.clone();
+        return true;
     }
 
     /** Element count of the shape; a negative (dynamic) dimension gives -1. */
-    public long elementsNum() {
-        long n = 1;
+    public int elementsNum() {
         for (int d : shape) {
             if (d < 0) {
                 return -1;
             }
-            n *= d;
         }
-        return n;
+        return count(shape);
     }
 
     /** Size in bytes of the shape's elements (-1 for a dynamic shape). */
     public long size() {
-        long n = elementsNum();
-        return n < 0 ? -1 : n * DataType.byteSize(dataType);
+        int n = elementsNum();
+        return n < 0 ? -1 : (long) n * DataType.byteSize(dataType);
     }
 
-    /** A read-only little-endian view of the data (null when none was set). */
-    public ByteBuffer getData() {
-        return data == null ? null : data.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN);
+    /**
+     * The data as MindSpore Lite gives it: {@code float[]} for float32 and float16, {@code int[]} for int32,
+     * {@code long[]} for int64, {@code byte[]} (little-endian) for the other types; an empty array before any
+     * data was set.
+     */
+    public Object getData() {
+        switch (dataType) {
+            case DataType.kNumberTypeFloat32:
+            case DataType.kNumberTypeFloat16:
+                return getFloatData();
+            case DataType.kNumberTypeInt32:
+                return getIntData();
+            case DataType.kNumberTypeInt64:
+                return getLongData();
+            default:
+                return getByteData();
+        }
     }
 
+    /** The raw little-endian bytes (empty when no data is set). */
     public byte[] getByteData() {
         if (data == null) {
             return new byte[0];
@@ -94,7 +152,16 @@ public final class MSTensor {
         return out;
     }
 
+    /** float32 data, or float16 data widened to float (empty for other types or no data). */
     public float[] getFloatData() {
+        if (is(DataType.kNumberTypeFloat16)) {
+            float[] out = new float[data.remaining() / 2];
+            ByteBuffer b = data.duplicate().order(ByteOrder.LITTLE_ENDIAN);
+            for (int i = 0; i < out.length; i++) {
+                out[i] = Half.toFloat(b.getShort());
+            }
+            return out;
+        }
         if (!is(DataType.kNumberTypeFloat32)) {
             return new float[0];
         }
@@ -126,17 +193,25 @@ public final class MSTensor {
         return bytes != null && setData(ByteBuffer.wrap(bytes));
     }
 
+    /** float32 values, or float16 ones (narrowed from float, rounding to nearest even). */
     public boolean setData(float[] values) {
-        if (values == null || !checkType(DataType.kNumberTypeFloat32)) {
+        if (values == null || !checkType(DataType.kNumberTypeFloat32, DataType.kNumberTypeFloat16)) {
             return false;
         }
-        ByteBuffer b = ByteBuffer.allocate(values.length * 4).order(ByteOrder.LITTLE_ENDIAN);
-        b.asFloatBuffer().put(values);
+        ByteBuffer b = ByteBuffer.allocate(values.length * DataType.byteSize(dataType)).order(ByteOrder.LITTLE_ENDIAN);
+        if (dataType == DataType.kNumberTypeFloat16) {
+            for (float v : values) {
+                b.putShort(Half.fromFloat(v));
+            }
+            b.flip();
+        } else {
+            b.asFloatBuffer().put(values);
+        }
         return setData(b);
     }
 
     public boolean setData(int[] values) {
-        if (values == null || !checkType(DataType.kNumberTypeInt32)) {
+        if (values == null || !checkType(DataType.kNumberTypeInt32, DataType.kNumberTypeInt32)) {
             return false;
         }
         ByteBuffer b = ByteBuffer.allocate(values.length * 4).order(ByteOrder.LITTLE_ENDIAN);
@@ -145,7 +220,7 @@ public final class MSTensor {
     }
 
     public boolean setData(long[] values) {
-        if (values == null || !checkType(DataType.kNumberTypeInt64)) {
+        if (values == null || !checkType(DataType.kNumberTypeInt64, DataType.kNumberTypeInt64)) {
             return false;
         }
         ByteBuffer b = ByteBuffer.allocate(values.length * 8).order(ByteOrder.LITTLE_ENDIAN);
@@ -153,18 +228,27 @@ public final class MSTensor {
         return setData(b);
     }
 
-    /** Copies {@code buffer}'s remaining bytes (little-endian, as MindSpore Lite requires). */
+    /**
+     * Copies little-endian bytes (as MindSpore Lite requires) from {@code buffer}: its remaining bytes when they
+     * are as many as {@link #size()}; else, as MindSpore Lite reads a direct buffer, the whole buffer from index
+     * 0 when its capacity is (a buffer filled with {@code put} and not flipped).
+     */
     public boolean setData(ByteBuffer buffer) {
         if (buffer == null) {
+            LOG.severe("setData: the buffer must not be null");
             return false;
         }
         long want = size();
-        if (want >= 0 && buffer.remaining() != want) {
-            LOG.severe("setData: tensor '" + name + "' of shape " + Arrays.toString(shape) + " needs " + want
-                    + " bytes, got " + buffer.remaining());
-            return false;
+        ByteBuffer from = buffer.duplicate();
+        if (want >= 0 && from.remaining() != want) {
+            if (from.capacity() != want) {
+                LOG.severe("setData: tensor '" + name + "' of shape " + Arrays.toString(shape) + " needs " + want
+                        + " bytes, got " + buffer.remaining());
+                return false;
+            }
+            from.clear();
         }
-        data = copy(buffer);
+        data = copy(from);
         return true;
     }
 
@@ -182,7 +266,21 @@ public final class MSTensor {
     void fill(int newType, int[] newShape, ByteBuffer newData) {
         dataType = newType;
         shape = newShape.clone();
-        data = newData;
+        data = newData.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    /** A tensor of the same name, type and shape sharing this one's data (which is never changed in place). */
+    MSTensor share() {
+        return new MSTensor(name, dataType, shape, data);
+    }
+
+    boolean hasData() {
+        return data != null;
+    }
+
+    /** Bytes of data held (0 without data). */
+    int dataBytes() {
+        return data == null ? 0 : data.remaining();
     }
 
     /** The data as a primitive array for a KServe v2 JSON request. */
@@ -242,11 +340,61 @@ public final class MSTensor {
         return data != null && dataType == type;
     }
 
-    private boolean checkType(int type) {
-        if (dataType != type) {
+    private boolean checkType(int type, int orType) {
+        if (dataType != type && dataType != orType) {
             LOG.severe("setData: tensor '" + name + "' is " + DataType.toKServe(dataType) + ", not "
                     + DataType.toKServe(type));
             return false;
+        }
+        return true;
+    }
+
+    private static int count(int[] shape) {
+        long n = 1;
+        for (int d : shape) {
+            n *= Math.max(d, 0);
+        }
+        if (n > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException("a tensor of shape " + Arrays.toString(shape) + " has more than "
+                    + Integer.MAX_VALUE + " elements");
+        }
+        return (int) n;
+    }
+
+    private static int javaType(Class<?> c) {
+        if (c == float.class || c == Float.class) {
+            return DataType.kNumberTypeFloat32;
+        } else if (c == double.class || c == Double.class) {
+            return DataType.kNumberTypeFloat64;
+        } else if (c == int.class || c == Integer.class) {
+            return DataType.kNumberTypeInt32;
+        } else if (c == long.class || c == Long.class) {
+            return DataType.kNumberTypeInt64;
+        } else if (c == boolean.class || c == Boolean.class) {
+            return DataType.kNumberTypeBool;
+        }
+        return DataType.kTypeUnknown;
+    }
+
+    /** Writes {@code value}'s elements (row-major) into {@code out}; false when a row's length differs. */
+    private static boolean flatten(Object value, int rank, int[] shape, int axis, int dataType, ByteBuffer out) {
+        if (axis == rank) {
+            switch (dataType) {
+                case DataType.kNumberTypeFloat32: out.putFloat((Float) value); break;
+                case DataType.kNumberTypeFloat64: out.putDouble((Double) value); break;
+                case DataType.kNumberTypeInt32: out.putInt((Integer) value); break;
+                case DataType.kNumberTypeInt64: out.putLong((Long) value); break;
+                default: out.put((byte) ((Boolean) value ? 1 : 0));
+            }
+            return true;
+        }
+        if (Array.getLength(value) != shape[axis]) {
+            return false;
+        }
+        for (int i = 0; i < shape[axis]; i++) {
+            if (!flatten(Array.get(value, i), rank, shape, axis + 1, dataType, out)) {
+                return false;
+            }
         }
         return true;
     }
@@ -255,6 +403,6 @@ public final class MSTensor {
         ByteBuffer out = ByteBuffer.allocate(src.remaining()).order(ByteOrder.LITTLE_ENDIAN);
         out.put(src.duplicate());
         out.flip();
-        return out;
+        return out.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN);
     }
 }

@@ -4,8 +4,9 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -45,6 +46,7 @@ public final class ModelParallelRunner {
     private boolean binaryData = true;
     private int maxPending = DEFAULT_MAX_PENDING; // 0: no bound
     private final AtomicInteger pending = new AtomicInteger();
+    private volatile List<KServeHttp.Output> last; // the outputs of the last predict that succeeded
 
     private static final class TensorSpec {
         final String name;
@@ -58,7 +60,7 @@ public final class ModelParallelRunner {
         }
     }
 
-    /** Builds with default settings: the server from {@code MSLITE_TRITON_URL}, workers from the core count. */
+    /** Builds with default settings: the server as {@link Endpoint} finds it, workers from the core count. */
     public boolean init(String modelPath) {
         RunnerConfig config = new RunnerConfig();
         config.init();
@@ -70,6 +72,14 @@ public final class ModelParallelRunner {
         if (modelPath == null || runnerConfig == null) {
             return fail("init: model path and runner config must not be null");
         }
+        return init(modelPath, null, runnerConfig);
+    }
+
+    /**
+     * The model in {@code model} (a whole ONNX or MindIR file; null: read {@code modelPath}, or bind to
+     * {@code triton://NAME}); {@code modelPath} names it on the server and in messages.
+     */
+    boolean init(String modelPath, byte[] model, RunnerConfig runnerConfig) {
         lock.writeLock().lock();
         try {
             if (server != null) {
@@ -83,16 +93,17 @@ public final class ModelParallelRunner {
                         + " must be a non-negative int, got '" + bound + "'");
             }
             MSContext ctx = runnerConfig.context();
-            String url = ctx != null && ctx.getServerUrl() != null ? ctx.getServerUrl() : System.getenv("MSLITE_TRITON_URL");
-            if (url == null || url.isEmpty()) {
-                return fail("init: no server: call MSContext.setServerUrl(\"http://host:8000\") or set MSLITE_TRITON_URL");
+            KServeHttp http = Endpoint.connect(ctx != null ? ctx.getServerUrl() : null);
+            String name;
+            if (model == null && modelPath.startsWith(BIND_PREFIX)) {
+                name = modelPath.substring(BIND_PREFIX.length());
+            } else {
+                Path path = Paths.get(modelPath);
+                if (model == null && !Files.isRegularFile(path)) {
+                    throw new IOException("model_path does not exist: " + path);
+                }
+                name = upload(http, path, model != null ? model : Files.readAllBytes(path), runnerConfig);
             }
-            KServeHttp http = new KServeHttp(url, KServeHttp.adminKey(url), Duration.ofSeconds(120));
-            if (!http.live()) {
-                return fail("init: the server at " + http.url() + " is not live");
-            }
-            String name = modelPath.startsWith(BIND_PREFIX) ? modelPath.substring(BIND_PREFIX.length())
-                    : upload(http, Paths.get(modelPath), runnerConfig);
             Map<String, Object> meta = http.metadata(name);
             Map<String, Object> conf = http.config(name);
             boolean batched = ((Number) conf.getOrDefault("max_batch_size", 0L)).intValue() > 0;
@@ -117,7 +128,10 @@ public final class ModelParallelRunner {
         return tensors(true);
     }
 
-    /** Fresh output tensors (name, type, shape; no data). */
+    /**
+     * Fresh output tensors: holding the outputs of the last predict that succeeded (of any thread), as MindSpore
+     * Lite's do; before any predict, name, type and shape with no data.
+     */
     public List<MSTensor> getOutputs() {
         return tensors(false);
     }
@@ -141,8 +155,13 @@ public final class ModelParallelRunner {
             List<String> names = new ArrayList<>();
             for (int i = 0; i < inputs.size(); i++) {
                 MSTensor t = inputs.get(i);
-                if (t == null || t.getData() == null || t.elementsNum() < 0) {
+                if (t == null || !t.hasData() || t.elementsNum() < 0) {
                     return fail("predict: input " + i + " has no data or a dynamic shape; set its shape and data");
+                }
+                if (t.dataBytes() != t.size()) {
+                    return fail("predict failed! Error is kLiteInputTensorError: input " + i + " ('" + t.tensorName()
+                            + "') holds " + t.dataBytes() + " bytes, its shape " + Arrays.toString(t.getShape())
+                            + " needs " + t.size() + " (set data after changing the shape)");
                 }
                 names.add(inputSpecs.get(i).name);
             }
@@ -154,7 +173,7 @@ public final class ModelParallelRunner {
             for (TensorSpec s : outputSpecs) {
                 wanted.add(s.name);
             }
-            List<KServeHttp.Output> result;
+            List<KServeHttp.Output> answered;
             // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent
             if (pending.incrementAndGet() > maxPending && maxPending > 0) {
                 pending.decrementAndGet();
@@ -163,13 +182,21 @@ public final class ModelParallelRunner {
                         + "] " + MAX_PENDING_KEY + "=" + maxPending + ")");
             }
             try {
-                result = server.infer(modelName, names, inputs, wanted, binaryData);
+                answered = server.infer(modelName, names, inputs, wanted, binaryData);
             } finally {
                 pending.decrementAndGet();
             }
-            if (result.isEmpty()) {
-                return fail("predict failed! Error is kLiteError: the server returned no outputs");
+            // the server answers in name order; MindSpore Lite's outputs come in the model's order
+            Map<String, KServeHttp.Output> byName = new HashMap<>();
+            answered.forEach(o -> byName.put(o.name, o));
+            List<KServeHttp.Output> result = new ArrayList<>();
+            for (String name : wanted) {
+                if (!byName.containsKey(name)) {
+                    return fail("predict failed! Error is kLiteError: the server's answer has no output '" + name + "'");
+                }
+                result.add(byName.get(name));
             }
+            last = result;
             boolean fillInPlace = !outputs.isEmpty();
             for (int i = 0; i < result.size(); i++) {
                 KServeHttp.Output o = result.get(i);
@@ -197,6 +224,7 @@ public final class ModelParallelRunner {
             modelName = null;
             inputSpecs = null;
             outputSpecs = null;
+            last = null;
         } finally {
             lock.writeLock().unlock();
         }
@@ -231,6 +259,13 @@ public final class ModelParallelRunner {
                 fail((in ? "getInputs" : "getOutputs") + ": call init first");
                 return out;
             }
+            List<KServeHttp.Output> results = last;
+            if (!in && results != null) {
+                for (KServeHttp.Output o : results) {
+                    out.add(new MSTensor(o.name, o.dataType, o.shape, o.data));
+                }
+                return out;
+            }
             for (TensorSpec s : in ? inputSpecs : outputSpecs) {
                 out.add(new MSTensor(s.name, s.dataType, s.shape, null));
             }
@@ -263,13 +298,9 @@ public final class ModelParallelRunner {
         return specs;
     }
 
-    /** Upload the file unless the same file + config is already loaded; returns the server-side name. */
-    private static String upload(KServeHttp http, Path path, RunnerConfig cfg)
+    /** Upload the model unless the same model + config is already loaded; returns the server-side name. */
+    private static String upload(KServeHttp http, Path path, byte[] model, RunnerConfig cfg)
             throws IOException, KServeHttp.ServerError {
-        if (!Files.isRegularFile(path)) {
-            throw new IOException("model_path does not exist: " + path);
-        }
-        byte[] model = Files.readAllBytes(path);
         // told by content, as the Python client does (mslite_backend/mindir.py, detect_format): ONNX's
         // ModelProto starts with field 1 as a varint (0x08), MindIR's with a string (0x0A or 0x12); the server
         // converts MindIR (with its [mindir] extra); a .ms flatbuffer has "MSL" at offset 4
