@@ -389,7 +389,7 @@ def test_a_clear_error_when_the_server_command_is_missing(programs, tmp_path):
     empty = tmp_path / "empty_path"
     empty.mkdir()
     missing = build_error({**java_env(tmp_path), "PATH": str(empty)})  # nothing on PATH: no `mslite-triton`
-    assert f"'{settings.DEFAULT_SERVE_CMD}', the command that starts one, cannot be run" in missing
+    assert "'mslite-triton', the command that starts one, cannot be run" in missing
     assert settings.URL_ENV in missing and settings.SERVE_CMD_ENV in missing and "pip install" in missing
 
     named = build_error(java_env(tmp_path, **{settings.SERVE_CMD_ENV: str(tmp_path / "no-such-serve")}))

@@ -28,9 +28,7 @@ class Variable:
 # -- where the server is, and how the client talks to it ---------------------------------------------------
 URL_ENV = "MSLITE_TRITON_URL"
 AUTOSTART_ENV = "MSLITE_TRITON_AUTOSTART"
-# The C++ and Java clients start their server as a child process, `mslite-triton serve`; this names the command.
 SERVE_CMD_ENV = "MSLITE_TRITON_SERVE_CMD"
-DEFAULT_SERVE_CMD = "mslite-triton"
 TIMEOUT_S_ENV = "MSLITE_TRITON_TIMEOUT_S"
 RETRY_S_ENV = "MSLITE_TRITON_RETRY_S"
 SHM_ENV = "MSLITE_TRITON_SHM"
@@ -84,9 +82,10 @@ VARIABLES = (
     Variable(AUTOSTART_ENV, "1", "client", "`0`: never start an embedded server; a build with no URL fails"),
     Variable(
         SERVE_CMD_ENV,
-        DEFAULT_SERVE_CMD,
-        "Java and C++ clients",
-        "the command line (split at spaces, found on PATH) that starts their server, `... serve`, when no URL is set",
+        "",
+        "C++ and Java clients",
+        "the command that runs `mslite-triton` (words split on spaces; `serve` and its options are appended) "
+        "when the client starts a server of its own; unset: `mslite-triton` on `PATH`",
     ),
     Variable(TIMEOUT_S_ENV, f"{DEFAULT_TIMEOUT_S:g}", "client", "execution timeout of one call, in seconds"),
     Variable(

@@ -1,5 +1,6 @@
 // MindSpore Lite's quick_start_parallel_java flow (its Java concurrent-inference guide) against a Triton server: the same calls on
-// mslite.triton.* instead of com.mindspore.*; the server comes from MSLITE_TRITON_URL (http://host:8000).
+// mslite.triton.* instead of com.mindspore.*; the server comes from MSLITE_TRITON_URL (http://host:8000), or, with
+// none set, is a `mslite-triton serve` the client starts for the run.
 //
 //   make java-client     # javac --release 17 -d client/java/build client/java/src/mslite/triton/*.java Main.java
 //   MSLITE_TRITON_URL=http://127.0.0.1:8000 java -cp client/java/build Main examples/model/mobilenetv2.onnx \

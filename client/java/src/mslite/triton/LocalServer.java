@@ -29,6 +29,7 @@ final class LocalServer {
     private static final Logger LOG = Logger.getLogger(LocalServer.class.getName());
     private static final long START_TIMEOUT_S = 300; // tritonserver's start on a loaded two-core machine, with room
     private static final long STOP_TIMEOUT_S = 60;
+    private static final String EXIT_TIMEOUT_S = "5"; // how long a stop waits for requests: none of ours are in flight
     // the lines `mslite-triton serve` prints once it serves (client/mslite_triton/server/cli.py)
     private static final String HTTP_LINE = "HTTP ";
     private static final String KEY_LINE = "ADMIN KEY ";
@@ -78,7 +79,8 @@ final class LocalServer {
             throw new KServeHttp.ServerError("kLiteError", "cannot start a server: " + e.getMessage());
         }
         command.addAll(List.of("serve", "--model-repository", repository.toString(), "--http-port", "0",
-                "--grpc-port", "0", "--metrics-port", "0", "--stop-on-stdin-close"));
+                "--grpc-port", "0", "--metrics-port", "0", "--exit-timeout-s", EXIT_TIMEOUT_S,
+                "--stop-on-stdin-close"));
         Process process;
         try {
             process = new ProcessBuilder(command).redirectError(log.toFile()).start();

@@ -123,10 +123,7 @@ public final class MSContext {
         return initialised ? threadAffinityMode : -1;
     }
 
-    /**
-     * Cores to bind the threads to; kept and read back, but not sent: binding a server's worker threads to
-     * cores is the server's own business (its model config), not a client's.
-     */
+    /** The cores the worker's threads are bound to (sent with the model's config, as the Python client does). */
     public void setThreadAffinity(ArrayList<Integer> cores) {
         if (cores == null || cores.contains(null)) {
             LOG.severe("setThreadAffinity: the core list must not be null or hold null");

@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.stream.Collectors;
 
 /**
  * RunnerConfig -> the Triton model config of an upload, with the Python client's rules
@@ -75,6 +76,10 @@ final class ModelConfigs {
         int inter = ctx == null ? 0 : ctx.getInterOpParallelNum();
         params.put("inter_op_parallel_num", Integer.toString(inter > 0 ? inter : 1));
         params.put("thread_affinity_mode", Integer.toString(ctx == null ? 0 : ctx.getThreadAffinityMode()));
+        if (ctx != null && !ctx.getThreadAffinityCoreList().isEmpty()) { // the backend checks it, as Python's list
+            params.put("thread_affinity_core_list", ctx.getThreadAffinityCoreList().stream().map(String::valueOf)
+                    .collect(Collectors.joining(",")));
+        }
         params.put("precision_mode", ctx != null && ctx.isEnableFloat16() ? "preferred_fp16" : "enforce_fp32");
         Map<String, String> batching = sections.getOrDefault(BATCHING_SECTION, Map.of());
         sections.forEach((section, entries) -> {

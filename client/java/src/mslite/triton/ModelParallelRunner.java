@@ -5,8 +5,8 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -192,7 +192,8 @@ public final class ModelParallelRunner {
             List<KServeHttp.Output> result = new ArrayList<>();
             for (String name : wanted) {
                 if (!byName.containsKey(name)) {
-                    return fail("predict failed! Error is kLiteError: the server's answer has no output '" + name + "'");
+                    return fail("predict failed! Error is kLiteError: the server's answer has no output '" + name
+                            + "'");
                 }
                 result.add(byName.get(name));
             }

@@ -10,7 +10,7 @@ public final class ModelType {
     public static final int MT_AIR = 1;
     public static final int MT_OM = 2;
     public static final int MT_ONNX = 3;
-    /** The {@code .ms} format: {@code MT_MINDIR_OPT} in MindSpore Lite's sources, {@code MT_MINDIR_LITE} in its docs. */
+    /** The {@code .ms} format: {@code MT_MINDIR_OPT} in MindSpore Lite's sources, {@code MT_MINDIR_LITE} in docs. */
     public static final int MT_MINDIR_OPT = 4;
     public static final int MT_MINDIR_LITE = MT_MINDIR_OPT;
 
