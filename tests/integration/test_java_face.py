@@ -10,6 +10,7 @@ and must stop it when the program ends, normally or killed outright.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from mslite_backend import settings
-from tests.integration.test_java import JAVA, require_jdk
+from tests.integration.test_java import JAVA, require_jdk, unload
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +138,13 @@ public class FaceCheck {
         outputs.get(0).free();
         check(model.getOutputs().get(0).getFloatData().length == 6, "freeing a returned output keeps the model's");
         check(!model.resize(inputs, new int[][] {{2, 3}}), "resize needs a shape per input: " + model.getLastError());
+        check(model.getOutputsByNodeName("sum").isEmpty() && model.getLastError().contains("graph nodes"),
+                "getOutputsByNodeName is refused: " + model.getLastError());
+        check(!model.export("x.ms", 0, true, null) && model.getLastError().contains("not served"), "export is refused");
+        check(!model.loadConfig("late.ini"), "loadConfig after build is refused: " + model.getLastError());
+        Model encrypted = new Model();
+        check(!encrypted.build(modelPath, ModelType.MT_MINDIR, context, new char[16], "AES-GCM", "")
+                && encrypted.getLastError().contains("encrypted"), "an encrypted build is refused");
 
         try (FileChannel file = FileChannel.open(Paths.get(modelPath))) {
             MappedByteBuffer mapped = file.map(FileChannel.MapMode.READ_ONLY, 0, file.size());
@@ -169,8 +178,15 @@ public class FaceCheck {
         check(h.setData(new float[] {HALF_VALUES}), "setData(float[]) on a float16 tensor");
         Files.write(out.resolve("half_from_float.bin"), h.getByteData());
 
+        MSContext bound = new MSContext(); // the runner's workers bound to core 0: the list goes to the server
+        bound.init(1, 0);
+        if (args.length > 2) {
+            bound.setServerUrl(args[2]);
+        }
+        bound.setThreadAffinity(new ArrayList<>(List.of(0)));
+        check(bound.getThreadAffinityCoreList().equals(List.of(0)), "getThreadAffinityCoreList");
         RunnerConfig config = new RunnerConfig();
-        config.init(context);
+        config.init(bound);
         config.setWorkersNum(1);
         ModelParallelRunner runner = new ModelParallelRunner();
         check(runner.init(modelPath, config), "runner init: " + runner.getLastError());
@@ -183,6 +199,7 @@ public class FaceCheck {
         List<MSTensor> after = runner.getOutputs();
         check(after.get(0).getFloatData().length == 6, "runner getOutputs after predict holds the last results");
         dump(out, "runner", after);
+        System.out.println("runner model " + runner.getModelName());
         runner.free();
         model.free();
         System.out.println("DONE");
@@ -291,12 +308,29 @@ def run_face_check(programs: Path, out: Path, env: dict[str, str], *url: str) ->
     return run
 
 
+def loaded_models(server) -> set[str]:
+    req = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")
+    if server.admin_key:
+        req.add_header("mslite-key", server.admin_key)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return {m["name"] for m in json.load(resp) if m.get("state") == "READY"}
+
+
 def test_each_new_call_against_the_session_server(server, programs, tmp_path):
-    run = run_face_check(programs, tmp_path / "out", java_env(tmp_path), server.http_url)
-    assert "version MindSpore Lite API served by mslite-triton" in run.stdout
-    assert "Ascend (device 1, rank 2, provider 'ge') is not available" in run.stderr
-    assert "started a server" not in run.stderr
-    check_outputs(tmp_path / "out", programs / "face.onnx")
+    before = loaded_models(server)
+    try:
+        run = run_face_check(programs, tmp_path / "out", java_env(tmp_path), server.http_url)
+        assert "version MindSpore Lite API served by mslite-triton" in run.stdout
+        assert "Ascend (device 1, rank 2, provider 'ge') is not available" in run.stderr
+        assert "started a server" not in run.stderr
+        check_outputs(tmp_path / "out", programs / "face.onnx")
+        (name,) = re.findall(r"^runner model (\S+)$", run.stdout, re.MULTILINE)
+        with urllib.request.urlopen(f"{server.http_url}/v2/models/{name}/config", timeout=30) as resp:
+            parameters = json.load(resp)["parameters"]
+        assert parameters["thread_affinity_core_list"]["string_value"] == "0"
+    finally:
+        for uploaded in loaded_models(server) - before:  # leave the server as it was
+            unload(server, uploaded)
 
 
 def refused(port: int) -> bool:
