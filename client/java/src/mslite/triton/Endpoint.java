@@ -22,9 +22,8 @@ final class Endpoint {
         String url = explicitUrl != null ? explicitUrl : Settings.get(Settings.URL_ENV);
         KServeHttp http;
         if (url == null) {
-            LocalServer own = LocalServer.get();
-            String key = Settings.get(Settings.ADMIN_KEY_ENV);
-            http = new KServeHttp(own.url, key != null ? key : own.adminKey, TIMEOUT);
+            LocalServer own = LocalServer.get(); // its key is the one it printed: each start makes a fresh one
+            http = new KServeHttp(own.url, own.adminKey, TIMEOUT);
         } else {
             http = new KServeHttp(url, adminKey(url), TIMEOUT);
         }

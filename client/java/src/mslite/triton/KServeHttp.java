@@ -253,8 +253,8 @@ final class KServeHttp {
             status = "kLiteServiceDeny";
         } else if (code == 403 || message.contains("is restricted")) {
             status = "kLiteError";
-            message = "permission denied (the model-control API needs the admin key: set MSLITE_TRITON_KEY): "
-                    + message;
+            message = "permission denied (the model-control API needs the admin key: set " + Settings.ADMIN_KEY_ENV
+                    + "): " + message;
         } else if (code == 404 || message.contains("unknown model") || message.contains("is not found")) {
             status = "kLiteError";
             message = "model not found: " + message;

@@ -7,8 +7,8 @@ import java.util.logging.Logger;
  * MindSpore Lite's {@code com.mindspore.config.MSContext}, plus where the server is.
  *
  * <p>The server: {@link #setServerUrl} ({@code http://host:8000}), else the {@code MSLITE_TRITON_URL}
- * environment variable. This client speaks KServe v2 over HTTP; a {@code grpc://} URL is refused at
- * {@link ModelParallelRunner#init}. Tensors travel as binary data by default ({@link #setBinaryData}).
+ * environment variable, else one the client starts ({@link Endpoint}). This client speaks KServe v2 over HTTP;
+ * a {@code grpc://} URL is refused at build. Tensors travel as binary data by default ({@link #setBinaryData}).
  */
 public final class MSContext {
     private static final Logger LOG = Logger.getLogger(MSContext.class.getName());
