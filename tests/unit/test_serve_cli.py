@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import subprocess
 import sys
+import threading
 
 import pytest
 
 import mslite_triton as mslite
 from mslite_triton._model_config import plan_workers
-from mslite_triton.server.cli import build_parser
+from mslite_triton.server.cli import _stop_at_eof, build_parser
 
 
 def test_serve_help_explains_every_port_and_the_log_level(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,3 +52,13 @@ def test_warnings_carry_the_librarys_name_when_the_application_logs_nothing() ->
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "mslite_triton: thread num 64 is more than 5 x 2 cores: set to 10" in proc.stderr.splitlines()
+
+
+def test_stop_on_stdin_close_stops_at_the_end_of_standard_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch a C++ or Java client relies on: the server stops once the program holding stdin has ended."""
+    assert build_parser().parse_args(["serve", "--stop-on-stdin-close"]).stop_on_stdin_close
+    assert not build_parser().parse_args(["serve"]).stop_on_stdin_close
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"anything the parent wrote\n")))
+    stop, received = threading.Event(), []
+    _stop_at_eof(stop, received)
+    assert stop.is_set() and received == ["end of standard input"]
