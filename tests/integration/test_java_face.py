@@ -174,6 +174,8 @@ public class FaceCheck {
         check(((long[]) MSTensor.createTensor("l", new long[] {7L, -8L}).getData())[1] == -8L,
                 "createTensor(name, long[])");
         check(MSTensor.createTensor("r", new int[][] {{1}, {2, 3}}) == null, "a ragged array is refused");
+        check(MSTensor.createTensor("g", DataType.kNumberTypeInt, new int[] {1}, null) == null,
+                "a tensor of a generic type (kNumberTypeInt) is refused");
         MSTensor h = MSTensor.createTensor("h", DataType.kNumberTypeFloat16, new int[] {10}, null);
         check(h.setData(new float[] {HALF_VALUES}), "setData(float[]) on a float16 tensor");
         Files.write(out.resolve("half_from_float.bin"), h.getByteData());

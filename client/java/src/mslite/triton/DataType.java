@@ -50,17 +50,30 @@ public final class DataType {
         return kTypeUnknown;
     }
 
+    /** Whether tensors of this type can be sent and received (it has a KServe v2 datatype). */
+    static boolean isSupported(int dataType) {
+        return find(dataType) >= 0;
+    }
+
     /** Bytes per element. */
     public static int byteSize(int dataType) {
         return BYTES[index(dataType)];
     }
 
     private static int index(int dataType) {
+        int i = find(dataType);
+        if (i < 0) {
+            throw new IllegalArgumentException("unsupported data type " + dataType);
+        }
+        return i;
+    }
+
+    private static int find(int dataType) {
         for (int i = 0; i < TYPES.length; i++) {
             if (TYPES[i] == dataType) {
                 return i;
             }
         }
-        throw new IllegalArgumentException("unsupported data type " + dataType);
+        return -1;
     }
 }

@@ -34,7 +34,10 @@ public final class MSTensor {
             LOG.severe("createTensor: name and shape must not be null");
             return null;
         }
-        DataType.byteSize(dataType); // rejects unsupported types early
+        if (!DataType.isSupported(dataType)) {
+            LOG.severe("createTensor: data type " + dataType + " is not a tensor type this client sends");
+            return null;
+        }
         MSTensor t = new MSTensor(tensorName, dataType, tensorShape, null);
         return buffer == null || t.setData(buffer) ? t : null;
     }
