@@ -53,8 +53,10 @@ def test_refusals_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     source = tmp_path / "net.onnx"
     onnx.save(zoo.multi_io(), str(source))
     out = str(tmp_path / "out")
-    with pytest.raises(RuntimeError, match="model_file does not exist!"):
-        mslite.Converter().convert(mslite.FmkType.ONNX, str(tmp_path / "missing.onnx"), out)
+    missing = str(tmp_path / "missing.onnx")
+    with pytest.raises(RuntimeError) as exc:
+        mslite.Converter().convert(mslite.FmkType.ONNX, missing, out)
+    assert str(exc.value) == f"Perform convert method failed, model_file does not exist! model_file: {missing}"
     with pytest.raises(RuntimeError, match=r"kLiteNotSupport: FmkType.TF .*export the network to ONNX"):
         mslite.Converter().convert(mslite.FmkType.TF, str(source), out)
     converter = mslite.Converter()
