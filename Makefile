@@ -29,9 +29,10 @@ models: $(DEMO_STAMP)
 	@cp -p model_repository/mobilenetv2/1/model.onnx examples/model/mobilenetv2.onnx
 	@cp -p model_repository/mobilenetv2/input.bin examples/model/input.bin
 
-## The main job: embedded server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks.
+## The main job: embedded server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks
+## (unedited; whole_lines.py keeps its threads' prints from interleaving mid-line).
 demo: models
-	cd examples && MSLITE_TRITON_LOG=info ../$(PY) quick_start_parallel_python.py
+	cd examples && MSLITE_TRITON_LOG=info ../$(PY) ../scripts/whole_lines.py quick_start_parallel_python.py
 
 ## Lint (ruff's rules and its formatting, Markdown's Python blocks included) and type-check, in seconds.
 lint: $(STAMP)
