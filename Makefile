@@ -1,9 +1,9 @@
 # The README's commands. Everything runs from one virtualenv, created and reused here.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Each command installs what it needs into the one venv: the demo the server (about 410 MiB installed), the
-# tests everything (about 3.4 GiB: [mindir] is MindSpore, about 2.6 GiB, for tests/integration/test_mindir.py;
-# [tune] is Model Analyzer, about 350 MiB, for tests/integration/test_tune.py; neither changes the others' pins).
+# Each command installs what it needs into the one venv: the demo the server, the tests everything ([mindir] is
+# MindSpore, for tests/integration/test_mindir.py; [tune] is Model Analyzer, for tests/integration/test_tune.py;
+# neither changes the others' pins). Their sizes: docs/sizes-and-times.md.
 # A stamp names its extras, so adding one reinstalls an existing venv.
 DEMO_EXTRAS := server
 EXTRAS := server,test,mindir,tune
