@@ -388,6 +388,7 @@ class CheckedCalls:
     def finish(self, sid: int, *, answered: bool = False) -> None:
         """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
         self.link.open.discard(sid)
+        self.metadata_ids.discard(sid)
         stream = self.streams.pop(sid, None)
         if stream is None:
             return

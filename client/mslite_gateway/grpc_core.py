@@ -273,7 +273,6 @@ class RelayCore:
         if kind == HEADERS or kind == CONTINUATION:
             self.triton_in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
-                self.calls.metadata_ids.discard(sid)
                 self.calls.finish(sid, answered=True)
                 if flags & END_HEADERS:
                     return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_triton_frame)
@@ -281,7 +280,6 @@ class RelayCore:
         if sid and sid in self.calls.refused_ids:
             return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
         if kind == RST_STREAM:
-            self.calls.metadata_ids.discard(sid)
             self.calls.finish(sid)
         elif kind == SETTINGS and not flags & ACK:
             return COLLECT
