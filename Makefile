@@ -1,9 +1,9 @@
 # The README's commands. Everything runs from one virtualenv, created and reused here.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Each command installs what it needs into the one venv: the demo the server (about 410 MiB installed), the
-# tests everything (about 3.4 GiB: [mindir] is MindSpore, about 2.6 GiB, for tests/integration/test_mindir.py;
-# [tune] is Model Analyzer, about 350 MiB, for tests/integration/test_tune.py; neither changes the others' pins).
+# Each command installs what it needs into the one venv: the demo the server, the tests everything ([mindir] is
+# MindSpore, for tests/integration/test_mindir.py; [tune] is Model Analyzer, for tests/integration/test_tune.py;
+# neither changes the others' pins). Their sizes: docs/sizes-and-times.md.
 # A stamp names its extras, so adding one reinstalls an existing venv.
 DEMO_EXTRAS := server
 EXTRAS := server,test,mindir,tune
@@ -29,9 +29,10 @@ models: $(DEMO_STAMP)
 	@cp -p model_repository/mobilenetv2/1/model.onnx examples/model/mobilenetv2.onnx
 	@cp -p model_repository/mobilenetv2/input.bin examples/model/input.bin
 
-## The main job: embedded server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks.
+## The main job: embedded server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks
+## (unedited; whole_lines.py keeps its threads' prints from interleaving mid-line).
 demo: models
-	cd examples && MSLITE_TRITON_LOG=info ../$(PY) quick_start_parallel_python.py
+	cd examples && MSLITE_TRITON_LOG=info ../$(PY) ../scripts/whole_lines.py quick_start_parallel_python.py
 
 ## Lint (ruff's rules and its formatting, Markdown's Python blocks included) and type-check, in seconds.
 lint: $(STAMP)

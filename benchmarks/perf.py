@@ -58,7 +58,7 @@ class PerfPoint:
 def measure(
     tools: Tools, server: BenchServer, model: str, concurrency: int, *, shm: bool, settings: PerfSettings
 ) -> PerfPoint:
-    """Run perf_analyzer against `model` (which must be the only loaded model) at one concurrency.
+    """Run perf_analyzer against `model` at one concurrency (the CPU figures are its own workers' and the server's).
 
     Raises:
         PerfAnalyzerError: perf_analyzer failed or gave no figures, even accepting any three windows.

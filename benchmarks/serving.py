@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ class ModelSpec:
 
 UNBOUNDED_CPU_BATCHER = "dynamic_batching { preferred_batch_size: [ 2 ] }\n"  # the CPU defaults, no queue bound
 PEER_LIBRARY = "libtriton_onnxruntime.so"
+UNLOAD_WAIT_S = 60.0
 
 
 def find_peer_backend(folder: Path) -> Path:
@@ -188,9 +190,18 @@ class BenchServer:
         self.loaded.add(name)
 
     def unload(self, name: str) -> None:
-        """Unload `name` and wait until its worker processes are gone."""
-        self._post(f"/v2/repository/models/{name}/unload")
+        """Unload `name` and wait until its worker processes are gone.
+
+        Raises:
+            RuntimeError: some of them still run after `UNLOAD_WAIT_S`.
+        """
+        self._post(f"/v2/repository/models/{name}/unload")  # returns before Triton has stopped the workers
         self.loaded.discard(name)
+        deadline = time.monotonic() + UNLOAD_WAIT_S
+        while left := model_worker_pids(self.pid, name):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: worker processes {left} still run {UNLOAD_WAIT_S:.0f} s after unload")
+            time.sleep(0.2)
 
     def only(self, *names: str) -> None:
         """Make `names` the loaded models (nothing else keeps worker processes alive)."""

@@ -71,6 +71,7 @@ from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_control import grpc_load_message
 from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.server_metadata import GRPC_PATH as METADATA_PATH
 from mslite_gateway.staging import Staging
 
 # The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
@@ -140,6 +141,7 @@ class CheckedCalls:
         "headers",
         "streams",
         "refused_ids",
+        "metadata_ids",
         "credit",
         "stream_credit",
         "debt",
@@ -155,6 +157,7 @@ class CheckedCalls:
         self.headers = RequestHeaders()
         self.streams: dict[int, Stream] = {}
         self.refused_ids: set[int] = set()
+        self.metadata_ids: set[int] = set()  # ServerMetadata calls: Triton's answer is rewritten (`server_metadata`)
         self.credit = 0  # window to give the client back for DATA Triton never saw (connection, streams)
         self.stream_credit: dict[int, int] = {}
         self.debt = 0  # DATA bytes we sent Triton in place of the client's: Triton gives their window back
@@ -272,6 +275,8 @@ class CheckedCalls:
                 UNIMPLEMENTED,
                 "streaming inference (ModelStreamInfer) is not served through this server's gateway; use ModelInfer",
             )
+        elif path == METADATA_PATH:
+            self.metadata_ids.add(sid)
 
     # -- a held message --
     def _data(self, sid: int, flags: int, parts: list[Any]) -> bool:
@@ -383,6 +388,7 @@ class CheckedCalls:
     def finish(self, sid: int, *, answered: bool = False) -> None:
         """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
         self.link.open.discard(sid)
+        self.metadata_ids.discard(sid)
         stream = self.streams.pop(sid, None)
         if stream is None:
             return

@@ -53,11 +53,14 @@ from mslite_gateway.grpc_frames import (
     SETTINGS,
     SETTINGS_HEADER_TABLE_SIZE,
     U32,
+    WINDOW_UPDATE,
     Frames,
     frame,
     joined,
     scrubbed_trailers,
+    unpadded,
 )
+from mslite_gateway.server_metadata import served_message
 
 __all__ = ["CLIENT", "TRITON", "MAX_RESETS_PER_WINDOW", "RESET_WINDOW_S", "RelayCore", "RelayRules", "Writes"]
 
@@ -259,6 +262,9 @@ class RelayCore:
         if self.for_client and frames.at_boundary and not self.triton_in_block:
             frames.out += self.for_client
             self.for_client = []
+        if self.for_triton and self.frames.at_boundary and not self.in_block:  # window given back (_served_metadata)
+            self.frames.out += self.for_triton
+            self.for_triton = []
 
     def _on_triton_header(self, length: int, kind: int, flags: int, sid: int) -> int:
         if self.for_client and not self.triton_in_block:  # a frame boundary: our answers go first, before Triton's
@@ -277,6 +283,8 @@ class RelayCore:
             self.calls.finish(sid)
         elif kind == SETTINGS and not flags & ACK:
             return COLLECT
+        elif kind == DATA and sid in self.calls.metadata_ids:
+            return COLLECT  # a server metadata answer: rewritten (`_served_metadata`)
         return PASS
 
     def _on_triton_frame(self, kind: int, flags: int, sid: int, raw: bytes, parts: list[Any]) -> None:
@@ -284,10 +292,29 @@ class RelayCore:
         if kind == HEADERS:
             out += scrubbed_trailers(flags, sid, raw, parts, self.rules.explain)
             return
+        if kind == DATA:
+            out += self._served_metadata(flags, sid, raw, parts)
+            return
         if parts:
             self._triton_settings(joined(parts))  # SETTINGS only
         out.append(raw)
         out += parts
+
+    def _served_metadata(self, flags: int, sid: int, raw: bytes, parts: list[Any]) -> list[Any]:
+        """A ServerMetadata answer's DATA frame, its list of extensions cut to those served (`server_metadata`).
+
+        A message split over frames, or compressed, goes as it came. The frame gets shorter: the window the client
+        will never give back for the bytes it did not get, we give Triton now.
+        """
+        payload = bytes(unpadded(joined(parts), flags)) if parts else b""
+        if len(payload) < 5 or payload[0] != 0 or U32.unpack_from(payload, 1)[0] != len(payload) - 5:
+            return [raw, *parts]
+        message = served_message(payload[5:])
+        rewritten = frame(DATA, flags & ~PADDED, sid, b"\0" + U32.pack(len(message)) + message)
+        owed = len(raw) + sum(map(len, parts)) - len(rewritten)
+        if owed > 0:
+            self.for_triton.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(owed)))
+        return [rewritten]
 
     def _triton_settings(self, payload: Any) -> None:
         """Triton's settings: the header table size its decoder allows is what ours must allow too."""

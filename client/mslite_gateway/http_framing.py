@@ -437,9 +437,17 @@ def upstream_head(req: Request, body: bytes | None = None) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def client_head(status_line: bytes, headers: list[tuple[bytes, bytes]], body_len: int, close: bool) -> bytes:
-    """Triton's answer head for the client: hop-by-hop headers dropped, Content-Length set."""
-    lines = [status_line] + [raw for name, raw in headers if name not in _HOP_BY_HOP]
+def client_head(
+    status_line: bytes, headers: list[tuple[bytes, bytes]], body_len: int, close: bool, *, json_body: bool = False
+) -> bytes:
+    """Triton's answer head for the client: hop-by-hop headers dropped, Content-Length set.
+
+    `json_body`: the body is JSON, and its Content-Type says so (Triton writes some JSON errors as text/plain).
+    """
+    dropped = _HOP_BY_HOP | {b"content-type"} if json_body else _HOP_BY_HOP
+    lines = [status_line] + [raw for name, raw in headers if name not in dropped]
+    if json_body:
+        lines.append(b"Content-Type: application/json")
     lines.append(b"Content-Length: %d" % body_len)
     if close:
         lines.append(b"Connection: close")

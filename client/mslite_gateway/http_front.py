@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
-from mslite_backend.scrub import scrub_json_error
+from mslite_backend.scrub import json_error, scrub_json_error
 from mslite_backend.settings import GATEWAY_UPSTREAM_RETRY_S
 from mslite_gateway.admission import Account, Admission, Overloaded
 from mslite_gateway.deadlines import within
@@ -45,6 +45,8 @@ from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, Offload
 from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
+from mslite_gateway.server_metadata import served_json
 from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
@@ -318,12 +320,15 @@ class HttpFront:
             return not e.close
         status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
         # an error answer loses what only the server should know (paths, tracebacks, internal region names)
-        body = resp.body
+        body, is_json = resp.body, False
         if status_line[9:10] in (b"4", b"5"):
             body = scrub_json_error(body)
             if self.failures is not None and (named := _MODEL_ROUTE.match(req.target)):  # why it did not load
                 body = await self.failures.explain_json(urllib.parse.unquote(named.group(1).decode("latin-1")), body)
-        writer.writelines((client_head(status_line, resp.headers, len(body), close), body))
+            is_json = json_error(body) is not None
+        elif req.method == b"GET" and req.target.split(b"?", 1)[0] == METADATA_PATH:
+            body = served_json(body)  # the extensions this server serves
+        writer.writelines((client_head(status_line, resp.headers, len(body), close, json_body=is_json), body))
         await writer.drain()
         return not close
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from mslite_backend.scrub import load_reason
 
-from ._checkparam import check_isinstance
+from ._checkparam import check_isinstance, missing_file
 from ._model_config import merge_sections, parse_config_file
 from ._remote import RemoteModel
 from .errors import (
@@ -51,7 +51,7 @@ def load_sections(config_path: str, overrides: dict[str, dict[str, str]] | None,
     from_file: dict[str, dict[str, str]] = {}
     if config_path:
         if not os.path.exists(config_path):
-            raise RuntimeError(f"{who}, config_path does not exist!")
+            raise RuntimeError(missing_file(who, "config_path", config_path))
         try:
             from_file = parse_config_file(config_path)
         except (OSError, UnicodeDecodeError) as e:

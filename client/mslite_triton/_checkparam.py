@@ -129,3 +129,12 @@ def check_device(device: Any) -> tuple[str, int]:
             raise TypeError("device id should >= 0.")
         return parts[0], int(parts[1])
     return parts[0], -1
+
+
+def missing_file(who: str, arg_name: str, path: str) -> str:
+    """The message for a file argument that names no file: MindSpore Lite's words, then the path.
+
+    MindSpore Lite stops at ``"<who>, <arg_name> does not exist!"``; tests ported from it match that prefix, and
+    the path after it (in the words of its ``str()``, ``"model_path: <path>"``) says which file was looked for.
+    """
+    return f"{who}, {arg_name} does not exist! {arg_name}: {path}"

@@ -43,7 +43,7 @@ def read_model_files(path: str) -> dict[str, bytes]:
 
     An ONNX model goes as `1/model.onnx`, plus `1/model.onnx.data` when external weights sit beside it;
     a MindIR model as `1/model.mindir`, which the server converts to ONNX (it needs MindSpore for that:
-    `pip install 'mslite-triton[mindir]'` on the server).
+    the `[mindir]` extra on the server).
 
     Raises:
         RuntimeError: a MindSpore Lite `.ms` file, or not a model file, naming what it looks like.

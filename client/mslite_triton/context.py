@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ._checkparam import check_isinstance, check_list_of_element, check_non_negative_int
+from ._checkparam import check_isinstance, check_list_of_element, check_non_negative_int, missing_file
 
 __all__ = ["Context"]
 
@@ -346,7 +346,7 @@ class _Parallel:
         check_isinstance("config_path", config_path, str)
         if config_path != "":
             if not os.path.exists(config_path):
-                raise ValueError("Set parallel failed, config_path does not exist!")
+                raise ValueError(missing_file("Set parallel failed", "config_path", config_path))
             self._config_path = config_path
 
     @property

@@ -15,7 +15,7 @@ from typing import Any
 
 from mslite_backend import mindir
 
-from ._checkparam import check_isinstance
+from ._checkparam import check_isinstance, missing_file
 from .tensor import DataType, Format, ModelType, _NamedIntEnum
 
 __all__ = ["FmkType", "Converter"]
@@ -34,6 +34,7 @@ class FmkType(_NamedIntEnum):
 
 _CONVERTIBLE = {FmkType.ONNX: "onnx", FmkType.MINDIR: "mindir"}
 _FAILED = "Converter model failed!"
+_CONVERT_FAILED = "Perform convert method failed"
 # settings that would change the converted model, which this converter cannot do: (name, default)
 _UNSUPPORTED_SETTINGS: tuple[tuple[str, Any], ...] = (
     ("weight_fp16", False),
@@ -174,11 +175,11 @@ class Converter:
         check_isinstance("weight_file", weight_file, str)
         check_isinstance("config_file", config_file, str)
         if not os.path.exists(model_file):
-            raise RuntimeError("Perform convert method failed, model_file does not exist!")
+            raise RuntimeError(missing_file(_CONVERT_FAILED, "model_file", model_file))
         if weight_file and not os.path.exists(weight_file):
-            raise RuntimeError("Perform convert method failed, weight_file does not exist!")
+            raise RuntimeError(missing_file(_CONVERT_FAILED, "weight_file", weight_file))
         if config_file and not os.path.exists(config_file):
-            raise RuntimeError("Perform convert method failed, config_file does not exist!")
+            raise RuntimeError(missing_file(_CONVERT_FAILED, "config_file", config_file))
         self._check_supported(fmk_type, config_file)
         found = mindir.file_format(model_file)
         if found != _CONVERTIBLE[fmk_type]:

@@ -21,7 +21,7 @@ __all__ = ["LiteInfer"]
 class LiteInfer(Model):
     """MindSpore Lite's `LiteInfer`: a MindSpore network, exported to ONNX here and served as a `Model`.
 
-    Needs MindSpore in this process (`pip install 'mslite-triton[mindir]'`), imported before
+    Needs MindSpore in this process (the `[mindir]` extra), imported before
     `mslite_triton`: MindSpore's generated protobuf code needs the pure-Python protobuf, which it can only
     choose before anything has loaded protobuf. Every input of rank >= 1 gets a dynamic batch axis.
     """

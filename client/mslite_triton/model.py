@@ -18,7 +18,7 @@ from ._build import (
     predict_failed,
     resized_remote,
 )
-from ._checkparam import check_isinstance
+from ._checkparam import check_isinstance, missing_file
 from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
 from ._onnx_io import metadata_props
@@ -85,7 +85,7 @@ class Model(GroupMember):
         context = Context() if context is None else check_isinstance("context", context, Context)
         check_isinstance("config_path", config_path, str)
         if not model_path.startswith("triton://") and not os.path.exists(model_path):
-            raise RuntimeError("build_from_file failed, model_path does not exist!")
+            raise RuntimeError(missing_file("build_from_file failed", "model_path", model_path))
         from_file = load_sections(config_path, None, "build_from_file failed")
         if (
             "variable_weights_file" in from_file.get("ascend_context", {})

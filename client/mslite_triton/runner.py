@@ -7,7 +7,7 @@ import os
 import threading
 
 from ._build import build_failed, fill_outputs, input_arrays, load_sections, predict_failed, resized_remote
-from ._checkparam import check_isinstance
+from ._checkparam import check_isinstance, missing_file
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
 from ._pending import PendingLimit, runner_sizes, take_runner_section
@@ -52,7 +52,7 @@ class ModelParallelRunner:
         """
         check_isinstance("model_path", model_path, str)
         if not model_path.startswith("triton://") and not os.path.exists(model_path):
-            raise RuntimeError(f"{_BUILD_FAILED}, model_path does not exist!")
+            raise RuntimeError(missing_file(_BUILD_FAILED, "model_path", model_path))
         context = Context() if context is None else check_isinstance("context", context, Context)
         if self._remote is not None:
             log.warning("ModelParallelRunner is already built from '%s'; not rebuilding", self.model_path_)

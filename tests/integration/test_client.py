@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,8 +70,10 @@ def test_seed_scripts_run_unchanged(server, files, tmp_path, script):
     shutil.copy(files / "mobilenetv2.onnx", tmp_path / "model" / "mobilenetv2.onnx")
     shutil.copy(files / "input.bin", tmp_path / "model" / "input.bin")
     env = {**os.environ, settings.URL_ENV: server.grpc_url}
+    parallel = "parallel" in script
+    run = [str(ROOT / "scripts" / "whole_lines.py")] if parallel else []  # as `make demo` runs it
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / script)],
+        [sys.executable, *run, str(ROOT / "examples" / script)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -80,11 +83,22 @@ def test_seed_scripts_run_unchanged(server, files, tmp_path, script):
     assert proc.returncode == 0, proc.stderr[-3000:]
     x = np.fromfile(files / "input.bin", dtype=np.float32).reshape(1, 3, 224, 224)
     (expected,) = run_reference(GEN.build_mobilenetv2(), {"input": x})
-    runs = 10 if "parallel" in script else 1  # threads interleave their prints: count, don't parse lines
+    runs = 10 if parallel else 1
     assert proc.stdout.count("output data is:") == runs
     for value in expected.flatten()[:5]:
         assert proc.stdout.count(str(value)) >= runs, value
     assert "tensor elements num is:1000" in proc.stdout
+    if parallel:  # 5 threads print at once: each line whole, one result's values on one line
+        shown = " ".join(str(v) for v in expected.flatten()[:5])
+        whole = (
+            r"parallel id:  [0-4]  \| task index:  [12]  \| run once time:  \S+  s",
+            r"tensor name is:\S+ tensor size is:4000 tensor elements num is:1000",
+            re.escape(f"output data is: {shown} "),
+        )
+        lines = proc.stdout.splitlines()
+        assert lines.pop().startswith("total run time: ")
+        bad = [line for line in lines if not any(re.fullmatch(w, line) for w in whole)]
+        assert not bad and len(lines) == 3 * runs, proc.stdout
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
@@ -215,8 +229,11 @@ def test_documented_errors(server, files, tmp_path):
     runner = mslite.ModelParallelRunner()
     with pytest.raises(TypeError, match="model_path must be str"):
         runner.build_from_file(1)
-    with pytest.raises(RuntimeError, match="model_path does not exist!"):
-        runner.build_from_file(str(tmp_path / "nope.onnx"))
+    missing = str(tmp_path / "nope.onnx")
+    with pytest.raises(RuntimeError) as exc:
+        runner.build_from_file(missing)
+    want = f"ModelParallelRunner's build from file failed, model_path does not exist! model_path: {missing}"
+    assert str(exc.value) == want
     with pytest.raises(TypeError, match="context must be Context"):
         runner.build_from_file(str(files / "tiny.onnx"), "cpu")
     ctx = _context(server)
@@ -226,8 +243,9 @@ def test_documented_errors(server, files, tmp_path):
     model = mslite.Model()
     with pytest.raises(TypeError, match="model_type must be ModelType"):
         model.build_from_file(str(files / "tiny.onnx"), 0)
-    with pytest.raises(RuntimeError, match="config_path does not exist!"):
+    with pytest.raises(RuntimeError) as exc:
         model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, _context(server), "missing.ini")
+    assert str(exc.value) == "build_from_file failed, config_path does not exist! config_path: missing.ini"
     mindir = tmp_path / "net.mindir"
     mindir.write_bytes(b"\x0a\x051.0.0\x12\x04name" + bytes(64))
     with pytest.raises(RuntimeError, match="kLiteNotSupport"):  # sent for conversion, which fails (or no MindSpore)

@@ -234,6 +234,47 @@ def test_answers_equal_tritons_own_byte_for_byte(gw):
     assert pb.ModelInferResponse.FromString(answers[1]).outputs[0].name == "y"
 
 
+def test_server_metadata_lists_only_the_extensions_served(gw):
+    unserved = {"sequence", "cuda_shared_memory"}  # docs/clients.md, "Not served"
+    with urllib.request.urlopen(gw.triton_http_url + "/v2", timeout=30) as resp:
+        tritons = json.loads(resp.read())["extensions"]
+    assert unserved <= set(tritons)  # what Triton itself advertises
+    served = [e for e in tritons if e not in unserved]
+    with urllib.request.urlopen(gw.http_url + "/v2", timeout=30) as resp:
+        assert resp.headers["Content-Type"] == "application/json"
+        fronted = json.loads(resp.read())
+    assert fronted["extensions"] == served and fronted["name"] == "triton"
+    client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
+    try:
+        for _ in range(3):  # one connection: each shortened answer gives Triton its window back
+            metadata = client.get_server_metadata()
+            assert list(metadata.extensions) == served and metadata.name == "triton"
+        x = grpcclient.InferInput("x", [1, 4], "FP32")
+        x.set_data_from_numpy(np.ones((1, 4), np.float32))
+        assert client.infer("tiny", [x]).as_numpy("y").shape == (1, 4)
+    finally:
+        client.close()
+
+
+def test_json_answers_say_they_are_json(gw):
+    """A restricted API's 403 (Triton writes it as text/plain) and the gateway's own refusals."""
+    calls = [
+        ("POST", "/v2/repository/index", b"{}", 403),  # the key is missing
+        ("GET", "/v2/systemsharedmemory/status", None, 403),
+        ("GET", "/v2/models/nope", None, 404),
+        ("POST", "/v2/models/tiny/infer", b"{not json", 400),  # the gateway's own check
+    ]
+    for method, path, body, status in calls:
+        conn = http.client.HTTPConnection(*_address(gw.http_url).rsplit(":", 1), timeout=30)
+        try:
+            conn.request(method, path, body=body)
+            resp = conn.getresponse()
+            assert (resp.status, resp.getheader("Content-Type")) == (status, "application/json"), path
+            assert isinstance(json.loads(resp.read())["error"], str)
+        finally:
+            conn.close()
+
+
 def _raw_exchange(url: str, data: bytes, answers: int) -> list[bytes]:
     """Write `data` on a fresh socket, half-close, and return the status lines read until EOF."""
     host, port = _address(url).rsplit(":", 1)

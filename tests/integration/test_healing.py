@@ -96,7 +96,7 @@ def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
     srv, runner = healing
     name, restarts = runner._remote.info.name, srv.restarts
     with Clients(runner) as clients:
-        victim = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        victim = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         heal = _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGKILL), "worker")
     assert heal.models == (name,)  # not 'tiny'
     assert srv.restarts == restarts  # tritonserver itself was not restarted
@@ -107,7 +107,7 @@ def test_a_worker_that_crashes_leaves_its_python_stacks_in_the_server_log(healin
     srv, runner = healing
     name = runner._remote.info.name
     with Clients(runner) as clients:
-        victim = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        victim = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGSEGV), "worker")  # healed as any death
     log = srv.log_path.read_text(errors="replace")
     assert "Fatal Python error: Segmentation fault" in log and "(most recent call first)" in log, log[-2000:]
@@ -119,16 +119,16 @@ def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(heal
     with Clients(runner) as clients:
         clients.wait_for(20)
         before = len(srv._supervisor.heals)
-        first = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        first = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(first.pid, signal.SIGKILL)
         _wait(lambda: len(srv._supervisor.heals) > before, "the first heal")
         # at once, before the supervisor's next look: the new worker was never seen alive
-        new = next(w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z")
+        new = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(new.pid, signal.SIGKILL)
         _wait(lambda: len(srv._supervisor.heals) > before + 1, "a heal of the new worker")
         clients.wait_for(20)
     assert [h.what for h in srv._supervisor.heals[before:]] == ["worker", "worker"]
-    live = [w for w in workers_of(srv.process.pid) if w.instance.startswith(name) and w.state != "Z"]
+    live = [w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z"]
     assert len(live) == 2, live
     assert clients.failures == []
 
@@ -194,7 +194,7 @@ def test_stopped_workers_are_killed_before_they_run_again_and_tritonserver_lives
     # Let run again, a stub that Triton found unhealthy crashed tritonserver ~3 s later: it must die stopped.
     srv, runner = healing
     name, server_pid = runner._remote.info.name, srv.process.pid
-    stopped = [w.pid for w in workers_of(server_pid) if w.instance.startswith(name) and w.state != "Z"]
+    stopped = [w.pid for w in workers_of(server_pid) if w.model == name and w.state != "Z"]
     assert len(stopped) == 2, stopped
     answered_s, heals = _predict_after_stopping(srv, runner, stopped)  # both: no worker left to answer
     assert answered_s < 2 * HANG_BAR_S, answered_s

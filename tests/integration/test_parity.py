@@ -79,7 +79,7 @@ def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(serv
     assert runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy().tolist() == [[3.0] * 4]
 
     name = runner._remote.info.name
-    (worker,) = [w.pid for w in workers_of(server.process.pid) if w.instance.startswith(name + "_")]
+    (worker,) = [w.pid for w in workers_of(server.process.pid) if w.model == name]
     results: list[object] = []
 
     def held_predict() -> None:

@@ -26,6 +26,18 @@ def _quick_start() -> str:
     return match.group(1)
 
 
+def test_readme_quick_start_names_the_missing_model(tmp_path: Path):
+    proc = subprocess.run(
+        [sys.executable, "-c", _quick_start()], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode != 0
+    said = "ModelParallelRunner's build from file failed, model_path does not exist! model_path: "
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"RuntimeError: {said}examples/model/mobilenetv2.onnx", proc.stderr[-3000:]
+    readme = " ".join((ROOT / "README.md").read_text().split("## Quick start", 1)[1].split())
+    assert f"`{last}`" in readme  # what the README says it stops with
+
+
 def test_readme_quick_start_runs(server, tmp_path: Path):
     model_dir = tmp_path / "examples" / "model"
     model_dir.mkdir(parents=True)

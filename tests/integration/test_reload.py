@@ -91,7 +91,7 @@ def _series_pids(server: EmbeddedServer, name: str) -> dict[str, set[int]]:
 
 def _workers(server: EmbeddedServer) -> dict[str, int]:
     assert server.process is not None
-    return {w.instance: w.pid for w in workers_of(server.process.pid) if w.instance.startswith(MODEL + "_")}
+    return {w.instance: w.pid for w in workers_of(server.process.pid) if w.model == MODEL}
 
 
 def _wait_workers(server: EmbeddedServer, count: int, timeout_s: float = 60) -> dict[str, int]:

@@ -22,6 +22,7 @@ def worker_pids(server: EmbeddedServer, model: str) -> list[int]:
 
 
 def model_worker_pids(server_pid: int, model: str) -> list[int]:
-    """The worker processes of the tritonserver `server_pid` serving an instance of `model` (`<model>_<n>`)."""
-    workers = [w for w in workers_of(server_pid) if w.instance.startswith(model + "_")]
+    """The worker processes of the tritonserver `server_pid` serving an instance of `model` (by `Worker.model`,
+    exact: `tiny_naive`'s workers are not `tiny`'s)."""
+    workers = [w for w in workers_of(server_pid) if w.model == model]
     return [w.pid for w in sorted(workers, key=lambda w: w.instance)]

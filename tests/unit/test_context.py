@@ -377,13 +377,9 @@ def test_config_path(tmp_path: Path) -> None:
     assert parallel.config_path == str(config)
     parallel.config_path = ""  # ignored
     assert parallel.config_path == str(config)
-    _raises(
-        ValueError,
-        "Set parallel failed, config_path does not exist!",
-        parallel,
-        "config_path",
-        str(tmp_path / "missing.ini"),
-    )
+    missing = str(tmp_path / "missing.ini")
+    message = f"Set parallel failed, config_path does not exist! config_path: {missing}"
+    _raises(ValueError, message, parallel, "config_path", missing)
     message = "config_path must be str, but got <class 'pathlib.PosixPath'>."
     _raises(TypeError, message, parallel, "config_path", config)
     assert parallel.config_path == str(config)

@@ -26,6 +26,11 @@ def test_demo_installs_only_the_server(tmp_path: Path) -> None:
     assert _installs("demo", tmp_path) == ["server"]
 
 
+def test_demo_runs_the_sample_a_whole_line_at_a_time(tmp_path: Path) -> None:
+    proc = subprocess.run(["make", "-n", "demo", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True)
+    assert re.search(r"python \.\./scripts/whole_lines\.py quick_start_parallel_python\.py$", proc.stdout, re.M)
+
+
 def test_test_installs_what_the_tests_need(tmp_path: Path) -> None:
     extras = {e for line in _installs("test", tmp_path) for e in line.split(",")}
     assert extras == {"server", "test", "mindir", "tune"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from mslite_backend import mindir, settings
 from mslite_backend.errors import ModelLoadError
@@ -47,7 +48,9 @@ def test_mindir_without_mindspore_names_the_extra(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(mindir.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelLoadError) as info:
         mindir.onnx_source(version, "model.onnx")  # the default name: model.mindir is found instead
-    assert "kLiteNotSupport" in str(info.value) and "pip install 'mslite-triton[mindir]'" in str(info.value)
+    assert "kLiteNotSupport" in str(info.value) and "the [mindir] extra: pip install mindspore==" in str(info.value)
+    pinned = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert mindir.EXTRA_INSTALL.endswith(pinned["project"]["optional-dependencies"]["mindir"][0])  # the extra's pin
     assert "'model.mindir'" in str(info.value)
 
 

@@ -1,7 +1,9 @@
 """The gRPC relay's socket-free core (`grpc_core.RelayCore`): recorded traffic replayed, and the cases around it.
 
 The golden files are what the relay wrote to each side when it was still two asyncio protocols tied together
-(before the core was split out), fed the same recorded reads: the core must write the same bytes.
+(before the core was split out), fed the same recorded reads: the core must write the same bytes. One change
+since, on purpose: perf_analyzer's ServerMetadata answer lists only the extensions served (30 bytes shorter),
+and Triton gets that window back in a WINDOW_UPDATE of ours.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import urllib.parse
 
 import hpack
 import pytest
+from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_core import _CREDIT_BATCH_BYTES, MAX_RESETS_PER_WINDOW
@@ -29,6 +32,7 @@ from mslite_gateway.grpc_frames import (
     WINDOW_UPDATE,
     frame,
 )
+from mslite_gateway.server_metadata import UNSERVED_EXTENSIONS
 from tests.support import relay_traffic
 from tests.support.relay_wire import Wire, frames_of
 
@@ -81,9 +85,36 @@ def test_recorded_traffic_is_relayed_byte_for_byte_as_before(recorded, split):
 def test_recorded_traffic_is_passed_to_triton_unchanged(recorded):
     reads = relay_traffic.load(recorded)
     sent = b"".join(d for side, d in reads if side == "client")
-    assert recorded.with_suffix(".to_triton").read_bytes() == sent  # nothing refused: Triton sees what was sent
+    relayed = frames_of(recorded.with_suffix(".to_triton").read_bytes()[len(PREFACE) :])
+    ours = [f for f in relayed if f not in frames_of(sent[len(PREFACE) :])]
+    # nothing refused: Triton sees what was sent, and the window of a shortened metadata answer (a frame of ours)
+    assert [f for f in relayed if f not in ours] == frames_of(sent[len(PREFACE) :])
+    assert all(k == WINDOW_UPDATE and sid == 0 for k, _, sid, _ in ours) and len(ours) <= 1
     infers = [f for f in frames_of(sent[len(PREFACE) :]) if f[0] == DATA]
     assert len(infers) > 100
+
+
+def test_a_server_metadata_answer_lists_only_served_extensions_and_its_window_goes_back():
+    recorded = relay_traffic.HERE / "perf_analyzer_tiny.reads"  # perf_analyzer asks for it first
+    reads = relay_traffic.load(recorded)
+    wire = Wire()
+    for side, data in reads:
+        (wire.from_client if side == "client" else wire.from_triton)(data)
+    from_triton = b"".join(d for side, d in reads if side == "server")
+    sent = b"".join(d for side, d in reads if side == "client")
+    answers = {}
+    for name, data in (("triton", from_triton), ("client", bytes(wire.client.data))):
+        (payload,) = [p for k, _, sid, p in frames_of(data) if k == DATA and p.find(b"system_shared_memory") > 0]
+        answers[name] = (len(payload), pb.ServerMetadataResponse.FromString(payload[5:]))
+    assert {"sequence", "cuda_shared_memory"} <= set(answers["triton"][1].extensions)
+    served = [e for e in answers["triton"][1].extensions if e not in UNSERVED_EXTENSIONS]
+    assert list(answers["client"][1].extensions) == served and answers["client"][1].version
+
+    def window(data: bytes) -> int:
+        return sum(int.from_bytes(p, "big") for k, _, sid, p in frames_of(data) if k == WINDOW_UPDATE and sid == 0)
+
+    cut = answers["triton"][0] - answers["client"][0]
+    assert cut > 0 and window(wire.triton.data[len(PREFACE) :]) - window(sent[len(PREFACE) :]) == cut
 
 
 # -- flow control ------------------------------------------------------------------------------------------------

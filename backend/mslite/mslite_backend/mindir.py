@@ -1,7 +1,7 @@
 """MindIR models (MindSpore's format): told from ONNX by content, converted once per machine to ONNX.
 
 ONNX Runtime serves every model. A MindIR file is converted by MindSpore itself (the optional
-`mindspore` package, `pip install 'mslite-triton[mindir]'`) into an ONNX model whose inputs keep their
+`mindspore` package, the `[mindir]` extra) into an ONNX model whose inputs keep their
 names and dtypes and get a dynamic first (batch) axis. The conversion runs in a child process: importing
 MindSpore costs about 0.5 GB and a few seconds, which no worker should keep. Its result is cached in the
 prepacked weights' machine-wide cache directory (`conversion_cache_root`), keyed by the MindIR file's
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 MINDIR_FILENAME = "model.mindir"  # the name a MindIR model is uploaded and stored under (`1/model.mindir`)
 ONNX_FILENAME = "model.onnx"
-EXTRA_INSTALL = "pip install 'mslite-triton[mindir]'"
+# what the `[mindir]` extra installs, said so that it works however mslite-triton was installed (from a checkout)
+EXTRA_INSTALL = "the [mindir] extra: pip install mindspore==2.9.0"
 CONVERTER_VERSION = "1"  # part of the cache key: bump when the conversion's output changes
 CONVERT_TIMEOUT_S = 600.0
 _REASON_PREFIX = "mslite-mindir-error: "  # the child's line that carries its reason (MindSpore logs much else)
@@ -88,7 +89,7 @@ def missing_extra_message(what: str) -> str:
     """The error for a MindIR model where MindSpore is not installed, naming the extra to install."""
     return (
         f"kLiteNotSupport: {what} is a MindIR model, and converting MindIR needs MindSpore, which is not "
-        f"installed here; install the optional extra ({EXTRA_INSTALL}), or export the network to ONNX"
+        f"installed here; install {EXTRA_INSTALL}, or export the network to ONNX"
     )
 
 

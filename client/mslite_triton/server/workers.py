@@ -19,6 +19,8 @@ from pathlib import Path
 _UPLOAD_COPY = re.compile(r"/tmp/folder[A-Za-z0-9]{6}")  # libtritonserver's mkdtemp template (not $TMPDIR)
 
 _STUB = "triton_python_backend_stub"
+# Triton names the instances of an unnamed instance group `<model>_<group index>_<instance index>`
+_DEFAULT_INSTANCE = re.compile(r"(?P<model>.+)_[0-9]+_[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Worker:
     instance: str  # empty for a zombie: its command line is gone
     model_dir: str
     exit_status: int | None = None  # a zombie's wait status (what its parent will reap): see `describe_exit`
+
+    @property
+    def model(self) -> str:
+        """The name of the model it serves (`model_of`); empty for a zombie."""
+        return model_of(self.model_dir, self.instance)
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,23 @@ def workers_of(server_pid: int) -> list[Worker]:
         model_dir = os.path.dirname(os.path.dirname(p.args[1].decode())) if len(p.args) > 1 else ""
         found.append(Worker(p.pid, p.state, instance, model_dir, p.exit_status))
     return found
+
+
+def model_of(model_dir: str, instance: str) -> str:
+    """The name of the model a worker serves, read from its command line.
+
+    Exact, where a name prefix is not: `tiny_naive_0_0` is an instance of `tiny_naive`, not of `tiny`. In a
+    model repository it is the model directory's name (Triton requires the two to match). Triton's copy of an
+    uploaded model has a random name, so there it is read from the instance name Triton gives an unnamed
+    instance group, `<model>_<group>_<n>` (every config this project writes leaves its groups unnamed); a copy
+    whose instance name is not of that form gives an empty name.
+    """
+    if not model_dir:
+        return ""
+    if not _UPLOAD_COPY.fullmatch(model_dir):
+        return os.path.basename(model_dir)
+    named = _DEFAULT_INSTANCE.fullmatch(instance)
+    return named["model"] if named else ""
 
 
 def describe_exit(status: int | None) -> str:
