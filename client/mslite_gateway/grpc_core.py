@@ -53,6 +53,7 @@ from mslite_gateway.grpc_frames import (
     SETTINGS,
     SETTINGS_HEADER_TABLE_SIZE,
     U32,
+    WINDOW_UPDATE,
     Frames,
     frame,
     joined,
@@ -192,7 +193,8 @@ class RelayCore:
             self.close()
         calls = self.calls
         for sid in calls.stalled_ids(now):
-            if sid in calls.streams and not self.shut:  # not closed with the connection by the one before
+            # not closed with the connection by the one before
+            if (sid in calls.streams or sid in calls.streamed.calls) and not self.shut:
                 self.stalled(sid)
         return self._writes()
 
@@ -203,8 +205,8 @@ class RelayCore:
 
     @property
     def inflight(self) -> int:
-        """Checked streams not answered yet."""
-        return len(self.calls.streams)
+        """Checked streams not answered yet (a ModelStreamInfer call counts as one)."""
+        return len(self.calls.streams) + len(self.calls.streamed.calls)
 
     @property
     def account(self) -> Account:
@@ -259,20 +261,28 @@ class RelayCore:
         if self.for_client and frames.at_boundary and not self.triton_in_block:
             frames.out += self.for_client
             self.for_client = []
+        if self.for_triton and self.frames.at_boundary and not self.in_block:  # window given back to Triton
+            self.frames.out += self.for_triton
+            self.for_triton = []
 
     def _on_triton_header(self, length: int, kind: int, flags: int, sid: int) -> int:
         if self.for_client and not self.triton_in_block:  # a frame boundary: our answers go first, before Triton's
             self.triton.inject(self.for_client)  # (Triton may answer a call we refused, e.g. after our reset)
             self.for_client = []
+        streamed = self.calls.streamed.calls
         if kind == HEADERS or kind == CONTINUATION:
             self.triton_in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
                 self.calls.finish(sid, answered=True)
                 if flags & END_HEADERS:
                     return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_triton_frame)
+            elif kind == HEADERS and sid in streamed:
+                return COLLECT  # a stream's response headers: answers of ours may follow them (_on_triton_frame)
             return PASS
         if sid and sid in self.calls.refused_ids:
             return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
+        if kind == DATA and sid in streamed:
+            return COLLECT  # a stream's answers are read message by message (`grpc_stream_calls`)
         if kind == RST_STREAM:
             self.calls.finish(sid)
         elif kind == SETTINGS and not flags & ACK:
@@ -281,8 +291,18 @@ class RelayCore:
 
     def _on_triton_frame(self, kind: int, flags: int, sid: int, raw: bytes, parts: list[Any]) -> None:
         out = self.triton.out
+        streamed = self.calls.streamed
+        if kind == HEADERS and not flags & END_STREAM:  # a ModelStreamInfer call's response headers
+            out.append(raw)
+            out += parts
+            if sid in streamed.calls:
+                streamed.triton_headers(sid, streamed.calls[sid], flags)
+            return
         if kind == HEADERS:
             out += scrubbed_trailers(flags, sid, raw, parts, self.rules.explain)
+            return
+        if kind == DATA:
+            out += streamed.triton_data(sid, streamed.calls[sid], flags, raw, parts)
             return
         if parts:
             self._triton_settings(joined(parts))  # SETTINGS only
@@ -346,6 +366,8 @@ class RelayCore:
             if self._too_many_resets():
                 self._calm()
                 return DROP
+        elif kind == WINDOW_UPDATE and self.calls.streamed.owes(sid):
+            return COLLECT  # it gives back window for answers of ours too: that part is not Triton's
         return PASS
 
     def _too_many_resets(self) -> bool:
@@ -405,6 +427,10 @@ class RelayCore:
             self.send(frame(PING, ACK, 0, payload))
         elif kind == GOAWAY:
             self.close()
+        elif kind == WINDOW_UPDATE and len(payload) == 4:
+            increment = self.calls.streamed.window_update(sid, int.from_bytes(payload, "big") & 0x7FFFFFFF)
+            if increment:
+                self.frames.out.append(frame(WINDOW_UPDATE, 0, sid, U32.pack(increment)))
 
     def _header_fragment(self, kind: int, sid: int, flags: int, payload: Any) -> None:
         if kind == HEADERS:
