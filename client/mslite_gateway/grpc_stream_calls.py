@@ -22,12 +22,12 @@ held back from the client's window updates to Triton, and the bytes of a dropped
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX
-from mslite_gateway.admission import Overloaded
+from mslite_gateway.admission import Account, Admission, Overloaded
 from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer
 from mslite_gateway.grpc_frames import (
     COLLECT,
@@ -39,6 +39,7 @@ from mslite_gateway.grpc_frames import (
     RESOURCE_EXHAUSTED,
     U32,
     WINDOW_UPDATE,
+    Frames,
     frame,
     joined,
     unpadded,
@@ -55,13 +56,48 @@ from mslite_gateway.grpc_stream_state import (
 )
 from mslite_gateway.grpc_streams import inflate
 from mslite_gateway.rules import Refusal
-
-if TYPE_CHECKING:
-    from mslite_gateway.grpc_calls import CheckedCalls
+from mslite_gateway.staging import Staging
 
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
 _MAX_ERROR_CHARS = 4000  # of an error answer's message: it stays within one 16 KiB frame
+
+
+class _Rules(Protocol):
+    cap: int
+    admission: Admission
+    staging: Staging | None
+    refused: int
+
+
+class _Link(Protocol):
+    now: float
+    for_triton: list[bytes]
+
+    def send(self, data: bytes) -> None: ...
+
+
+class Owner(Protocol):
+    """What the stream calls need of their connection's checked calls (`grpc_calls.CheckedCalls`)."""
+
+    @property
+    def rules(self) -> _Rules:
+        """The gateway's limits and checks."""
+
+    @property
+    def link(self) -> _Link:
+        """The connection."""
+
+    frames: Frames  # the client's byte stream: its `out` is what goes to Triton
+    account: Account
+    owed: int
+    owed_to: tuple[int, Any] | None
+    credit: int
+    stream_credit: dict[int, int]
+    debt: int
+
+    def refuse(self, sid: int, code: int, message: str) -> None:
+        """End call `sid` with this status (trailers of ours to the client, a reset to Triton)."""
 
 
 class StreamCalls:
@@ -69,7 +105,7 @@ class StreamCalls:
 
     __slots__ = ("owner", "calls", "window_owed")
 
-    def __init__(self, owner: CheckedCalls) -> None:
+    def __init__(self, owner: Owner) -> None:
         self.owner = owner
         self.calls: dict[int, StreamCall] = {}
         self.window_owed = 0  # connection window the client will give back for bytes Triton did not send

@@ -12,7 +12,6 @@ import queue
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -58,7 +57,10 @@ def _any_length():
         "any_length",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "L"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "L"])],
-        initializer=[helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])],
+        initializer=[
+            helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]),
+            helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+        ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -126,7 +128,7 @@ def _stream_client(gws, requests: int, seed: int) -> None:
 
 
 def test_streams_answer_as_modelinfer_does(gws):
-    """4 client threads with a stream each, 100 requests per stream, and one stream of 1,000: every answer as ModelInfer's."""
+    """4 client threads with a stream of 100 requests each, then one stream of 1,000: every answer is ModelInfer's."""
     failures: list[BaseException] = []
 
     def run(seed: int, n: int) -> None:
@@ -142,6 +144,25 @@ def test_streams_answer_as_modelinfer_does(gws):
         t.join(timeout=300)
     assert not failures, failures
     _stream_client(gws, 1000, 99)
+
+
+def test_large_tensors_stream_through_shared_memory_and_answer_as_modelinfer_does(gws):
+    """Messages of 400 KB: the gateway hands their tensors to Triton through its staging regions."""
+    client = grpcclient.InferenceServerClient(_address(gws.grpc_url))
+    answers = _Answers()
+    rng = np.random.default_rng(7)
+    inputs = {str(i): rng.standard_normal((1, 100_000)).astype(np.float32) for i in range(12)}
+    try:
+        client.start_stream(answers)
+        for rid, values in inputs.items():
+            client.async_stream_infer("any_length", [_input(values)], request_id=rid)
+        got, errors = answers.take(len(inputs))
+        client.stop_stream()
+        assert not errors and set(got) == set(inputs)
+        for rid, values in inputs.items():
+            np.testing.assert_array_equal(got[rid], _unary(client, values, "any_length"))
+    finally:
+        client.close()
 
 
 def test_the_asyncio_stream_api_through_the_gateway(gws):
@@ -175,7 +196,7 @@ def _raw_message(req: pb.ModelInferRequest | bytes) -> bytes:
 
 
 def test_a_message_that_fails_a_check_is_answered_on_the_stream_and_the_next_is_served(gws):
-    """Malformed, mis-shaped, a wrong datatype, a region named without the key: each answered, and the stream goes on."""
+    """Malformed, mis-shaped, a bad datatype, a region named without the key: each answered, the stream goes on."""
     good = pb.ModelInferRequest(model_name="tiny", id="good")
     tensor = good.inputs.add(name="x", datatype="FP32", shape=[1, 4])
     good.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())
@@ -193,7 +214,9 @@ def test_a_message_that_fails_a_check_is_answered_on_the_stream_and_the_next_is_
     sent = [b"\xff\xfe not a protobuf", short, good, dtype, region, good]
     with grpc.insecure_channel(_address(gws.grpc_url)) as channel:
         call = channel.stream_stream(STREAM)
-        answers = [pb.ModelStreamInferResponse.FromString(a) for a in call(iter(_raw_message(m) for m in sent), timeout=30)]
+        answers = [
+            pb.ModelStreamInferResponse.FromString(a) for a in call(iter(_raw_message(m) for m in sent), timeout=30)
+        ]
     assert len(answers) == len(sent)
     errors = {a.infer_response.id: a.error_message for a in answers if a.error_message}
     served = [a for a in answers if not a.error_message]
@@ -206,7 +229,7 @@ def test_a_message_that_fails_a_check_is_answered_on_the_stream_and_the_next_is_
     assert "FP33" in errors["dtype"]
     assert "admin key" in errors["region"]
     for text in errors.values():
-        assert "/" not in text.replace("n/a", "") or "Traceback" not in text
+        assert "Traceback" not in text and "/tmp" not in text and ".py" not in text, text
 
 
 def test_a_message_over_the_cap_ends_the_stream_with_resource_exhausted(gws):
@@ -223,9 +246,7 @@ def test_a_message_over_the_cap_ends_the_stream_with_resource_exhausted(gws):
 
 def test_a_client_that_hangs_up_mid_stream_gives_its_slots_back(gws, tmp_path):
     """At the per-model limit (2): a stream's two requests in flight hold it; once the client goes, a request fits."""
-    gateway = _gateway(
-        tmp_path, _address(gws.http_url), f"127.0.0.1:{gws.triton_grpc_port}", max_inflight_per_model=2
-    )
+    gateway = _gateway(tmp_path, _address(gws.http_url), f"127.0.0.1:{gws.triton_grpc_port}", max_inflight_per_model=2)
     address = f"127.0.0.1:{_port(gateway, 'grpc-port')}"
     values = np.ones((1, 4), np.float32)
     try:
@@ -265,7 +286,8 @@ def test_perf_analyzer_streams_through_the_gateway(gws):
     except ToolsError as e:
         pytest.fail(f"perf_analyzer could not be set up: {e}")
     args = [str(tools.perf_analyzer), "-m", "tiny", "-u", _address(gws.grpc_url), "-i", "grpc", "--streaming",
-            "--concurrency-range", "4", "--measurement-interval", "1000", "-s", "1000", "--max-trials", "3"]  # fmt: skip
+            "--concurrency-range", "4", "--measurement-interval", "1000", "-s", "1000",
+            "--max-trials", "3"]  # fmt: skip
     out = subprocess.run(args, env=tools.env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
     throughput = float(out.stdout.split("Concurrency: 4, throughput:")[1].split()[0])
@@ -287,7 +309,8 @@ def test_an_ensemble_of_two_mslite_steps_and_what_a_failing_step_reports(gws, pr
         with pytest.raises(InferenceServerException) as info:
             client.infer("pipeline", [longer])
         text = str(info.value)
-        assert "tiny" in text and "'x'" in text, text
+        assert "in ensemble 'pipeline'" in text, text
+        assert "unexpected shape for input 'x' for model 'tiny'. Expected [-1,4], got [1,5]" in text, text
         assert "/tmp" not in text and "Traceback" not in text
     finally:
         client.close()
