@@ -12,6 +12,9 @@ is held until whole: when the message is whole it is checked (`grpc_checks.check
 where they lie) and the frame is passed on, or the stream is reset at Triton (which never saw a whole
 message, so never ran it) and the client gets the refusal as a trailers-only answer.
 
+A `ModelStreamInfer` call carries many messages each way: its DATA is held and checked message by message, and
+Triton's answers on it read, by `grpc_stream_calls` (this part's `streamed`).
+
 Flow control: DATA that Triton never sees (refused, or staged in shared memory) never has its window given
 back by Triton, so this part gives it back to the client itself (`give_credit`, when the core says a batch
 is due), less what it sent Triton in its place.

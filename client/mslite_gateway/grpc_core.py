@@ -14,6 +14,9 @@ window owed back to the client) is decided by its `CheckedCalls` (`grpc_calls`).
 client (refusals, acks) wait for a frame boundary in Triton's byte stream and go before Triton's next frame;
 frames of ours for Triton (resets of refused streams) wait for one in the client's. Triton's frames for
 streams we answered ourselves are dropped (header blocks excepted: they keep the client's HPACK table in step).
+On a `ModelStreamInfer` call, Triton's DATA and response headers are read whole too (`grpc_stream_calls`: which
+requests an answer ends, where answers of ours may go), and the client's window updates lose the part that
+gives back window for our answers, which Triton never sent.
 
 A message that brings no new byte for the stall timeout is dropped (DEADLINE_EXCEEDED; `tick`); a client
 that stopped inside a frame loses its connection.

@@ -49,6 +49,7 @@ from mslite_gateway.grpc_stream_state import (
     Answers,
     Message,
     Pending,
+    Phase,
     StreamCall,
     error_answer,
     read_answer,
@@ -133,6 +134,9 @@ class StreamCalls:
     def data_frame(self, sid: int, call: StreamCall, flags: int, parts: list[Any]) -> None:
         """A whole DATA frame of the client's: the messages it completes go on or are answered here."""
         owner = self.owner
+        if call.phase is not Phase.OPEN:
+            owner.refuse(sid, INVALID_ARGUMENT, "a message came after the request stream ended")
+            return
         payload = parts
         if flags & PADDED and parts:
             whole = joined(parts)
@@ -163,7 +167,7 @@ class StreamCalls:
         """A whole request message: checked, counted and sent on, or answered with its error."""
         owner = self.owner
         rules = owner.rules
-        nbytes = min(call.charged - call.attributed(), message.length)  # what of `charged` is this message's
+        nbytes = min(call.charged - call.attributed, message.length)  # what of `charged` is this message's
         if message.refusal is not None:
             self._refuse(sid, call, message, message.refusal, nbytes)
             return
@@ -188,7 +192,7 @@ class StreamCalls:
             sent = b"\0" + U32.pack(len(staged)) + staged
             self._send(sid, [sent], len(sent))
             self._credit(sid, call, message.length - len(sent))  # Triton reads the rest from the region
-        call.pending.append(Pending(str(req.id), model, nbytes, region))
+        call.sent(Pending(str(req.id), model, nbytes, region))
 
     def _send(self, sid: int, parts: list[Any], length: int) -> None:
         """A message (with its prefix) to Triton on stream `sid`, in DATA frames of ours (views, no copy)."""
@@ -343,9 +347,8 @@ class StreamCalls:
         call.move("end")
         owner = self.owner
         for pending in call.pending:
-            call.charged -= pending.nbytes
             self.release(pending, answered=answered)
-        call.pending.clear()
+        call.charged -= call.attributed
         if call.charged:
             owner.rules.admission.give_bytes(call.charged, owner.account)
         return True

@@ -32,6 +32,8 @@ from mslite_gateway.staging import Region
 FINAL_PARAMETER = "triton_final_response"
 _MODEL_NAME, _ID, _PARAMETERS = 1, 3, 4  # ModelInferRequest / ModelInferResponse field numbers
 _ERROR_MESSAGE, _INFER_RESPONSE = 1, 2  # ModelStreamInferResponse field numbers
+# What is kept of a message whose bytes were not admitted: clients write the id (field 3) near the start
+_KEPT_OF_REFUSED = 1024
 
 
 class Phase(enum.Enum):
@@ -71,7 +73,7 @@ class Message:
     def __init__(self, parts: list[Any], length: int, refusal: str | None, end: int, tail: int) -> None:
         self.parts = parts
         self.length = length  # prefix included
-        self.refusal = refusal  # admission refused some of its bytes: they were not kept (the reason)
+        self.refusal = refusal  # admission refused some of its bytes: only its start was kept (the reason)
         self.end = end  # where it ends in the bytes fed last
         self.tail = tail  # how many of its bytes those held (`length`: all of it)
 
@@ -102,7 +104,7 @@ class MessageReader:
         return self.got == 0
 
     def feed(self, data: Any, refusal: str | None = None) -> list[Message]:
-        """The messages `data` completes; `refusal`: its bytes were not admitted (they are not kept)."""
+        """The messages `data` completes; `refusal`: its bytes were not admitted (their message's start is kept)."""
         done: list[Message] = []
         view = memoryview(data)
         fed = began = 0  # bytes fed so far; where the message in progress began in them
@@ -117,6 +119,8 @@ class MessageReader:
                 take = min(self.length - self.got, len(view))
             if self.refusal is None or self.length < 0:
                 self.parts.append(view[:take])
+            elif self.got < _KEPT_OF_REFUSED:  # the start of a refused message: its request's id is there
+                self.parts.append(view[: min(take, _KEPT_OF_REFUSED - self.got)])
             self.got += take
             fed += take
             view = view[take:]
@@ -156,6 +160,7 @@ class StreamCall:
         "errors",
         "probe",
         "charged",
+        "attributed",
         "moved",
         "debt",
         "window_owed",
@@ -173,6 +178,7 @@ class StreamCall:
         self.errors: list[bytes] = []  # answers of ours (whole DATA frames) waiting for a place among Triton's
         self.probe: str | None = None  # the id of our probe while its answer is awaited (`grpc_stream_calls`)
         self.charged = 0  # request bytes counted in flight for the call (a message in progress, and `pending`)
+        self.attributed = 0  # of which the requests in `pending` hold
         self.moved = now  # when a byte of a message in progress last came
         self.debt = 0  # bytes we sent Triton on this stream that the client did not (its window is not theirs)
         self.window_owed = 0  # stream window the client will give back for bytes Triton did not send
@@ -185,9 +191,10 @@ class StreamCall:
         """Triton's side moves on (`_ANSWERS`)."""
         self.answers = _ANSWERS[(self.answers, event)]
 
-    def attributed(self) -> int:
-        """Request bytes counted for requests Triton has (the rest of `charged` is the message in progress)."""
-        return sum(p.nbytes for p in self.pending)
+    def sent(self, pending: Pending) -> None:
+        """A request went to Triton: it holds its bytes until its last answer."""
+        self.pending.append(pending)
+        self.attributed += pending.nbytes
 
     def answered(self, request_id: str, model: str) -> Pending | None:
         """The pending request a last answer (with this id, for this model if named) ends, taken off the list.
@@ -197,6 +204,8 @@ class StreamCall:
         """
         for i, p in enumerate(self.pending):
             if p.request_id == request_id and (not model or p.model == model):
+                self.attributed -= p.nbytes
+                self.charged -= p.nbytes
                 return self.pending.pop(i)
         return None
 
@@ -248,6 +257,11 @@ def _fields(
     return found
 
 
+def _indexable(data: Pieces) -> Any:
+    """What to read bytes of `data` from by position: its one piece where it is one (faster than `Pieces`)."""
+    return data.parts[0] if len(data.parts) == 1 else data
+
+
 def _text(data: Pieces, span: tuple[int, int, int]) -> str:
     return b"".join(data.views(span[1], span[2])).decode("utf-8", "replace")
 
@@ -255,7 +269,7 @@ def _text(data: Pieces, span: tuple[int, int, int]) -> str:
 def request_id(message: Message) -> str:
     """The id of a client's request, read from what of it was kept ("" where it cannot be read)."""
     data = message.body()
-    spans = _fields(data, 0, len(data), (_ID,), partial=True).get(_ID)
+    spans = _fields(_indexable(data), 0, len(data), (_ID,), partial=True).get(_ID)
     return _text(data, spans[-1]) if spans else ""
 
 
@@ -267,9 +281,10 @@ def read_answer(message: Message) -> tuple[str, str, bool]:
     that cannot be read is taken as an error answer, which ends its request.
     """
     data = message.body()
+    buf = _indexable(data)
     try:
-        inner = _fields(data, 0, len(data), (_INFER_RESPONSE,)).get(_INFER_RESPONSE)
-        fields = _fields(data, inner[-1][1], inner[-1][2], (_MODEL_NAME, _ID, _PARAMETERS)) if inner else {}
+        inner = _fields(buf, 0, len(data), (_INFER_RESPONSE,)).get(_INFER_RESPONSE)
+        fields = _fields(buf, inner[-1][1], inner[-1][2], (_MODEL_NAME, _ID, _PARAMETERS)) if inner else {}
     except (ValueError, IndexError):
         return "", "", True
     rid = _text(data, fields[_ID][-1]) if _ID in fields else ""

@@ -214,3 +214,38 @@ def test_the_per_model_limit_answers_on_the_stream():
 def test_read_answer(final):
     message = MessageReader().feed(_answer("x", final=final))[0]
     assert read_answer(message) == ("x", "tiny", final is not False)
+
+
+def test_what_a_stream_counts_comes_back_to_zero_once_answered_and_ended():
+    wire, _ = _opened()
+    admission = wire.rules.admission
+    wire.from_client(frame(DATA, 0, 1, _request("a") + _request("b")))
+    _triton_headers(wire)
+    wire.from_triton(frame(DATA, 0, 1, _answer("a") + _answer("b")))
+    wire.from_client(frame(DATA, 0, 1, _request("c")[:9]))  # a message in progress holds its bytes
+    assert admission.bytes == 9 and wire.core.account.bytes == 9
+    wire.from_client(frame(RST_STREAM, 0, 1, U32.pack(CANCEL)))
+    assert admission.bytes == 0 and wire.core.account.bytes == 0 and admission.models == {}
+
+
+def test_a_frame_over_the_byte_budget_has_its_message_answered_with_service_deny():
+    admission = Admission(max_inflight_per_model=10, max_inflight_bytes=400)
+    other, _ = _opened(admission=admission)
+    other.from_client(frame(DATA, 0, 1, _request("held", np.ones(80, np.float32))[:350]))  # in progress elsewhere
+    wire, _ = _opened(admission=admission)
+    wire.from_client(frame(DATA, 0, 1, _request("a")))
+    _triton_headers(wire)
+    wire.from_client(frame(DATA, 0, 1, _request("b", np.ones(20, np.float32))))  # 80 bytes would pass 400
+    (denied,) = _streamed_to_client(wire)
+    assert denied.infer_response.id == "b" and denied.error_message.startswith("kLiteServiceDeny")
+    assert _sent_to_triton(wire) == _request("a")  # the stream goes on: a's answer is still to come
+    assert admission.models == {"tiny": 1}
+
+
+def test_a_message_after_the_clients_end_of_stream_ends_the_call():
+    wire, _ = _opened()
+    wire.from_client(frame(DATA, END_STREAM, 1, _request("a")))
+    assert _call(wire).phase is Phase.HALF_CLOSED
+    wire.from_client(frame(DATA, 0, 1, _request("b")))
+    assert wire.core.inflight == 0 and wire.rules.admission.models == {}
+    assert frames_of(wire.client.data)[-1][0] == RST_STREAM
