@@ -183,8 +183,8 @@ class StreamCalls:
             return
         staging = rules.staging
         region = None
-        if staging is not None and not message.compressed and staging.wants(message.length):
-            region = staging.take(message.length)
+        if staging is not None and not message.compressed and staging.wants(message.length - PREFIX):
+            region = staging.take(message.length - PREFIX)
         if region is None:
             self._send(sid, message.parts, message.length)
         else:
@@ -218,7 +218,6 @@ class StreamCalls:
         owner.rules.refused += 1
         owner.rules.admission.give_bytes(nbytes, owner.account)
         call.charged -= nbytes
-        self._credit(sid, call, message.length)  # Triton never sees it
         if len(reason) > _MAX_ERROR_CHARS:
             reason = reason[:_MAX_ERROR_CHARS] + "..."
         answer = error_answer(request_id(message), reason)
@@ -227,6 +226,7 @@ class StreamCalls:
             self._flush(call)
         elif call.answers is Answers.AWAITING_HEADERS and call.probe is None:
             self._probe(sid, call)
+        self._credit(sid, call, message.length)  # Triton never sees it (less the probe's bytes, which it does)
 
     def _probe(self, sid: int, call: StreamCall) -> None:
         """Have Triton send its response headers: a request it answers at once with an error, dropped here."""

@@ -167,11 +167,16 @@ def test_an_answer_of_ours_waits_for_the_end_of_tritons_message():
 
 def test_before_tritons_headers_a_probe_makes_triton_answer_and_its_answer_is_dropped():
     wire, _ = _opened()
-    wire.from_client(frame(DATA, 0, 1, _message(b"\xff\xfe garbage")))
+    garbage = _message(b"\xff\xfe garbage" + bytes(200))
+    wire.from_client(frame(DATA, 0, 1, garbage))
     sent = MessageReader().feed(_sent_to_triton(wire))
     assert len(sent) == 1
     probe = pb.ModelInferRequest.FromString(sent[0].body().join())
     assert probe.model_name == "/"  # no repository holds such a model: Triton answers it at once
+    # the client's window comes back for its message, less the probe's bytes (Triton gives those back itself)
+    calls = wire.core.calls
+    owed = len(garbage) - sent[0].length
+    assert calls.stream_credit[1] == owed and calls.credit - calls.debt == owed
     assert _streamed_to_client(wire) == []  # nothing of ours may go before Triton's headers
     _triton_headers(wire)
     triton_error = pb.ModelStreamInferResponse(
