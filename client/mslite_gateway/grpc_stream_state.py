@@ -23,7 +23,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_backend.protobuf_varint import read_varint
+from mslite_backend.protobuf_varint import field_spans
 from mslite_gateway.grpc_checks import Pieces
 from mslite_gateway.grpc_streams import PREFIX
 from mslite_gateway.staging import Region
@@ -229,28 +229,12 @@ def _fields(
         ValueError, IndexError: framing it does not take (unless `partial`).
     """
     found: dict[int, list[tuple[int, int, int]]] = {}
-    pos = start
+    tag = start
     try:
-        while pos < end:
-            tag = pos
-            key, pos = read_varint(buf, pos)
-            wire = key & 7
-            if wire == 0:
-                stop = read_varint(buf, pos)[1]
-            elif wire == 1:
-                stop = pos + 8
-            elif wire == 5:
-                stop = pos + 4
-            elif wire == 2:
-                length, pos = read_varint(buf, pos)
-                stop = pos + length
-            else:
-                raise ValueError(f"wire type {wire}")
-            if stop > end:
-                raise ValueError("field past the end")
-            if wire == 2 and key >> 3 in wanted:
-                found.setdefault(key >> 3, []).append((tag, pos, stop))
-            pos = stop
+        for number, wire, value, stop in field_spans(buf, start, end):
+            if wire == 2 and number in wanted:
+                found.setdefault(number, []).append((tag, value, stop))
+            tag = stop
     except (ValueError, IndexError):
         if not partial:
             raise
