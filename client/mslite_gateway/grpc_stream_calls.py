@@ -62,6 +62,10 @@ from mslite_gateway.staging import Staging
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
 _MAX_ERROR_CHARS = 4000  # of an error answer's message: it stays within one 16 KiB frame
+# Bytes of our answers on one call that wait to go, or went and the client has not given back window for. A
+# client that reads gives it back within its window (64 KiB at first); one that sends failing requests and
+# reads nothing would otherwise have the gateway write answers without end. Past this, the call ends.
+_MAX_ANSWER_BACKLOG_BYTES = 1 << 20
 
 
 class _Rules(Protocol):
@@ -221,6 +225,9 @@ class StreamCalls:
         if len(reason) > _MAX_ERROR_CHARS:
             reason = reason[:_MAX_ERROR_CHARS] + "..."
         answer = error_answer(request_id(message), reason)
+        if call.window_owed + sum(map(len, call.errors)) + len(answer) > _MAX_ANSWER_BACKLOG_BYTES:
+            owner.refuse(sid, RESOURCE_EXHAUSTED, "too many failed requests whose answers the client has not read")
+            return
         call.errors.append(frame(DATA, 0, sid, answer))
         if call.answers is Answers.BETWEEN:
             self._flush(call)

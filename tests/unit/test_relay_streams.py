@@ -254,3 +254,18 @@ def test_a_message_after_the_clients_end_of_stream_ends_the_call():
     wire.from_client(frame(DATA, 0, 1, _request("b")))
     assert wire.core.inflight == 0 and wire.rules.admission.models == {}
     assert frames_of(wire.client.data)[-1][0] == RST_STREAM
+
+
+def test_a_client_that_sends_failing_requests_and_reads_nothing_has_its_call_ended():
+    wire, _ = _opened()
+    wire.from_client(frame(DATA, 0, 1, _request("a")))
+    _triton_headers(wire)
+    garbage = _message(b"\xff\xfe" + bytes(40))
+    for _ in range(20_000):  # each answered on the stream; the client never gives window back for them
+        wire.from_client(frame(DATA, 0, 1, garbage))
+        if 1 not in wire.core.calls.streamed.calls:
+            break
+    assert 1 not in wire.core.calls.streamed.calls
+    trailers = dict(hpack.Decoder().decode(frames_of(wire.client.data)[-2][3]))
+    assert trailers["grpc-status"] == "8" and "not read" in trailers["grpc-message"]
+    assert len(wire.client.data) < 2 << 20 and wire.rules.admission.models == {}
