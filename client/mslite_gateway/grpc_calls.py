@@ -219,6 +219,9 @@ class CheckedCalls:
         if call is not None:
             self.streamed.data_frame(sid, call, flags, parts)
             return
+        if sid not in self.streams:  # finished while this frame came (Triton's reset or answer): Triton never sees it
+            self.credit_back(sum(len(p) for p in parts))
+            return
         if self._data(sid, flags, parts):
             out = self.frames.out
             out.append(raw)

@@ -305,7 +305,12 @@ class RelayCore:
             out += scrubbed_trailers(flags, sid, raw, parts, self.rules.explain)
             return
         if kind == DATA:
-            out += streamed.triton_data(sid, streamed.calls[sid], flags, raw, parts)
+            call = streamed.calls.get(sid)
+            if call is not None:
+                out += streamed.triton_data(sid, call, flags, raw, parts)
+            elif sid not in self.calls.refused_ids:  # the call ended while this frame came (a client's reset)
+                out.append(raw)
+                out += parts
             return
         if parts:
             self._triton_settings(joined(parts))  # SETTINGS only

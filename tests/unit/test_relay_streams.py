@@ -269,3 +269,21 @@ def test_a_client_that_sends_failing_requests_and_reads_nothing_has_its_call_end
     trailers = dict(hpack.Decoder().decode(frames_of(wire.client.data)[-2][3]))
     assert trailers["grpc-status"] == "8" and "not read" in trailers["grpc-message"]
     assert len(wire.client.data) < 2 << 20 and wire.rules.admission.models == {}
+
+
+def test_a_call_that_ends_while_a_frame_of_either_side_is_half_read():
+    wire, _ = _opened()
+    wire.from_client(frame(DATA, 0, 1, _request("a")))
+    _triton_headers(wire)
+    answer = frame(DATA, 0, 1, _answer("a"))
+    wire.from_triton(answer[:20])
+    wire.from_client(frame(RST_STREAM, 0, 1, U32.pack(CANCEL)))  # the client goes while Triton's frame comes
+    wire.from_triton(answer[20:])
+    assert wire.core.inflight == 0 and wire.rules.admission.models == {}
+    wire.from_client(frame(HEADERS, END_HEADERS, 3, hpack.Encoder().encode([(":path", STREAM)])))
+    data = frame(DATA, 0, 3, _request("b"))
+    wire.from_client(data[:30])
+    wire.from_triton(frame(RST_STREAM, 0, 3, U32.pack(CANCEL)))  # Triton ends it while the client's frame comes
+    wire.from_client(data[30:])
+    assert wire.core.inflight == 0 and wire.rules.admission.bytes == 0
+    assert wire.core.credit == len(data) - 9  # its window is given back: Triton never saw it
