@@ -165,6 +165,26 @@ def test_large_tensors_stream_through_shared_memory_and_answer_as_modelinfer_doe
         client.close()
 
 
+def test_a_compressed_stream_is_checked_and_served(gws):
+    client = grpcclient.InferenceServerClient(_address(gws.grpc_url))
+    answers = _Answers()
+    inputs = {str(i): np.full((1, 4), i, np.float32) for i in range(10)}
+    try:
+        client.start_stream(answers, compression_algorithm="gzip")
+        for rid, values in inputs.items():
+            client.async_stream_infer("tiny", [_input(values)], request_id=rid)
+        wrong = grpcclient.InferInput("x", [1, 4], "FP16")  # checked once inflated: 8 bytes for 16
+        wrong.set_data_from_numpy(np.ones((1, 4), np.float16))
+        client.async_stream_infer("tiny", [wrong], request_id="fp16")
+        got, errors = answers.take(len(inputs) + 1)
+        client.stop_stream()
+    finally:
+        client.close()
+    assert len(errors) == 1 and "FP16" not in set(got) and "x" in str(errors[0])
+    for rid, values in inputs.items():
+        np.testing.assert_array_equal(got[rid], values * 2 + 1)
+
+
 def test_the_asyncio_stream_api_through_the_gateway(gws):
     values = [np.full((1, 4), i, np.float32) for i in range(20)]
 
