@@ -43,10 +43,10 @@ ensemble_scheduling { step [
   { model_name: "tiny" model_version: -1 input_map { key: "x" value: "mid" } output_map { key: "y" value: "y" } }
 ] }
 """
-# Requests wait in Triton's queue for a batch (up to 5 s): they stay in flight while a test looks at the limit.
+# Requests wait in Triton's queue for a batch of 64 (up to 8 s): they stay in flight while a test looks at the limit.
 _SLOW = (
-    'backend: "mslite"\nmax_batch_size: 8\n'
-    "dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 5000000 }\n"
+    'backend: "mslite"\nmax_batch_size: 64\n'
+    "dynamic_batching { preferred_batch_size: [ 64 ] max_queue_delay_microseconds: 8000000 }\n"
 )
 
 
@@ -273,20 +273,18 @@ def test_a_client_that_hangs_up_mid_stream_gives_its_slots_back(gws, tmp_path):
         holder = grpcclient.InferenceServerClient(address)
         answers = _Answers()
         holder.start_stream(answers)
-        for rid in ("a", "b"):  # they wait in Triton's queue for a batch (5 s)
+        holder.async_stream_infer("tiny", [_input(values)], request_id="first")  # Triton begins answering
+        got, errors = answers.take(1)
+        assert not errors and list(got) == ["first"]
+        for rid in ("a", "b", "c"):  # a and b wait in Triton's queue for a batch (8 s); c is one too many
             holder.async_stream_infer("slow", [_input(values)], request_id=rid)
+        result, error = answers.items.get(timeout=6)  # c's answer, on the stream, before a's and b's
+        assert result is None and "kLiteServiceDeny" in str(error) and "'slow'" in str(error), (result, error)
         other = grpcclient.InferenceServerClient(address)
-        deadline = time.monotonic() + 4
-        while True:  # once the stream's two requests reach the gateway, a third is refused at once
-            try:
-                other.infer("slow", [_input(values)], client_timeout=0.3)  # (admitted: it waits, then gives up)
-            except InferenceServerException as e:
-                if "kLiteServiceDeny" in str(e):
-                    break
-                assert "Deadline" in str(e), e
-            assert time.monotonic() < deadline, "the stream's requests never counted against the limit"
-        holder.close()  # hangs up with both requests in flight
-        deadline = time.monotonic() + 10
+        with pytest.raises(InferenceServerException, match="kLiteServiceDeny"):
+            _unary(other, values, "slow")  # a and b hold the limit
+        holder.close()  # hangs up with both in flight
+        deadline = time.monotonic() + 15
         while True:
             try:
                 np.testing.assert_array_equal(_unary(other, values, "slow"), values * 2 + 1)
