@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from mslite_gateway.admission import Account, Admission, Overloaded
 from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer
 from mslite_gateway.grpc_frames import (
@@ -61,6 +60,7 @@ from mslite_gateway.staging import Staging
 
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
+_PROBE_ID = "mslite-gateway-probe-"  # + the stream's id: how its answer is told from the client's
 _MAX_ERROR_CHARS = 4000  # of an error answer's message: it stays within one 16 KiB frame
 # Bytes of our answers on one call that wait to go, or went and the client has not given back window for. A
 # client that reads gives it back within its window (64 KiB at first); one that sends failing requests and
@@ -237,7 +237,7 @@ class StreamCalls:
 
     def _probe(self, sid: int, call: StreamCall) -> None:
         """Have Triton send its response headers: a request it answers at once with an error, dropped here."""
-        call.probe = f"{GATEWAY_REGION_PREFIX}probe_{sid}"
+        call.probe = f"{_PROBE_ID}{sid}"
         body = pb.ModelInferRequest(model_name=_PROBE_MODEL, id=call.probe).SerializeToString()
         message = b"\0" + U32.pack(len(body)) + body
         self.owner.frames.out.append(frame(DATA, 0, sid, message))
