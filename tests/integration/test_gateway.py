@@ -295,7 +295,7 @@ def test_size_cap_on_both_protocols(gw):
 
 
 def test_grpc_garbage_is_invalid(gw):
-    """(Streaming: test_gateway_streaming.py.)"""
+    """Bytes that are no ModelInferRequest: INVALID_ARGUMENT naming the type (streams: test_gateway_streaming.py)."""
     with grpc.insecure_channel(_address(gw.grpc_url)) as channel:
         infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         with pytest.raises(grpc.RpcError) as info:
