@@ -1,7 +1,7 @@
 """What the validating gateway costs valid traffic: perf_analyzer through the gateway vs Triton's own ports.
 
     .venv/bin/python -m benchmarks.gateway_overhead [--rounds 5] [--interval-ms 2000] [--concurrency 8]
-        [--models mobilenetv2 tiny] [--protocols grpc http] [--relayed] [--floor] [--cpu-only]
+        [--models mobilenetv2 tiny] [--protocols grpc http] [--relayed] [--floor] [--cpu-only] [--streaming]
 
 One embedded server with `gateway=True` (the launcher's defaults: admin key on, the gateway's admission
 control on) serves both paths at once: the public ports (through the gateway, what `mslite-triton serve`
@@ -19,6 +19,9 @@ relay that checks nothing, which shows what one more TCP hop costs before any ch
 `--cpu-only` runs only the gateway path and reports the gateway's CPU time per request (user and system,
 median and range over the rounds): on a shared machine that figure holds steady where throughput ratios do
 not, and it is what the gateway takes from the workers on a CPU-bound machine.
+
+`--streaming` has perf_analyzer send its gRPC requests on streams (`--streaming`: one ModelStreamInfer call
+per concurrent client); it applies to gRPC only.
 """
 
 from __future__ import annotations
@@ -56,9 +59,13 @@ def _count(http_url: str, model: str) -> int:
     return int(stats)
 
 
-def _perf(tools: Any, model: str, protocol: str, address: str, concurrency: int, interval_ms: int) -> PerfResult:
+def _perf(
+    tools: Any, model: str, protocol: str, address: str, concurrency: int, interval_ms: int, streaming: bool = False
+) -> PerfResult:
     """One perf_analyzer run of 3 windows, any three accepted (a busy machine never fails a round)."""
-    spec = PerfRun(tools.perf_analyzer, model, address, protocol, concurrency, interval_ms, max_trials=3)
+    spec = PerfRun(
+        tools.perf_analyzer, model, address, protocol, concurrency, interval_ms, max_trials=3, streaming=streaming
+    )
     return run_relaxing(spec, tools.env, spec.relaxed())[0]
 
 
@@ -80,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--floor", action="store_true", help="also a relay that checks nothing (benchmarks.passthrough_relay)"
     )
+    ap.add_argument("--streaming", action="store_true", help="gRPC requests on streams (perf_analyzer --streaming)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
+    if args.streaming and args.protocols != ["grpc"]:
+        ap.error("--streaming applies to gRPC only: add --protocols grpc")
     from mslite_triton.server import EmbeddedServer, ServerConfig
     from tests.support.tools import ensure_tools
 
@@ -124,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     rows.append(_throughput_row(tools, srv, gateways, addresses, model, protocol, c, args))
     args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / ("gateway_cpu.json" if args.cpu_only else "gateway_overhead.json")
+    name = "gateway_cpu" if args.cpu_only else "gateway_overhead"
+    out = args.out / f"{name}{'_streaming' if args.streaming else ''}.json"
     out.write_text(json.dumps({"cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, indent=2))
     print(f"written: {out}")
     return 0
@@ -188,17 +199,18 @@ def _throughput_row(
     runs: dict[str, list[PerfResult]] = {p: [] for p in paths}
     cpu: dict[str, list[float]] = {p: [] for p in paths}
     for path in paths:  # warm-up, untimed
-        _perf(tools, model, protocol, addresses[(protocol, path)], c, 500)
+        _perf(tools, model, protocol, addresses[(protocol, path)], c, 500, args.streaming)
     for r in range(args.rounds):
         for path in paths if r % 2 == 0 else paths[::-1]:
             pids = [srv.process.pid, *([gateways[path]] if path in gateways else [])]
             c0, n0 = _serving_cpu_s(pids), _count(srv.triton_http_url, model)
-            runs[path].append(_perf(tools, model, protocol, addresses[(protocol, path)], c, args.interval_ms))
+            address = addresses[(protocol, path)]
+            runs[path].append(_perf(tools, model, protocol, address, c, args.interval_ms, args.streaming))
             c1, n1 = _serving_cpu_s(pids), _count(srv.triton_http_url, model)
             cpu[path].append(1e3 * (c1 - c0) / max(n1 - n0, 1))
     tput = {p: [x.infer_s for x in v] for p, v in runs.items()}
     p50 = {p: [x.p50_ms for x in v] for p, v in runs.items()}
-    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": c}
+    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": c, "streaming": args.streaming}
     for path in paths:
         ratios = [x / d for x, d in zip(tput[path], tput["direct"])]
         row[path] = {
@@ -222,11 +234,11 @@ def _cpu_row(
 ) -> dict[str, Any]:
     """The gateway's CPU time per request over `args.rounds` runs through it (user and system apart)."""
     address = addresses[(protocol, "gateway")]
-    _perf(tools, model, protocol, address, c, 500)  # warm-up, untimed
+    _perf(tools, model, protocol, address, c, 500, args.streaming)  # warm-up, untimed
     user, system, tput = [], [], []
     for _ in range(args.rounds):
         (u0, s0), n0 = _cpu_split(pid), _count(url, model)
-        tput.append(_perf(tools, model, protocol, address, c, args.interval_ms).infer_s)
+        tput.append(_perf(tools, model, protocol, address, c, args.interval_ms, args.streaming).infer_s)
         (u1, s1), n1 = _cpu_split(pid), _count(url, model)
         user.append(1e3 * (u1 - u0) / max(n1 - n0, 1))
         system.append(1e3 * (s1 - s0) / max(n1 - n0, 1))

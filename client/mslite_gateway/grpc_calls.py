@@ -12,6 +12,9 @@ is held until whole: when the message is whole it is checked (`grpc_checks.check
 where they lie) and the frame is passed on, or the stream is reset at Triton (which never saw a whole
 message, so never ran it) and the client gets the refusal as a trailers-only answer.
 
+A `ModelStreamInfer` call carries many messages each way: its DATA is held and checked message by message, and
+Triton's answers on it read, by `grpc_stream_calls` (this part's `streamed`).
+
 Flow control: DATA that Triton never sees (refused, or staged in shared memory) never has its window given
 back by Triton, so this part gives it back to the client itself (`give_credit`, when the core says a batch
 is due), less what it sent Triton in its place.
@@ -58,15 +61,17 @@ from mslite_gateway.grpc_frames import (
     TAP,
     U32,
     UNAVAILABLE,
-    UNIMPLEMENTED,
     WINDOW_UPDATE,
     Frames,
     frame,
     grpc_code,
     joined,
+    trailers,
     trailers_only,
     unpadded,
 )
+from mslite_gateway.grpc_stream_calls import StreamCalls
+from mslite_gateway.grpc_stream_state import StreamCall
 from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_control import grpc_load_message
@@ -110,7 +115,7 @@ class RelayRules:
         self.unregister_path = f"/{SERVICE}/SystemSharedMemoryUnregister".encode()
         self.checks[self.unregister_path] = check_unregister
         self.checks[f"/{SERVICE}/SystemSharedMemoryRegister".encode()] = check_register
-        self.streaming = {f"/{SERVICE}/ModelStreamInfer".encode()}
+        self.stream_path = f"/{SERVICE}/ModelStreamInfer".encode()  # held and checked message by message
         # calls whose message may be sent on changed or refused (`model_control`): held until whole (up to the
         # cap, an upload's files too: its keys are checked), then rewritten
         self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
@@ -148,6 +153,7 @@ class CheckedCalls:
         "account",
         "owed",
         "owed_to",
+        "streamed",
     )
 
     def __init__(self, rules: RelayRules, link: Link, frames: Frames) -> None:
@@ -163,7 +169,8 @@ class CheckedCalls:
         self.debt = 0  # DATA bytes we sent Triton in place of the client's: Triton gives their window back
         self.account = Account()  # request bytes this connection has in flight
         self.owed = 0  # bytes of the checked DATA frame being read still to arrive (counted as they do)
-        self.owed_to: tuple[int, Stream] | None = None
+        self.owed_to: tuple[int, Stream | StreamCall] | None = None
+        self.streamed = StreamCalls(self)  # the ModelStreamInfer calls (`grpc_stream_calls`)
 
     # -- the client's DATA --
     def data_header(self, length: int, flags: int, sid: int) -> int:
@@ -171,6 +178,9 @@ class CheckedCalls:
         if sid in self.refused_ids:
             self.credit_back(length)
             return DROP
+        call = self.streamed.calls.get(sid)
+        if call is not None:
+            return self.streamed.data_header(sid, call, length)
         stream = self.streams.get(sid)
         if stream is None or stream.done:
             return PASS
@@ -198,7 +208,8 @@ class CheckedCalls:
         self.owed -= take
         assert self.owed_to is not None
         sid, stream = self.owed_to
-        if self.streams.get(sid) is stream:  # not finished meanwhile (it gave back what it held then)
+        # not finished meanwhile (it gave back what it held then)
+        if self.streams.get(sid) is stream or self.streamed.calls.get(sid) is stream:
             self.rules.admission.count_bytes(take, self.account)
             stream.charged += take
             stream.moved = self.link.now
@@ -207,6 +218,13 @@ class CheckedCalls:
 
     def data_frame(self, sid: int, flags: int, raw: bytes, parts: list[Any]) -> None:
         """A whole DATA frame the reader held (`COLLECT`): passed on to Triton, or kept and its window given back."""
+        call = self.streamed.calls.get(sid)
+        if call is not None:
+            self.streamed.data_frame(sid, call, flags, parts)
+            return
+        if sid not in self.streams:  # finished while this frame came (Triton's reset or answer): Triton never sees it
+            self.credit_back(sum(len(p) for p in parts))
+            return
         if self._data(sid, flags, parts):
             out = self.frames.out
             out.append(raw)
@@ -242,7 +260,7 @@ class CheckedCalls:
         except hpack.HPACKError:
             link.close()  # what Triton would do too: the connection's compression state is lost
             return
-        if sid in self.streams or sid in self.refused_ids:
+        if sid in self.streams or sid in self.refused_ids or sid in self.streamed.calls:
             return  # trailers of a request (gRPC clients send none)
         rules = self.rules
         if link.alone:
@@ -269,12 +287,8 @@ class CheckedCalls:
             )
         elif path in rules.rewrites:
             self.streams[sid] = Stream(_no_check, encoding, rewrite=rules.rewrites[path], moved=link.now)
-        elif path in rules.streaming:
-            self.refuse(
-                sid,
-                UNIMPLEMENTED,
-                "streaming inference (ModelStreamInfer) is not served through this server's gateway; use ModelInfer",
-            )
+        elif path == rules.stream_path:
+            self.streamed.open(sid, encoding, holds_key(key, rules.admin_key))
         elif path == METADATA_PATH:
             self.metadata_ids.add(sid)
 
@@ -371,17 +385,20 @@ class CheckedCalls:
     def stalled_ids(self, now: float) -> list[int]:
         """The streams whose message brought no byte for the stall timeout (`RelayCore.tick` drops them)."""
         stall_s = self.rules.admission.stall_s
-        return [sid for sid, s in self.streams.items() if not s.done and now - s.moved > stall_s]
+        stalled = [sid for sid, s in self.streams.items() if not s.done and now - s.moved > stall_s]
+        return stalled + self.streamed.stalled_ids(now, stall_s)
 
     def refuse(self, sid: int, code: int, message: str) -> None:
         """Answer stream `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""
         self.rules.refused += 1
+        # a call whose answers began gets trailers; one Triton never answered, a trailers-only answer
+        answer = trailers if self.streamed.headers_sent(sid) else trailers_only
         self.finish(sid)
         self.refused_ids.add(sid)
         if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
             self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
         link = self.link
-        link.send(trailers_only(sid, code, message) + frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
+        link.send(answer(sid, code, message) + frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
         if not link.alone:
             link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
 
@@ -389,6 +406,8 @@ class CheckedCalls:
         """Stream `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
         self.link.open.discard(sid)
         self.metadata_ids.discard(sid)
+        if self.streamed.finish(sid, answered=answered):
+            return
         stream = self.streams.pop(sid, None)
         if stream is None:
             return
@@ -406,7 +425,7 @@ class CheckedCalls:
 
     def finish_all(self) -> None:
         """The connection closes: every stream in progress is finished."""
-        for sid in list(self.streams):
+        for sid in [*self.streams, *self.streamed.calls]:
             self.finish(sid)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_backend.protobuf_varint import read_varint
+from mslite_backend.protobuf_varint import field_spans
 from mslite_gateway.rules import (
     Refusal,
     SizeBudget,
@@ -142,29 +142,14 @@ def _split_raw_contents(data: Pieces) -> tuple[bytes, list[memoryview | Spread]]
     head: list[memoryview] = []
     raw: list[memoryview | Spread] = []
     buf: Any = data.parts[0] if len(data.parts) == 1 else data  # Pieces index like bytes, more slowly
-    pos, end = 0, len(data)
-    while pos < end:
-        key, start = read_varint(buf, pos)
-        wire = key & 7
-        if wire == 0:
-            stop = read_varint(buf, start)[1]
-        elif wire == 1:
-            stop = start + 8
-        elif wire == 5:
-            stop = start + 4
-        elif wire == 2:
-            length, start = read_varint(buf, start)
-            stop = start + length
-        else:
-            raise ValueError(f"wire type {wire}")
-        if stop > end:
-            raise ValueError("field past the end")
-        if key >> 3 == _RAW_INPUT_CONTENTS and wire == 2:
+    tag = 0
+    for number, wire, start, stop in field_spans(buf, 0, len(data)):
+        if number == _RAW_INPUT_CONTENTS and wire == 2:
             views = data.views(start, stop)
             raw.append(views[0] if len(views) == 1 else Spread(views) if views else memoryview(b""))
         else:
-            head += data.views(pos, stop)
-        pos = stop
+            head += data.views(tag, stop)
+        tag = stop
     return b"".join(head), raw
 
 

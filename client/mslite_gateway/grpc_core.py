@@ -14,6 +14,9 @@ window owed back to the client) is decided by its `CheckedCalls` (`grpc_calls`).
 client (refusals, acks) wait for a frame boundary in Triton's byte stream and go before Triton's next frame;
 frames of ours for Triton (resets of refused streams) wait for one in the client's. Triton's frames for
 streams we answered ourselves are dropped (header blocks excepted: they keep the client's HPACK table in step).
+On a `ModelStreamInfer` call, Triton's DATA and response headers are read whole too (`grpc_stream_calls`: which
+requests an answer ends, where answers of ours may go), and the client's window updates lose the part that
+gives back window for our answers, which Triton never sent.
 
 A message that brings no new byte for the stall timeout is dropped (DEADLINE_EXCEEDED; `tick`); a client
 that stopped inside a frame loses its connection.
@@ -195,7 +198,8 @@ class RelayCore:
             self.close()
         calls = self.calls
         for sid in calls.stalled_ids(now):
-            if sid in calls.streams and not self.shut:  # not closed with the connection by the one before
+            # not closed with the connection by the one before
+            if (sid in calls.streams or sid in calls.streamed.calls) and not self.shut:
                 self.stalled(sid)
         return self._writes()
 
@@ -206,8 +210,8 @@ class RelayCore:
 
     @property
     def inflight(self) -> int:
-        """Checked streams not answered yet."""
-        return len(self.calls.streams)
+        """Checked streams not answered yet (a ModelStreamInfer call counts as one)."""
+        return len(self.calls.streams) + len(self.calls.streamed.calls)
 
     @property
     def account(self) -> Account:
@@ -262,7 +266,7 @@ class RelayCore:
         if self.for_client and frames.at_boundary and not self.triton_in_block:
             frames.out += self.for_client
             self.for_client = []
-        if self.for_triton and self.frames.at_boundary and not self.in_block:  # window given back (_served_metadata)
+        if self.for_triton and self.frames.at_boundary and not self.in_block:  # window given back to Triton
             self.frames.out += self.for_triton
             self.for_triton = []
 
@@ -270,15 +274,20 @@ class RelayCore:
         if self.for_client and not self.triton_in_block:  # a frame boundary: our answers go first, before Triton's
             self.triton.inject(self.for_client)  # (Triton may answer a call we refused, e.g. after our reset)
             self.for_client = []
+        streamed = self.calls.streamed.calls
         if kind == HEADERS or kind == CONTINUATION:
             self.triton_in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
                 self.calls.finish(sid, answered=True)
                 if flags & END_HEADERS:
                     return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_triton_frame)
+            elif kind == HEADERS and sid in streamed:
+                return COLLECT  # a stream's response headers: answers of ours may follow them (_on_triton_frame)
             return PASS
         if sid and sid in self.calls.refused_ids:
             return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
+        if kind == DATA and sid in streamed:
+            return COLLECT  # a stream's answers are read message by message (`grpc_stream_calls`)
         if kind == RST_STREAM:
             self.calls.finish(sid)
         elif kind == SETTINGS and not flags & ACK:
@@ -289,11 +298,25 @@ class RelayCore:
 
     def _on_triton_frame(self, kind: int, flags: int, sid: int, raw: bytes, parts: list[Any]) -> None:
         out = self.triton.out
+        streamed = self.calls.streamed
+        if kind == HEADERS and not flags & END_STREAM:  # a ModelStreamInfer call's response headers
+            out.append(raw)
+            out += parts
+            if sid in streamed.calls:
+                streamed.triton_headers(sid, streamed.calls[sid], flags)
+            return
         if kind == HEADERS:
             out += scrubbed_trailers(flags, sid, raw, parts, self.rules.explain)
             return
         if kind == DATA:
-            out += self._served_metadata(flags, sid, raw, parts)
+            call = streamed.calls.get(sid)
+            if call is not None:
+                out += streamed.triton_data(sid, call, flags, raw, parts)
+            elif sid in self.calls.metadata_ids:
+                out += self._served_metadata(flags, sid, raw, parts)
+            elif sid not in self.calls.refused_ids:  # the call ended while this frame came (a client's reset)
+                out.append(raw)
+                out += parts
             return
         if parts:
             self._triton_settings(joined(parts))  # SETTINGS only
@@ -373,6 +396,8 @@ class RelayCore:
             if self._too_many_resets():
                 self._calm()
                 return DROP
+        elif kind == WINDOW_UPDATE and self.calls.streamed.owes(sid):
+            return COLLECT  # it gives back window for answers of ours too: that part is not Triton's
         return PASS
 
     def _too_many_resets(self) -> bool:
@@ -432,6 +457,10 @@ class RelayCore:
             self.send(frame(PING, ACK, 0, payload))
         elif kind == GOAWAY:
             self.close()
+        elif kind == WINDOW_UPDATE and len(payload) == 4:
+            increment = self.calls.streamed.window_update(sid, int.from_bytes(payload, "big") & 0x7FFFFFFF)
+            if increment:
+                self.frames.out.append(frame(WINDOW_UPDATE, 0, sid, U32.pack(increment)))
 
     def _header_fragment(self, kind: int, sid: int, flags: int, payload: Any) -> None:
         if kind == HEADERS:

@@ -66,8 +66,13 @@ def joined(parts: Parts) -> Any:
 
 def trailers_only(stream: int, code: int, message: str) -> bytes:
     """A gRPC answer with no message: status and message in one HEADERS frame that ends the stream."""
-    block = literal_not_indexed(b":status", b"200") + literal_not_indexed(b"content-type", b"application/grpc")
-    block += literal_not_indexed(b"grpc-status", str(code).encode())
+    head = literal_not_indexed(b":status", b"200") + literal_not_indexed(b"content-type", b"application/grpc")
+    return trailers(stream, code, message, head)
+
+
+def trailers(stream: int, code: int, message: str, head: bytes = b"") -> bytes:
+    """Trailers ending a call whose response headers went already: status and message (after `head`)."""
+    block = head + literal_not_indexed(b"grpc-status", str(code).encode())
     # clients drop metadata over 16 KiB; percent-encoding makes 3 bytes of each byte past ASCII (up to 4 a char)
     limit = _MAX_MESSAGE_CHARS if message.isascii() else _MAX_MESSAGE_CHARS // 4
     if len(message) > limit:

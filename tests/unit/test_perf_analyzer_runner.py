@@ -57,6 +57,7 @@ def test_the_command_line_carries_every_argument_in_order() -> None:
     assert full[full.index("--input-data") + 1] == "/data dir"
     assert full[full.index("--stability-percentage") + 1] == "50"
     assert "-f" not in full  # the CSV path is the runner's own
+    assert "--streaming" not in full and PerfRun(Path("pa"), "m", "h:1", streaming=True).args()[-1] == "--streaming"
 
 
 def test_the_recorded_command_names_the_binary_only() -> None:

@@ -70,6 +70,7 @@ class PerfRun:
     shared_memory: str | None = None  # "system", "none", or None to leave the flag out
     batch_size: int | None = None
     input_data: Path | None = None  # a folder of raw files named after the inputs
+    streaming: bool = False  # gRPC only: one ModelStreamInfer call per concurrent client instead of unary calls
 
     @property
     def limit_s(self) -> float:
@@ -87,6 +88,8 @@ class PerfRun:
             cmd += ["--shared-memory", self.shared_memory]
         if self.input_data is not None:
             cmd += ["--input-data", str(self.input_data)]
+        if self.streaming:
+            cmd.append("--streaming")
         return cmd
 
     def shown(self) -> str:
