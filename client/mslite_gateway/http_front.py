@@ -383,7 +383,10 @@ class HttpFront:
     async def _check_off_loop(self, req: Request, check: Callable[..., Any], *args: Any, infer: bool = True) -> Any:
         """`check(*args)` in the offload lane for `req`'s JSON (a compressed body measured in a thread first)."""
         assert self.offload is not None
-        work = await asyncio.to_thread(work_bytes, req, SMALL_LANE_BYTES, infer=infer)
+        if req.header(b"content-encoding"):  # inflated to count it: in a thread
+            work = await asyncio.to_thread(work_bytes, req, SMALL_LANE_BYTES, infer=infer)
+        else:
+            work = work_bytes(req, SMALL_LANE_BYTES, infer=infer)
         return await self.offload.check(check, *args, work_bytes=work)
 
     async def _relay(self, req: Request) -> Response:

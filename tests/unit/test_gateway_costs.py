@@ -25,6 +25,7 @@ from mslite_gateway.grpc_frames import (
     U32,
     frame,
 )
+from mslite_gateway.http_framing import Request, work_bytes
 from mslite_gateway.kserve_json import check_infer_request
 from mslite_gateway.model_batching import ModelBatching, config_request, max_batch_size_of
 from mslite_gateway.rules import Refusal, check_batches, empty_batches
@@ -106,6 +107,21 @@ def test_string_elements_past_the_limit_are_refused_naming_the_limit_and_the_set
     with pytest.raises(Refusal, match="limit of 1000000 per request"):
         read_model_infer(message, 1 << 20)  # the default bound, before the bytes are looked at
     read_model_infer(_infer("m", [2, 2], datatype="BYTES", raw=bytes(16)), 1 << 20, max_strings=4)
+
+
+def test_a_bodys_lane_is_told_by_its_json_size_and_a_compressed_one_inflated_only_that_far():
+    bomb = gzip.compress(b" " * (8 << 20))
+    assert work_bytes(_post(bomb, (b"content-encoding", b"gzip")), 1 << 20) == (1 << 20) + 1
+    assert work_bytes(_post(gzip.compress(b"{}"), (b"content-encoding", b"gzip")), 1 << 20) == 2
+    assert work_bytes(_post(b"not gzip", (b"content-encoding", b"gzip")), 1 << 20) == 0  # its check refuses it
+    assert work_bytes(_post(b" " * 5000), 1 << 20) == 5000
+    header_and_binary = _post(b"{}" + bytes(5000), (b"inference-header-content-length", b"2"))
+    assert work_bytes(header_and_binary, 1 << 20) == 2  # only the JSON is read
+    assert work_bytes(_post(b" " * 5000), 1000) == 1001
+
+
+def _post(body: bytes, *headers: tuple[bytes, bytes]) -> Request:
+    return Request(b"POST", b"/v2/models/m/infer", b"HTTP/1.1", [(n, v, n + b": " + v) for n, v in headers], body)
 
 
 # -- whether a model batches --
