@@ -35,6 +35,7 @@ from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.repository import GEN, add_model
+from tests.support.sockets import http_answer
 
 ATTACKS = ("zero-batch", "strings", "gzip-bomb")
 
@@ -57,23 +58,11 @@ def _post(port: int, model: str, body: bytes, *, headers: str = "", timeout_s: f
         with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
             head = f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
             s.sendall(head.encode() + body)
-            data = b""
-            while b"\r\n\r\n" not in data or len(data) < data.index(b"\r\n\r\n") + 4 + _length(data):
-                chunk = s.recv(1 << 20)
-                if not chunk:
-                    break
-                data += chunk
+            data = http_answer(s)
     except OSError:
         return 0, b""
-    head, _, rest = data.partition(b"\r\n\r\n")
-    return (int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0), rest
-
-
-def _length(data: bytes) -> int:
-    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return int(line.split(b":", 1)[1])
-    return 0
+    head_, _, rest = data.partition(b"\r\n\r\n")
+    return (int(head_.split(b" ", 2)[1]) if head_.startswith(b"HTTP/") else 0), rest
 
 
 class _Other:
@@ -225,14 +214,10 @@ def gzip_bomb(server: EmbeddedServer, seconds: float = 15.0) -> str:
     values = 7_500_000  # "0," each: ~15 MiB of JSON, then padding to ~30 MiB, in ~30 KiB of gzip
     doc = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[' + b"0," * (values - 1) + b"0]}]}"
     bomb = gzip.compress(doc + b" " * ((30 << 20) - len(doc)), 9)
-    legit_tokens = np.random.default_rng(0).random((1, 40_000), dtype=np.float32).round(4)
-    legit = json.dumps(
-        {
-            "inputs": [
-                {"name": "tokens", "shape": [1, 40_000], "datatype": "FP32", "data": legit_tokens.ravel().tolist()}
-            ]
-        }
-    ).encode()
+    count = 52_000  # 4-decimal values: ~400 KiB of JSON
+    tokens = np.random.default_rng(0).random(count).round(4).tolist()
+    legit = json.dumps({"inputs": [{"name": "tokens", "shape": [1, count], "datatype": "FP32", "data": tokens}]})
+    legit_body = legit.encode()
     stop = threading.Event()
     bombs = {"sent": 0, "503": 0, "4xx": 0, "other": 0}
     lock = threading.Lock()
@@ -253,7 +238,7 @@ def gzip_bomb(server: EmbeddedServer, seconds: float = 15.0) -> str:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         started = time.monotonic()
-        status, _ = _post(http_port, "seq", legit, timeout_s=30)
+        status, _ = _post(http_port, "seq", legit_body, timeout_s=30)
         answers.append((status, time.monotonic() - started))
     stop.set()
     for t in threads:
@@ -263,7 +248,7 @@ def gzip_bomb(server: EmbeddedServer, seconds: float = 15.0) -> str:
     statuses = sorted({status for status, _ in answers})
     return (
         f"gzip-bomb: 8 threads sent {bombs['sent']} bombs ({len(bomb) >> 10} KiB -> 30 MiB; {bombs['4xx']} refused "
-        f"4xx, {bombs['503']} 503) over {seconds:.0f} s; another client's {len(legit) >> 10} KiB JSON predicts: "
+        f"4xx, {bombs['503']} 503) over {seconds:.0f} s; another client's {len(legit_body) >> 10} KiB JSON predicts: "
         f"{len(good)} of {len(answers)} ({100 * len(good) / max(1, len(answers)):.0f} %) answered 200 within 2 s "
         f"(bar: >= 90 %), statuses {statuses}, slowest {slowest:.2f} s"
     )

@@ -200,11 +200,16 @@ class Upstream:
 
 
 class _Watch:
-    """A request's look at its client's connection while Triton has it (`HttpFront._watch`): one timer."""
+    """Until cancelled, a look at the client's connection every CLIENT_WATCH_S: gone, the request is cancelled.
+
+    One timer per request waiting for Triton, made in the request's task.
+    """
 
     __slots__ = ("reader", "task", "front", "timer")
 
-    def __init__(self, reader: asyncio.StreamReader, task: asyncio.Task[Any], front: HttpFront) -> None:
+    def __init__(self, reader: asyncio.StreamReader, front: HttpFront) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         self.reader = reader
         self.task = task
         self.front = front
@@ -285,7 +290,7 @@ class HttpFront:
             pass
         except asyncio.CancelledError:
             # The gateway stops and what the grace period left is cancelled (a request waiting for Triton in
-            # the upstream's retry sleep), or the client hung up while Triton had its request (`_watch`): ended
+            # the upstream's retry sleep), or the client hung up while Triton had its request (`_Watch`): ended
             # quietly. Left cancelled, the stream server's done-callback (Python 3.11) asks the task for its
             # exception, which raises and is logged as an ERROR with a traceback.
             if not (self.closing or reader.at_eof()):
@@ -298,12 +303,6 @@ class HttpFront:
         if req is not None and req.charged:
             self.admission.give_bytes(req.charged, account)
             req.charged = 0
-
-    def _watch(self, reader: asyncio.StreamReader) -> _Watch:
-        """Until cancelled, look at the client's connection every CLIENT_WATCH_S: gone, this request is cancelled."""
-        task = asyncio.current_task()
-        assert task is not None
-        return _Watch(reader, task, self)
 
     async def _serve(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Check, forward and answer one request; False when the connection must close afterwards."""
@@ -340,7 +339,7 @@ class HttpFront:
             else:
                 model = urllib.parse.unquote(match.group(1).decode("latin-1"))
                 self.admission.enter(model)
-                watch = self._watch(reader)
+                watch = _Watch(reader, self)
                 try:
                     if empty and self.batching is not None:
                         await self.batching.check(model, empty)

@@ -148,10 +148,12 @@ async def serve(args: argparse.Namespace) -> None:
         log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
         await staging.close()
     log.warning(
-        "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control)",
+        "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control); cancelled %d "
+        "HTTP requests whose client hung up",
         front.refused,
         relay.refused,
         admission.denied,
+        front.gone,
     )
 
 

@@ -9,6 +9,7 @@ whose client hung up is cancelled; either way its admission slot is free again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -24,6 +25,7 @@ from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway, _port
 from tests.support import model_zoo
 from tests.support.repository import GEN, add_model, flat_tiny
+from tests.support.sockets import http_answer
 
 pytestmark = pytest.mark.integration
 
@@ -56,25 +58,18 @@ def gateway(server, tmp_path):
 
 def _http(port: int, model: str, body: bytes, timeout_s: float = 30.0) -> tuple[int, dict]:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-        s.sendall(
-            b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-            % (model.encode(), len(body), body)
-        )
-        data = b""
-        while b"\r\n\r\n" not in data or len(data) < data.index(b"\r\n\r\n") + 4 + _length(data):
-            chunk = s.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
+        s.sendall(_request(model, body))
+        data = http_answer(s)
     head, _, rest = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), json.loads(rest)
 
 
-def _length(data: bytes) -> int:
-    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return int(line.split(b":", 1)[1])
-    return 0
+def _request(model: str, body: bytes) -> bytes:
+    return b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (
+        model.encode(),
+        len(body),
+        body,
+    )
 
 
 def _json_infer(name: str, shape: list[int], datatype: str, data: list) -> bytes:
@@ -167,52 +162,40 @@ class _Silent:
         self.sock.close()
 
 
-def test_a_request_triton_does_not_answer_ends_at_the_upstream_timeout_and_frees_its_slot(server, tmp_path):
+@contextlib.contextmanager
+def _in_front_of_silence(server, tmp_path, **limits):
+    """A gateway whose HTTP upstream never answers (`_Silent`), at most 1 request in flight per model."""
     silent = _Silent()
-    gw = _gateway(
-        tmp_path,
-        f"127.0.0.1:{silent.port}",
-        f"127.0.0.1:{server.triton_grpc_port}",
-        upstream_timeout_s=1.0,
-        max_inflight_per_model=1,
-    )
+    grpc_upstream = f"127.0.0.1:{server.triton_grpc_port}"
+    gw = _gateway(tmp_path, f"127.0.0.1:{silent.port}", grpc_upstream, max_inflight_per_model=1, **limits)
     try:
-        port = _port(gw, "http-port")
-        body = _json_infer("x", [1, 4], "FP32", [1, 2, 3, 4])
-        for _ in range(2):  # the second is let in: the first gave its slot back
-            status, doc = _http(port, "tiny", body)
-            assert status == 504 and "within 1 s" in doc["error"] and "--upstream-timeout-s" in doc["error"]
+        yield _port(gw, "http-port"), silent
     finally:
         gw.stop()
         silent.close()
 
 
+_TINY = _json_infer("x", [1, 4], "FP32", [1, 2, 3, 4])
+
+
+def test_a_request_triton_does_not_answer_ends_at_the_upstream_timeout_and_frees_its_slot(server, tmp_path):
+    with _in_front_of_silence(server, tmp_path, upstream_timeout_s=1.0) as (port, _):
+        for _ in range(2):  # the second is let in: the first gave its slot back
+            status, doc = _http(port, "tiny", _TINY)
+            assert status == 504 and "within 1 s" in doc["error"] and "--upstream-timeout-s" in doc["error"]
+
+
 def test_a_request_whose_client_hung_up_is_cancelled_upstream_and_frees_its_slot(server, tmp_path):
-    silent = _Silent()
-    gw = _gateway(
-        tmp_path,
-        f"127.0.0.1:{silent.port}",
-        f"127.0.0.1:{server.triton_grpc_port}",
-        upstream_timeout_s=300.0,
-        max_inflight_per_model=1,
-    )
-    try:
-        port = _port(gw, "http-port")
-        body = _json_infer("x", [1, 4], "FP32", [1, 2, 3, 4])
+    with _in_front_of_silence(server, tmp_path, upstream_timeout_s=300.0) as (port, silent):
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-            s.sendall(
-                b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-            )
+            s.sendall(_request("tiny", _TINY))
             time.sleep(0.5)
         # long before the 300 s time-out: the gateway closed its upstream connection for the gone client
         assert silent.closed.wait(60)
         deadline = time.monotonic() + 60
         while True:  # and the slot is free: the next request is let in (it waits upstream, unlike a 503)
             with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-                s.sendall(
-                    b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                    % (len(body), body)
-                )
+                s.sendall(_request("tiny", _TINY))
                 s.settimeout(3)
                 try:
                     answer = s.recv(1 << 16)
@@ -220,6 +203,3 @@ def test_a_request_whose_client_hung_up_is_cancelled_upstream_and_frees_its_slot
                     break  # held upstream: admitted
             assert answer.startswith(b"HTTP/1.1 503") and time.monotonic() < deadline, answer[:200]
             time.sleep(0.5)
-    finally:
-        gw.stop()
-        silent.close()
