@@ -37,6 +37,8 @@ def server(tmp_path_factory):
     add_model(repo, "seq", model_zoo.variable_seq())
     add_model(repo, "strings", model_zoo.string_identity())
     add_model(repo, "tiny", GEN.build_tiny())
+    # ~0.5 s of one core per request (100 rounds of ~5 ms; more under load), one worker: outlasts a short time-out
+    add_model(repo, "slow", model_zoo.slow(rounds=100), 'backend: "mslite"\ninstance_group [ { count: 1 } ]\n')
     flat_tiny(repo)
     with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False)) as srv:
         yield srv
@@ -203,3 +205,15 @@ def test_a_request_whose_client_hung_up_is_cancelled_upstream_and_frees_its_slot
                     break  # held upstream: admitted
             assert answer.startswith(b"HTTP/1.1 503") and time.monotonic() < deadline, answer[:200]
             time.sleep(0.5)
+
+
+def test_a_grpc_call_triton_does_not_begin_to_answer_in_time_ends_and_frees_its_slot(gateway):
+    _, grpc_port = gateway(upstream_timeout_s=0.1, body_stall_timeout_s=0.5, max_inflight_per_model=1)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    for _ in range(2):  # the second is let in: the first gave its slot back
+        inp = grpcclient.InferInput("x", [1, 1], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 1), np.float32))
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("slow", [inp], client_timeout=60)
+        assert caught.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        assert "within 0.1 s" in str(caught.value) and "--upstream-timeout-s" in str(caught.value)
