@@ -10,13 +10,17 @@ Two lanes, each one worker process and its own bound on checks waiting or runnin
 most SMALL_LANE_BYTES (checked in well under a second) and larger ones. The front says how large a body's
 JSON is (for a compressed body, after a capped inflate in a thread: `http_framing.work_bytes`), so bodies
 that inflate to tens of MiB (gzip bombs) wait only behind each other, and a flood of them cannot keep a
-client's ordinary large JSON from being checked. Beyond a lane's bound, a request is refused as overload
-(503 kLiteServiceDeny). Memory: two worker processes (~30 MiB each), each holding one body at a time.
+client's ordinary large JSON from being checked. Within a lane the smallest body waiting goes first, and a
+full lane makes room for a smaller body by refusing its largest waiting one; beyond a lane's bound, a request
+is refused as overload (503 kLiteServiceDeny). Memory: two worker processes (about 100 MiB each at rest),
+each holding one body at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import multiprocessing
 from collections.abc import Callable
@@ -46,13 +50,60 @@ def _verdict(check: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
 
 
 class _Lane:
-    """One worker process and the checks waiting for it."""
+    """One worker process and the checks waiting for it, smallest first.
+
+    The worker runs one check at a time, so the lane hands out turns itself: the smallest waiting body goes
+    next, and when the lane is full a smaller body takes the place of the largest waiting one (which is
+    refused as overload). Bombs sized to the lane's edge then cannot keep a smaller ordinary body waiting
+    behind them, nor out.
+    """
 
     def __init__(self, name: str, max_pending: int) -> None:
         self.name = name
         self.max_pending = max_pending
-        self.pending = 0
+        self.busy = False  # a check runs
+        self.waiting: list[tuple[int, int, asyncio.Future[None]]] = []  # heap: (work bytes, arrival, turn)
+        self.arrivals = itertools.count()
         self.pool: ProcessPoolExecutor | None = None
+
+    @property
+    def pending(self) -> int:
+        """Checks waiting or running."""
+        return self.busy + sum(not turn.done() for _, _, turn in self.waiting)
+
+    async def turn(self, work: int, busy_message: Callable[[int], str]) -> None:
+        """Wait for this check's turn (the lane is `busy` for it on return; `next_turn` when it is done).
+
+        Raises:
+            Overloaded: the lane is full of checks no larger than `work` (or this one was pushed out since).
+        """
+        if not self.busy:
+            self.busy = True
+            return
+        if self.pending >= self.max_pending:
+            largest = max((w for w in self.waiting if not w[2].done()), default=None)
+            if largest is None or largest[0] <= work:
+                raise Overloaded(busy_message(self.pending))
+            self.waiting.remove(largest)
+            heapq.heapify(self.waiting)
+            largest[2].set_exception(Overloaded(busy_message(self.pending)))
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiting, (work, next(self.arrivals), turn))
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
+                self.next_turn()  # given the turn as it was cancelled: pass it on
+            raise
+
+    def next_turn(self) -> None:
+        """The running check is done: the smallest waiting one runs next."""
+        while self.waiting:
+            _, _, turn = heapq.heappop(self.waiting)
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.busy = False
 
     def close(self) -> None:
         pool, self.pool = self.pool, None
@@ -82,25 +133,27 @@ class Offload:
 
         Raises:
             Refusal: the check refused the request (its status and message).
-            Overloaded: the lane's `max_pending` checks are waiting or running already.
+            Overloaded: the lane's `max_pending` checks, none larger than this one, are waiting or running
+                already; or this one was waiting and a smaller one took its place.
             HttpError: 503 when the worker died (the lane's pool is made again for the next request).
         """
         lane = self.small if work_bytes <= SMALL_LANE_BYTES else self.large
-        if lane.pending >= lane.max_pending:
-            size = f"over {SMALL_LANE_BYTES >> 20} MiB" if lane is self.large else "large or compressed"
-            raise Overloaded(f"{SERVICE_DENY}: the server is busy checking {lane.pending} {size} requests; retry later")
-        if lane.pool is None:
-            # spawned, not forked: a fork of the running event loop and its sockets is not safe
-            lane.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        lane.pending += 1
+        size = f"over {SMALL_LANE_BYTES >> 20} MiB" if lane is self.large else "large or compressed"
+        await lane.turn(
+            work_bytes,
+            lambda n: f"{SERVICE_DENY}: the server is busy checking {n} {size} requests; retry later",
+        )
         try:
+            if lane.pool is None:
+                # spawned, not forked: a fork of the running event loop and its sockets is not safe
+                lane.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
             passed, value = await asyncio.get_running_loop().run_in_executor(lane.pool, _verdict, check, *args)
         except BrokenProcessPool:
             log.warning("a check's worker process (%s lane) died; starting another for the next request", lane.name)
             lane.close()
             raise HttpError(503, "the server could not check this request (its checker restarted); retry") from None
         finally:
-            lane.pending -= 1
+            lane.next_turn()
         if not passed:
             status, message = value
             raise Refusal(message, status=status, too_large=status == 413)

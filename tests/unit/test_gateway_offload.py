@@ -65,3 +65,33 @@ def test_what_a_check_returns_comes_back():
             offload.close()
 
     assert asyncio.run(scenario()) == [1, 2, 3]
+
+
+def test_within_a_lane_the_smallest_body_goes_first_and_pushes_the_largest_waiting_one_out_when_full():
+    async def scenario() -> tuple[list[str], object]:
+        offload = Offload(small_max_pending=3)
+        done: list[str] = []
+
+        async def check(tag: str, work: int, seconds: float = 0.0) -> None:
+            await offload.check(time.sleep, seconds, work_bytes=work)
+            done.append(tag)
+
+        try:
+            running = asyncio.create_task(check("running", 1000, 0.5))
+            await asyncio.sleep(0.05)  # it has the worker
+            later = [asyncio.create_task(check(tag, work)) for tag, work in (("3000", 3000), ("2000", 2000))]
+            await asyncio.sleep(0.05)  # both wait: the lane is full (3)
+            pushed_in = asyncio.create_task(check("100", 100))
+            results = await asyncio.gather(running, *later, pushed_in, return_exceptions=True)
+            same = [offload.check(time.sleep, 0.1, work_bytes=5000) for _ in range(4)]
+            outcomes = await asyncio.gather(*same, return_exceptions=True)
+            # no smaller than any check in the full lane: the fourth is refused, it pushes none out
+            assert outcomes.count(None) == 3 and isinstance(outcomes[3], Overloaded), outcomes
+            assert offload.pending == 0
+            return done, results[1]
+        finally:
+            offload.close()
+
+    done, largest = asyncio.run(scenario())
+    assert done == ["running", "100", "2000"]
+    assert isinstance(largest, Overloaded) and "kLiteServiceDeny" in largest.message
