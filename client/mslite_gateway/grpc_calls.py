@@ -133,6 +133,8 @@ class RelayRules:
         self.calmed = 0  # connections ended for too many resets
         self.closing = False  # the gateway is stopping: new calls are refused
         self.infer_path = f"/{SERVICE}/ModelInfer".encode()
+        # (a ModelInfer stream's check runs as `read_model_infer` in `_complete`, which also needs the request for
+        # staging and the batch-of-0 rule; this entry names the path as checked, and is the same check)
         self.checks: dict[bytes, Check] = {
             self.infer_path: lambda data, keyed: check_model_infer(
                 data, self.cap, keyed=keyed, max_strings=self.max_strings
