@@ -111,6 +111,7 @@ soak: $(STAMP) models
 .PHONY: chaos
 chaos: $(STAMP) models
 	$(PY) -m benchmarks.chaos faults $(CHAOS_ARGS)
+	$(PY) -m benchmarks.chaos costs
 
 .PHONY: chaos-heal
 chaos-heal: $(STAMP) models

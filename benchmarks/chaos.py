@@ -18,11 +18,17 @@
             checked; process faults (kills, SIGSTOP, a second death during a heal) and client attacks, one
             row per fault and kind of client: outage seconds, ok, failed and wrong answers
             (`chaos_faults.py`; `make chaos`).
+  costs:    requests that cost everyone else, through the gateway: 300 requests of batch size 0, one request of
+            4,000,000 strings, 8 threads of gzip bombs; one row each with the bar (`chaos_costs.py`; `make chaos`).
+  zero-shapes: requests with dims of 0 sent straight to tritonserver, to find those it never answers, or
+            through the gateway (--gateway), which must leave none unanswered; prints them (`chaos_costs.py`).
 
 Run: .venv/bin/python -m benchmarks.chaos faults [--quick] [--faults worker-kill,gateway-stop,...]
      .venv/bin/python -m benchmarks.chaos kill [--seconds 60]
      .venv/bin/python -m benchmarks.chaos overload [--seconds 20]
      .venv/bin/python -m benchmarks.chaos heal [--rounds 1]
+     .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb]
+     .venv/bin/python -m benchmarks.chaos zero-shapes [--gateway]
 """
 
 from __future__ import annotations
@@ -173,12 +179,27 @@ def overload_campaign(seconds: float) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child"])
+    parser.add_argument(
+        "mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child", "costs", "zero-shapes"]
+    )
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case")
     parser.add_argument("--quick", action="store_true", help="faults: attacks of 3 s at most, shorter settling")
     parser.add_argument("--faults", default="", help="faults: comma-separated names (default: all, in order)")
+    parser.add_argument("--attacks", default="", help="costs: comma-separated names (default: all, in order)")
+    parser.add_argument("--gateway", action="store_true", help="zero-shapes: through the gateway")
     args = parser.parse_args()
+    if args.mode == "zero-shapes":
+        from benchmarks.chaos_costs import zero_shapes_campaign
+
+        sys.exit(zero_shapes_campaign(gateway=args.gateway))
+    if args.mode == "costs":
+        from benchmarks.chaos_costs import ATTACKS, costs_campaign
+
+        chosen = [a for a in args.attacks.split(",") if a] or list(ATTACKS)
+        if unknown := [a for a in chosen if a not in ATTACKS]:
+            parser.error(f"unknown attack(s) {unknown}; known: {', '.join(ATTACKS)}")
+        sys.exit(costs_campaign(chosen))
     if args.mode == "faults":
         from benchmarks.chaos_faults import FAULTS, faults_campaign
 

@@ -27,10 +27,13 @@ the size cap is RESOURCE_EXHAUSTED from its first five bytes on.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import hpack
 
+from mslite_backend.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
 from mslite_gateway.admission import Account, Admission, Overloaded
 from mslite_gateway.grpc_checks import (
     SERVICE,
@@ -51,6 +54,7 @@ from mslite_gateway.grpc_frames import (
     DROP,
     END_STREAM,
     GOAWAY,
+    INTERNAL,
     INVALID_ARGUMENT,
     MIN_MAX_FRAME_SIZE,
     NO_ERROR,
@@ -72,16 +76,40 @@ from mslite_gateway.grpc_frames import (
 )
 from mslite_gateway.grpc_stream_calls import StreamCalls
 from mslite_gateway.grpc_stream_state import StreamCall
-from mslite_gateway.grpc_streams import Check, RequestHeaders, Stream
+from mslite_gateway.grpc_streams import PREFIX, Check, RequestHeaders, Stream, inflate
 from mslite_gateway.load_failures import LoadFailures
+from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import grpc_load_message
-from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.rules import Refusal, check_batches, empty_batches, holds_key
 from mslite_gateway.server_metadata import GRPC_PATH as METADATA_PATH
 from mslite_gateway.staging import Staging
 
 # The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
 # whose bytes we credit back at once, does not hold back for.
 _STAGED_MAX_BYTES = 1 << 20
+log = logging.getLogger(__name__)
+
+
+INFLATED, BATCHING = "inflated", "batching"  # the kinds of work a stream waits for off the loop
+
+
+class Later:
+    """Work a stream waits for, done off the event loop by the adapter (`grpc_relay`), then `RelayCore.resolved`.
+
+    `kind` INFLATED: `run()` inflates and checks a compressed message, in a thread (zlib lets go of the GIL);
+    BATCHING: `run()` is a coroutine function that asks Triton for a model's max_batch_size (`model_batching`).
+    """
+
+    __slots__ = ("kind", "run")
+
+    def __init__(self, kind: str, run: Callable[[], Any]) -> None:
+        self.kind = kind
+        self.run = run
+
+    @property
+    def in_thread(self) -> bool:
+        """Whether `run` is plain blocking work for a thread (else a coroutine function)."""
+        return self.kind == INFLATED
 
 
 class RelayRules:
@@ -95,8 +123,14 @@ class RelayRules:
         staging: Staging | None,
         admin_key: str | None = None,
         failures: LoadFailures | None = None,
+        batching: ModelBatching | None = None,
+        max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
+        upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
     ) -> None:
         self.admin_key = admin_key
+        self.batching = batching  # whether a model batches, for a request of batch size 0
+        self.max_strings = max_strings
+        self.upstream_timeout_s = upstream_timeout_s  # a call Triton has not begun to answer by then is ended
         self.staging = staging
         self.explain = None if failures is None else failures.explain_now  # a not-ready error: why
         self.cap = max_request_bytes
@@ -105,8 +139,12 @@ class RelayRules:
         self.calmed = 0  # connections ended for too many resets
         self.closing = False  # the gateway is stopping: new calls are refused
         self.infer_path = f"/{SERVICE}/ModelInfer".encode()
+        # (a ModelInfer stream's check runs as `read_model_infer` in `_complete`, which also needs the request for
+        # staging and the batch-of-0 rule; this entry names the path as checked, and is the same check)
         self.checks: dict[bytes, Check] = {
-            self.infer_path: lambda data, keyed: check_model_infer(data, self.cap, keyed=keyed)
+            self.infer_path: lambda data, keyed: check_model_infer(
+                data, self.cap, keyed=keyed, max_strings=self.max_strings
+            )
         }
         for name, (kind, field) in VERSIONED.items():
             self.checks[f"/{SERVICE}/{name}".encode()] = check_versioned(kind, field)
@@ -128,6 +166,7 @@ class Link(Protocol):
     alone: bool  # Triton could not be reached: every call is answered here
     open: set[int]  # streams forwarded to Triton and not ended there
     for_triton: list[bytes]  # frames of ours for Triton, written at the client's next frame boundary
+    later: list[tuple[int, Later]]  # work for streams that the adapter runs off the loop
 
     def send(self, data: bytes) -> None:
         """A frame of ours to the client (at the next frame boundary in Triton's byte stream)."""
@@ -184,6 +223,9 @@ class CheckedCalls:
         stream = self.streams.get(sid)
         if stream is None or stream.done:
             return PASS
+        if stream.held_frame is not None:  # its message is whole and waits for work off the loop: no more of it
+            self.credit_back(length)
+            return DROP
         frames = self.frames
         arrived = min(length, frames.avail)  # only what came: the rest is counted as it comes
         try:
@@ -217,7 +259,7 @@ class CheckedCalls:
             self.owed_to = None
 
     def data_frame(self, sid: int, flags: int, raw: bytes, parts: list[Any]) -> None:
-        """A whole DATA frame the reader held (`COLLECT`): passed on to Triton, or kept and its window given back."""
+        """A whole DATA frame the reader held (`COLLECT`): passed on, kept (its window given back), or set aside."""
         call = self.streamed.calls.get(sid)
         if call is not None:
             self.streamed.data_frame(sid, call, flags, parts)
@@ -225,10 +267,15 @@ class CheckedCalls:
         if sid not in self.streams:  # finished while this frame came (Triton's reset or answer): Triton never sees it
             self.credit_back(sum(len(p) for p in parts))
             return
-        if self._data(sid, flags, parts):
+        self._frame_decided(sid, flags, raw, parts, self._data(sid, flags, parts))
+
+    def _frame_decided(self, sid: int, flags: int, raw: bytes, parts: list[Any], verdict: bool | None) -> None:
+        if verdict:
             out = self.frames.out
             out.append(raw)
             out += parts
+        elif verdict is None:
+            self.streams[sid].held_frame = (flags, raw, parts)
         else:
             staged = sid in self.streams and self.streams[sid].held and not flags & END_STREAM
             self.credit_back(sum(len(p) for p in parts), sid if staged else 0)
@@ -293,8 +340,8 @@ class CheckedCalls:
             self.metadata_ids.add(sid)
 
     # -- a held message --
-    def _data(self, sid: int, flags: int, parts: list[Any]) -> bool:
-        """Whether this (whole, checked-stream) DATA frame goes on to Triton."""
+    def _data(self, sid: int, flags: int, parts: list[Any]) -> bool | None:
+        """Whether this (whole, checked-stream) DATA frame goes on to Triton (None: decided later, `Later`)."""
         stream = self.streams[sid]
         first = stream.got == 0
         if flags & PADDED:
@@ -331,26 +378,100 @@ class CheckedCalls:
         if staging is not None and not stream.parts[0][0] and staging.wants(stream.size):
             stream.region = staging.take(stream.size)
 
-    def _complete(self, sid: int, stream: Stream, flags: int) -> bool:
+    def _complete(self, sid: int, stream: Stream, flags: int) -> bool | None:
+        """The message is whole: check it (None: the check goes on off the loop, `Later`), then admit it."""
         if stream.got > 5 + stream.size:
             self.refuse(sid, INVALID_ARGUMENT, "a unary call carries one request message; this one carries more")
             return False
-        staged = b""
+        cap, keyed = self.rules.cap, stream.keyed
         try:
             if stream.rewrite is not None:
-                data = whole(stream.message(self.rules.cap))
+                data = whole(stream.message(cap))
                 self._send_message(sid, flags, stream.rewrite(data) or data)
                 stream.done = True
                 return False
-            if stream.region is None:
-                model = stream.check(stream.message(self.rules.cap), stream.keyed)
-            else:
-                req, raw = read_model_infer(stream.message(self.rules.cap), self.rules.cap, keyed=stream.keyed)
-                model = str(req.model_name)
-                staged = staged_model_infer(req, raw, stream.region.name, stream.region.view)
+            if stream.compressed:
+                # 60 KiB may inflate to 60 MiB: inflated (and checked) in a thread, as HTTP bodies are
+                packed, encoding, check = Pieces(stream.parts, PREFIX).join(), stream.encoding, stream.check
+                stream.parts = []
+                if stream.infer:
+                    max_strings = self.rules.max_strings
+                    job = Later(
+                        INFLATED,
+                        lambda: read_model_infer(
+                            inflate(encoding, packed, cap), cap, keyed=keyed, max_strings=max_strings
+                        ),
+                    )
+                else:
+                    job = Later(INFLATED, lambda: check(inflate(encoding, packed, cap), keyed))
+                self.link.later.append((sid, job))
+                return None
+            if not stream.infer:
+                return self._admit(sid, stream, flags, stream.check(stream.message(cap), keyed), None)
+            checked = read_model_infer(stream.message(cap), cap, keyed=keyed, max_strings=self.rules.max_strings)
         except Refusal as e:
             self.refuse(sid, grpc_code(e.status), e.message)
             return False
+        return self._infer_checked(sid, stream, flags, checked)
+
+    def _infer_checked(self, sid: int, stream: Stream, flags: int, checked: tuple[Any, Any]) -> bool | None:
+        """A checked ModelInfer request: refused when it is a batch of 0 for a model that batches, else admitted."""
+        req = checked[0]
+        model = str(req.model_name)
+        batching = self.rules.batching
+        empty = empty_batches((inp.name, inp.shape) for inp in req.inputs)
+        if empty and batching is not None:
+            fresh, size = batching.known(model)
+            if not fresh:  # Triton is asked (off the loop); the frame waits
+                stream.checked = checked
+                self.link.later.append((sid, Later(BATCHING, lambda: batching.max_batch_size(model))))
+                return None
+            if size is not None:
+                try:
+                    check_batches(model, empty, size)
+                except Refusal as e:
+                    self.refuse(sid, grpc_code(e.status), e.message)
+                    return False
+        return self._admit(sid, stream, flags, model, checked)
+
+    def resolve(self, sid: int, job: Later, value: Any, error: BaseException | None) -> None:
+        """Work set aside for stream `sid` (`Later`) is done: go on with the stream where it stopped.
+
+        A stream reset or closed meanwhile is gone, and so is the outcome.
+        """
+        stream = self.streams.get(sid)
+        if stream is None or stream.held_frame is None:
+            return
+        (flags, raw, parts), stream.held_frame = stream.held_frame, None
+        verdict: bool | None = False
+        if isinstance(error, Refusal):
+            self.refuse(sid, grpc_code(error.status), error.message)
+        elif error is not None:
+            log.error("a gRPC request's check failed: %r", error)
+            self.refuse(sid, INTERNAL, "the server could not check this request")
+        elif job.kind == INFLATED:
+            if stream.infer:
+                verdict = self._infer_checked(sid, stream, flags, value)
+            else:
+                verdict = self._admit(sid, stream, flags, value, None)
+        else:  # BATCHING: the model's max_batch_size (None: unreadable; Triton then answers for itself)
+            checked, stream.checked = stream.checked, None
+            assert checked is not None
+            model = str(checked[0].model_name)
+            try:
+                if value is not None:
+                    check_batches(model, empty_batches((i.name, i.shape) for i in checked[0].inputs), value)
+            except Refusal as e:
+                self.refuse(sid, grpc_code(e.status), e.message)
+            else:
+                verdict = self._admit(sid, stream, flags, model, checked)
+        self._frame_decided(sid, flags, raw, parts, verdict)
+
+    def _admit(self, sid: int, stream: Stream, flags: int, model: str | None, checked: tuple[Any, Any] | None) -> bool:
+        """A message that passed its check: counted for its model, then passed on (or staged) to Triton."""
+        staged = b""
+        if stream.region is not None and checked is not None:
+            staged = staged_model_infer(checked[0], checked[1], stream.region.name, stream.region.view)
         if model is not None:
             try:
                 self.rules.admission.enter(model)
@@ -359,6 +480,7 @@ class CheckedCalls:
                 return False
             stream.model = model
         stream.done = True
+        stream.sent_at = self.link.now
         if stream.region is None:
             return True
         if len(staged) > _STAGED_MAX_BYTES:  # typed `contents`, not raw bytes: it would not fit Triton's window
@@ -385,8 +507,21 @@ class CheckedCalls:
     def stalled_ids(self, now: float) -> list[int]:
         """The streams whose message brought no byte for the stall timeout (`RelayCore.tick` drops them)."""
         stall_s = self.rules.admission.stall_s
-        stalled = [sid for sid, s in self.streams.items() if not s.done and now - s.moved > stall_s]
+        stalled = [
+            sid for sid, s in self.streams.items() if not s.done and s.held_frame is None and now - s.moved > stall_s
+        ]
         return stalled + self.streamed.stalled_ids(now, stall_s)
+
+    def overdue_ids(self, now: float) -> list[int]:
+        """The streams sent on to Triton that it has not begun to answer within the upstream timeout (`tick`)."""
+        limit = self.rules.upstream_timeout_s
+        return [sid for sid, s in self.streams.items() if s.sent_at and now - s.sent_at > limit]
+
+    def answering(self, sid: int) -> None:
+        """Triton began its answer on stream `sid` (its response headers): no longer timed here."""
+        stream = self.streams.get(sid)
+        if stream is not None:
+            stream.sent_at = 0.0
 
     def refuse(self, sid: int, code: int, message: str) -> None:
         """Answer stream `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_backend.protobuf_varint import field_spans
+from mslite_backend.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.rules import (
     Refusal,
     SizeBudget,
@@ -153,9 +154,11 @@ def _split_raw_contents(data: Pieces) -> tuple[bytes, list[memoryview | Spread]]
     return b"".join(head), raw
 
 
-def check_model_infer(data: bytes | memoryview | Pieces, cap: int, *, keyed: bool = False) -> str:
+def check_model_infer(
+    data: bytes | memoryview | Pieces, cap: int, *, keyed: bool = False, max_strings: int = GATEWAY_MAX_STRING_ELEMENTS
+) -> str:
     """Check a serialized ModelInferRequest as Triton will read it; returns the model's name (`read_model_infer`)."""
-    return str(read_model_infer(data, cap, keyed=keyed)[0].model_name)
+    return str(read_model_infer(data, cap, keyed=keyed, max_strings=max_strings)[0].model_name)
 
 
 def staged_model_infer(req: Any, raw: Sequence[bytes | memoryview | Spread], region: str, view: memoryview) -> bytes:
@@ -182,7 +185,7 @@ def staged_model_infer(req: Any, raw: Sequence[bytes | memoryview | Spread], reg
 
 
 def read_model_infer(
-    data: bytes | memoryview | Pieces, cap: int, *, keyed: bool = False
+    data: bytes | memoryview | Pieces, cap: int, *, keyed: bool = False, max_strings: int = GATEWAY_MAX_STRING_ELEMENTS
 ) -> tuple[Any, Sequence[bytes | memoryview | Spread]]:
     """Check a serialized ModelInferRequest as Triton will read it (`keyed`: it came with the admin key).
 
@@ -195,7 +198,8 @@ def read_model_infer(
 
     Raises:
         Refusal: unparsable bytes, a bad version, datatype or dim, raw contents not matching the inputs'
-            shapes, BOOL bytes other than 0/1, more tensor data than `cap` (too_large), or a shared-memory
+            shapes, BOOL bytes other than 0/1, more tensor data than `cap` or more string elements than
+            `max_strings` (too_large), or a shared-memory
             region named without the key (`check_region_name`).
     """
     raw: Sequence[bytes | memoryview | Spread]
@@ -211,12 +215,14 @@ def read_model_infer(
         req = _parse(pb.ModelInferRequest, message.join())
         raw = req.raw_input_contents
     check_grpc_version(req.model_version)
-    budget = SizeBudget(cap)
+    budget = SizeBudget(cap, max_strings)
     used = 0
     for inp in req.inputs:
         name, datatype, shape = inp.name, inp.datatype, list(inp.shape)
         size = check_datatype(name, datatype)
         count = element_count(name, shape)
+        if datatype == "BYTES":
+            budget.add_strings(name, shape, count)
         params = inp.parameters
         if "shared_memory_region" in params:
             check_region_name(f"input '{name}'", params["shared_memory_region"].string_param, keyed=keyed)

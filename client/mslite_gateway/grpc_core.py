@@ -33,7 +33,7 @@ import logging
 from typing import Any
 
 from mslite_gateway.admission import Account
-from mslite_gateway.grpc_calls import CheckedCalls, RelayRules
+from mslite_gateway.grpc_calls import CheckedCalls, Later, RelayRules
 from mslite_gateway.grpc_frames import (
     ACK,
     COLLECT,
@@ -63,6 +63,7 @@ from mslite_gateway.grpc_frames import (
     scrubbed_trailers,
     unpadded,
 )
+from mslite_gateway.rules import no_answer
 from mslite_gateway.server_metadata import served_message
 
 __all__ = ["CLIENT", "TRITON", "MAX_RESETS_PER_WINDOW", "RESET_WINDOW_S", "RelayCore", "RelayRules", "Writes"]
@@ -90,7 +91,7 @@ class Writes:
     a new object each time cost measurably): it holds what the latest call asked, until the next call.
     """
 
-    __slots__ = ("to_client", "to_triton", "pause_client", "close", "wake_s")
+    __slots__ = ("to_client", "to_triton", "pause_client", "close", "wake_s", "later")
 
     def __init__(self) -> None:
         self.to_client: list[Any] = []  # pieces (bytes or views of what was read), in order
@@ -98,6 +99,8 @@ class Writes:
         self.pause_client = False  # stop reading the client (a calmed connection, until it closes)
         self.close = False  # close both connections once what is above is written
         self.wake_s = 0.0  # call `tick` again within this many seconds (0: no need beyond the usual sweep)
+        # work to run off the loop for these streams (`grpc_calls.Later`), each followed by `resolved`
+        self.later: list[tuple[int, Later]] = []
 
 
 class RelayCore:
@@ -121,6 +124,7 @@ class RelayCore:
         "block_stream",
         "for_client",
         "for_triton",
+        "later",
         "open",
         "last_sid",
         "resets",
@@ -150,6 +154,7 @@ class RelayCore:
         self.block_stream = 0
         self.for_client: list[bytes] = []  # frames of ours for the client, waiting for a boundary in Triton's
         self.for_triton: list[bytes] = []  # frames of ours for Triton, written at the next boundary
+        self.later: list[tuple[int, Later]] = []  # work off the loop the checked calls asked for
         self.open: set[int] = set()  # streams forwarded to Triton and not ended there
         self.last_sid = 0
         self.resets = 0  # client resets of open streams in the window that began at `resets_since`
@@ -201,7 +206,34 @@ class RelayCore:
             # not closed with the connection by the one before
             if (sid in calls.streams or sid in calls.streamed.calls) and not self.shut:
                 self.stalled(sid)
+        overdue = calls.overdue_ids(now)
+        for sid in overdue:
+            if sid in calls.streams and not self.shut:
+                calls.refuse(sid, DEADLINE_EXCEEDED, no_answer(self.rules.upstream_timeout_s))
+        if overdue:
+            self._ours_to_triton()
         return self._writes()
+
+    def resolved(self, sid: int, job: Later, value: Any, error: BaseException | None, now: float) -> Writes:
+        """Work off the loop for stream `sid` is done (`job.run` returned `value` or raised `error`)."""
+        self.now = now
+        if not self.shut:
+            self.calls.resolve(sid, job, value, error)
+            self._ours_to_triton()
+            if self.calls.credit or self.calls.stream_credit:
+                self.calls.give_credit()
+        return self._writes()
+
+    def _ours_to_triton(self) -> None:
+        """Frames of ours for Triton made between reads: now if the client's byte stream is between frames."""
+        frames = self.frames
+        if frames.at_boundary and not self.in_block:
+            if self.for_triton:
+                frames.out += self.for_triton
+                self.for_triton = []
+        elif frames.out:  # in the middle of a client's frame: after it
+            self.for_triton += frames.out
+            frames.out = []
 
     def closed(self, side: str) -> Writes:
         """`side` hung up: the other side is closed too (clients see UNAVAILABLE and retry)."""
@@ -241,6 +273,11 @@ class RelayCore:
         out = writes.to_triton = self.frames.out
         if out:
             self.frames.out = []
+        later = self.later
+        if later:
+            writes.later, self.later = later, []
+        elif writes.later:
+            writes.later = []
         if self.unusual:
             if self.alone or self.closing:  # Triton's connection is gone, or goes before the frames of this read
                 writes.to_triton = []
@@ -283,6 +320,8 @@ class RelayCore:
                     return COLLECT  # trailers in one frame: their grpc-message is scrubbed (_on_triton_frame)
             elif kind == HEADERS and sid in streamed:
                 return COLLECT  # a stream's response headers: answers of ours may follow them (_on_triton_frame)
+            elif kind == HEADERS:
+                self.calls.answering(sid)
             return PASS
         if sid and sid in self.calls.refused_ids:
             return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go

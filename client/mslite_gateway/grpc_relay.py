@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from mslite_backend.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
 from mslite_gateway.admission import Admission
+from mslite_gateway.grpc_calls import Later
 from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.grpc_frames import write
 from mslite_gateway.load_failures import LoadFailures
+from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.upstream: _TritonProtocol | None = None
         self.connecting: asyncio.Task[None] | None = None  # kept: the loop holds only a weak reference to a task
         self.lingering = False  # the core closed the connection: written, write side shut, closing soon
+        self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc_calls.Later`)
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -119,11 +123,24 @@ class _ClientProtocol(asyncio.Protocol):
             client.pause_reading()
         if writes.wake_s:
             self.loop.call_later(writes.wake_s, lambda: self.apply(self.core.tick(self.loop.time())))
+        for sid, job in writes.later:
+            task = self.loop.create_task(self._run_later(sid, job))
+            self.tasks.add(task)  # kept: the loop holds only a weak reference to a task
+            task.add_done_callback(self.tasks.discard)
         if writes.close:
             if triton is not None:
                 triton.close()
             if client is not None:
                 self._close_after_writes(client)
+
+    async def _run_later(self, sid: int, job: Later) -> None:
+        """Run a stream's work off the loop (a thread, or a reading from Triton), then hand the core its outcome."""
+        value, error = None, None
+        try:
+            value = await (asyncio.to_thread(job.run) if job.in_thread else job.run())
+        except Exception as e:  # the core decides what it means for the stream
+            error = e
+        self.apply(self.core.resolved(sid, job, value, error, self.loop.time()))
 
     def _close_after_writes(self, client: asyncio.Transport) -> None:
         """Close the client's connection so that what was written to it (a GOAWAY, a refusal) reaches it.
@@ -201,6 +218,9 @@ async def start_relay(
     staging: Staging | None,
     admin_key: str | None = None,
     failures: LoadFailures | None = None,
+    batching: ModelBatching | None = None,
+    max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
+    upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
     """Listen on host:port and relay to `upstream` (host:port of Triton's gRPC endpoint).
 
@@ -214,6 +234,9 @@ async def start_relay(
         staging=staging,
         admin_key=admin_key,
         failures=failures,
+        batching=batching,
+        max_strings=max_strings,
+        upstream_timeout_s=upstream_timeout_s,
     )
     relay = GrpcRelay((up_host, int(up_port)), rules)
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)

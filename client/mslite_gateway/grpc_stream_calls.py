@@ -55,7 +55,8 @@ from mslite_gateway.grpc_stream_state import (
     request_id,
 )
 from mslite_gateway.grpc_streams import inflate
-from mslite_gateway.rules import Refusal
+from mslite_gateway.model_batching import ModelBatching
+from mslite_gateway.rules import Refusal, check_batches, empty_batches
 from mslite_gateway.staging import Staging
 
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
@@ -72,6 +73,8 @@ class _Rules(Protocol):
     cap: int
     admission: Admission
     staging: Staging | None
+    batching: ModelBatching | None
+    max_strings: int
     refused: int
 
 
@@ -179,8 +182,9 @@ class StreamCalls:
             body: Any = message.body()
             if message.compressed:
                 body = inflate(call.encoding, body.join(), rules.cap)
-            req, raw = read_model_infer(body, rules.cap, keyed=call.keyed)
+            req, raw = read_model_infer(body, rules.cap, keyed=call.keyed, max_strings=rules.max_strings)
             model = str(req.model_name)
+            _check_empty_batch(rules.batching, model, req)
             rules.admission.enter(model)
         except (Refusal, Overloaded) as e:
             self._refuse(sid, call, message, e.message, nbytes)
@@ -364,3 +368,29 @@ class StreamCalls:
         """Whether Triton's response headers for call `sid` went to the client (our trailers must have none)."""
         call = self.calls.get(sid)
         return call is not None and call.answers is not Answers.AWAITING_HEADERS
+
+
+def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
+    """A stream's request of batch size 0: refused unless the model is known not to batch (`rules.check_batches`).
+
+    A unary call waits for the model's configuration (`grpc_calls.Later`); a stream's messages are answered in
+    order, so one never answered would hold every answer after it, and the stream cannot wait for a reading
+    either. So here a batch of 0 goes on only where a fresh reading says the model does not batch (or could not
+    be read: Triton then answers for itself), and is refused where the model batches or was not read lately.
+
+    Raises:
+        Refusal: an input of batch size 0 and the model batches, or is not known not to.
+    """
+    empty = empty_batches((inp.name, inp.shape) for inp in req.inputs)
+    if not empty or batching is None:
+        return
+    fresh, size = batching.known(model)
+    if fresh:
+        if size is not None:
+            check_batches(model, empty, size)
+        return
+    name, shape = empty[0]
+    raise Refusal(
+        f"inference request batch-size must be >= 1 for '{model[:200]}': input '{name[:200]}' has shape "
+        f"{list(shape)}, a batch of 0, which a stream takes only for a model known not to batch (send it as ModelInfer)"
+    )

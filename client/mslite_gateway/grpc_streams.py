@@ -41,6 +41,10 @@ class Stream:
         "keyed",
         "answered",
         "moved",
+        "infer",
+        "held_frame",
+        "checked",
+        "sent_at",
     )
 
     def __init__(
@@ -58,6 +62,7 @@ class Stream:
         self.keyed = keyed  # the call came with the admin key (or the server has none)
         self.answered = answered  # what to do once Triton answered the call
         self.stageable = stageable  # a ModelInfer call, whose tensors may go to Triton through shared memory
+        self.infer = stageable  # a ModelInfer call (`stageable` is decided once, then cleared)
         self.region: Region | None = None  # where they go, once chosen (`staging`)
         # the message to send Triton instead of the client's (None: the client's): held until whole, as staged
         self.rewrite = rewrite
@@ -69,6 +74,11 @@ class Stream:
         self.encoding = encoding
         self.done = False  # checked and passed on: later frames go through
         self.moved = moved  # when a byte of the message last arrived (seconds; `RelayCore.tick`)
+        # while work for it runs off the event loop (`grpc_calls.Later`): the frame that completed the message
+        # (flags, raw header, payload parts), and the checked request where the check got that far
+        self.held_frame: tuple[int, bytes, list[Any]] | None = None
+        self.checked: tuple[Any, Any] | None = None
+        self.sent_at = 0.0  # when it went on to Triton, until Triton's answer begins (0: not timed)
 
     def add(self, data: Any) -> None:
         """Bytes of the message (a frame's payload without padding)."""
@@ -92,6 +102,11 @@ class Stream:
     def whole(self) -> bool:
         """Whether the message has all its bytes (or more)."""
         return self.size >= 0 and self.got >= PREFIX + self.size
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the message came compressed (its flag byte; the message has begun)."""
+        return bool(self.parts and self.parts[0][0])
 
     def message(self, cap: int) -> bytes | Pieces:
         """The whole message, without its prefix, inflated if it was sent compressed; its pieces let go.

@@ -23,10 +23,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from mslite_backend.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.admission import CHUNK_OVERHEAD_BYTES, Account, Admission, Overloaded
 from mslite_gateway.deadlines import within
 from mslite_gateway.kserve_json import check_infer_request
-from mslite_gateway.rules import Refusal, check_http_version, check_own_region, inflate_bounded
+from mslite_gateway.rules import Refusal, check_http_version, check_own_region, empty_batches, inflate_bounded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -287,11 +288,17 @@ class _Body:
 
 
 def check_infer(
-    req: Request, model: bytes, version: bytes | None, cap: int, keyed: bool = False
+    req: Request,
+    model: bytes,
+    version: bytes | None,
+    cap: int,
+    keyed: bool = False,
+    max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
 ) -> tuple[dict[str, Any], memoryview | None]:
     """Refuse an inference request Triton would mis-serve, answer 500 to, or die of (Refusal).
 
-    `keyed`: the request came with the admin key (it may name shared-memory regions).
+    `keyed`: the request came with the admin key (it may name shared-memory regions); `max_strings`: the most
+    string (BYTES) elements it may declare.
 
     Returns:
         The JSON header, and the binary tensor data as it lies in `req.body` (None when there is none, or
@@ -316,8 +323,21 @@ def check_infer(
             )
         header, payload = body[:n], memoryview(body)[n:]
     model_name = urllib.parse.unquote(model.decode("latin-1"))
-    doc = check_infer_request(header, model_name, payload=payload, cap=cap, keyed=keyed)
+    doc = check_infer_request(header, model_name, payload=payload, cap=cap, keyed=keyed, max_strings=max_strings)
     return doc, payload if body is req.body else None
+
+
+def check_infer_elsewhere(
+    req: Request, model: bytes, version: bytes | None, cap: int, keyed: bool, max_strings: int
+) -> list[tuple[str, list[int]]]:
+    """`check_infer` in another process: what comes back is only the inputs of batch size 0 (`empty_batches`)."""
+    doc, _ = check_infer(req, model, version, cap, keyed, max_strings)
+    return infer_empty_batches(doc)
+
+
+def infer_empty_batches(doc: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """The inputs of a checked JSON inference request whose first dim is 0 (`rules.empty_batches`)."""
+    return empty_batches((item["name"], item["shape"]) for item in doc["inputs"])
 
 
 def decoded_body(req: Request, cap: int) -> bytes:
@@ -344,9 +364,27 @@ def needs_offload(req: Request, limit: int, *, infer: bool = True) -> bool:
     """
     if (req.header(b"content-encoding") or b"identity").lower() not in (b"identity", b""):
         return True
+    return _json_bytes(req, infer) > limit and (infer or not few_brackets(req.body))
+
+
+def _json_bytes(req: Request, infer: bool) -> int:
     length = req.header(b"inference-header-content-length") if infer else None
-    json_bytes = int(length) if length is not None and length.isdigit() and len(length) <= 19 else len(req.body)
-    return json_bytes > limit and (infer or not few_brackets(req.body))
+    return int(length) if length is not None and length.isdigit() and len(length) <= 19 else len(req.body)
+
+
+def work_bytes(req: Request, limit: int, *, infer: bool = True) -> int:
+    """How much JSON checking `req` reads, counted up to `limit` + 1 (`offload` chooses its lane by it).
+
+    A compressed body is inflated that far (only counted; the check inflates it again): run this in a
+    thread, as zlib lets go of the GIL. Invalid compressed data counts 0: its check refuses it at once.
+    """
+    if (req.header(b"content-encoding") or b"identity").lower() in (b"gzip", b"deflate"):
+        inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 32)
+        try:
+            return len(inflater.decompress(req.body, limit + 1))
+        except zlib.error:
+            return 0
+    return min(_json_bytes(req, infer), limit + 1)
 
 
 def check_json_body(req: Request, version: bytes | None, cap: int) -> None:

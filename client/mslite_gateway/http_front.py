@@ -18,7 +18,7 @@ from typing import Any
 
 from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
 from mslite_backend.scrub import json_error, scrub_json_error
-from mslite_backend.settings import GATEWAY_UPSTREAM_RETRY_S
+from mslite_backend.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_RETRY_S
 from mslite_gateway.admission import Account, Admission, Overloaded
 from mslite_gateway.deadlines import within
 from mslite_gateway.http_framing import (
@@ -29,10 +29,12 @@ from mslite_gateway.http_framing import (
     HttpError,
     Request,
     check_infer,
+    check_infer_elsewhere,
     check_json_body,
     check_region_call,
     client_head,
     error_response,
+    infer_empty_batches,
     needs_offload,
     parse_head,
     read_body,
@@ -40,11 +42,13 @@ from mslite_gateway.http_framing import (
     remap_parse_500,
     stage_body,
     upstream_head,
+    work_bytes,
 )
 from mslite_gateway.load_failures import LoadFailures
+from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
-from mslite_gateway.offload import OFFLOAD_BYTES, Offload
-from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
+from mslite_gateway.rules import Refusal, holds_key, no_answer
 from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
 from mslite_gateway.server_metadata import served_json
 from mslite_gateway.staging import Staging
@@ -54,6 +58,9 @@ log = logging.getLogger(__name__)
 _INFER_PREFIX = b"/v2/models/"
 _MODEL_ROUTE = re.compile(rb"/v2/models/([^/?]+)")  # any call naming a model: ready, metadata, infer, ...
 _KEY_HEADER = ADMIN_HEADER.encode()
+# While requests wait for Triton, their clients' connections are looked at this often: one that hung up has its
+# request's upstream connection closed (all HTTP allows to cancel it) and its admission slot given back.
+CLIENT_WATCH_S = 1.0
 
 
 @dataclass
@@ -177,7 +184,10 @@ class Upstream:
                 continue  # an idle keep-alive connection the server had closed: once more on a fresh one
             except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
                 writer.close()
-                raise HttpError(504, f"no answer from the inference server within {self.timeout_s:.0f} s") from None
+                raise HttpError(504, no_answer(self.timeout_s)) from None
+            except asyncio.CancelledError:  # the client hung up: its answer must never reach the next request
+                writer.close()
+                raise
             if resp.reusable and len(self._idle) < self.max_idle:
                 self._idle.append(conn)
             else:
@@ -205,8 +215,16 @@ class HttpFront:
         admin_key: str | None = None,
         offload: Offload | None = None,
         failures: LoadFailures | None = None,
+        batching: ModelBatching | None = None,
+        max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
     ) -> None:
         self.upstream = upstream
+        self.batching = batching
+        self.max_strings = max_strings
+        self.gone = 0  # requests whose client hung up while Triton had them
+        # requests waiting for Triton (their tasks) and their clients' connections, looked at by `_sweep`
+        self.waiting: dict[asyncio.Task[Any], asyncio.StreamReader] = {}
+        self.sweeper: asyncio.TimerHandle | None = None
         self.failures = failures
         self.staging = staging
         self.admin_key = admin_key
@@ -235,7 +253,7 @@ class HttpFront:
                     await read_body(req, reader, writer, self.cap, self.body_timeout_s, self.admission, account)
                     self.inflight += 1
                     try:
-                        keep = await self._serve(req, writer)
+                        keep = await self._serve(req, reader, writer)
                     finally:
                         self.inflight -= 1
                 except HttpError as e:
@@ -250,10 +268,10 @@ class HttpFront:
             pass
         except asyncio.CancelledError:
             # The gateway stops and what the grace period left is cancelled (a request waiting for Triton in
-            # the upstream's retry sleep): ended quietly. Left cancelled, the stream server's done-callback
-            # (Python 3.11) asks the task for its exception, which raises and is logged as an ERROR with a
-            # traceback.
-            if not self.closing:
+            # the upstream's retry sleep), or the client hung up while Triton had its request (`_sweep`): ended
+            # quietly. Left cancelled, the stream server's done-callback (Python 3.11) asks the task for its
+            # exception, which raises and is logged as an ERROR with a traceback.
+            if not (self.closing or reader.at_eof()):
                 raise
         finally:
             self._writers.discard(writer)
@@ -264,7 +282,32 @@ class HttpFront:
             self.admission.give_bytes(req.charged, account)
             req.charged = 0
 
-    async def _serve(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+    def _watch(self, reader: asyncio.StreamReader) -> asyncio.Task[Any]:
+        """Have `_sweep` look at this request's client while Triton has the request; returns the request's task.
+
+        One timer for all requests (a timer each cost 5 us a request, a tenth of a small one's whole cost).
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self.waiting[task] = reader
+        if self.sweeper is None:
+            self.sweeper = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._sweep)
+        return task
+
+    def _sweep(self) -> None:
+        """Cancel each waiting request whose client hung up (FIN or reset; pipelined bytes unread keep it: rare).
+
+        A cancelled request's upstream connection is closed (`Upstream`), its slot given back (`_serve`).
+        """
+        self.sweeper = None
+        for task, reader in list(self.waiting.items()):
+            if reader.at_eof():
+                self.gone += 1
+                task.cancel()
+        if self.waiting:
+            self.sweeper = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._sweep)
+
+    async def _serve(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         """Check, forward and answer one request; False when the connection must close afterwards."""
         try:
             connection = (req.header(b"connection") or b"").lower()
@@ -272,6 +315,7 @@ class HttpFront:
             if req.method == b"HEAD":
                 raise HttpError(405, "method HEAD is not served; use GET")
             match = infer = None
+            empty: list[tuple[str, list[int]]] = []  # inputs of batch size 0
             doc: dict[str, Any] | None = None
             payload: memoryview | None = None
             if req.method == b"POST" and req.target.startswith(_INFER_PREFIX):
@@ -279,16 +323,18 @@ class HttpFront:
                 match = infer = INFER_ROUTE.fullmatch(path)
                 if infer:
                     keyed = holds_key(req.header(_KEY_HEADER), self.admin_key)
+                    args = (req, infer.group(1), infer.group(2), self.cap, keyed, self.max_strings)
                     if self._offloaded(req):  # checked elsewhere; sent to Triton as it came
-                        await self._check_off_loop(check_infer, req, infer.group(1), infer.group(2), self.cap, keyed)
+                        empty = await self._check_off_loop(req, check_infer_elsewhere, *args)
                     else:
-                        doc, payload = check_infer(req, infer.group(1), infer.group(2), self.cap, keyed)
+                        doc, payload = check_infer(*args)
+                        empty = infer_empty_batches(doc)
                 else:
                     match = GENERATE_ROUTE.fullmatch(path)
             if infer is None and (match is not None or req.body):  # every other body Triton parses
                 version = match.group(2) if match else None
                 if self._offloaded(req, infer=False):
-                    await self._check_off_loop(check_json_body, req, version, self.cap)
+                    await self._check_off_loop(req, check_json_body, req, version, self.cap, infer=False)
                 else:
                     check_json_body(req, version, self.cap)
             if match is None:
@@ -296,12 +342,16 @@ class HttpFront:
             else:
                 model = urllib.parse.unquote(match.group(1).decode("latin-1"))
                 self.admission.enter(model)
+                task = self._watch(reader)
                 try:
+                    if empty and self.batching is not None:
+                        await self.batching.check(model, empty)
                     if doc is None:  # generate, or checked off the loop
                         resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
                     else:
                         resp = await self._infer(req, doc, payload)
                 finally:
+                    del self.waiting[task]
                     self.admission.leave(model)
         except Overloaded as e:
             self.refused += 1
@@ -335,9 +385,14 @@ class HttpFront:
     def _offloaded(self, req: Request, *, infer: bool = True) -> bool:
         return self.offload is not None and needs_offload(req, OFFLOAD_BYTES, infer=infer)
 
-    async def _check_off_loop(self, check: Callable[..., Any], *args: Any) -> None:
+    async def _check_off_loop(self, req: Request, check: Callable[..., Any], *args: Any, infer: bool = True) -> Any:
+        """`check(*args)` in the offload lane for `req`'s JSON (a compressed body measured in a thread first)."""
         assert self.offload is not None
-        await self.offload.check(check, *args)
+        if req.header(b"content-encoding"):  # inflated to count it: in a thread
+            work = await asyncio.to_thread(work_bytes, req, SMALL_LANE_BYTES, infer=infer)
+        else:
+            work = work_bytes(req, SMALL_LANE_BYTES, infer=infer)
+        return await self.offload.check(check, *args, work_bytes=work)
 
     async def _relay(self, req: Request) -> Response:
         """Any request but inference: relayed as it is, but for shared-memory calls and load overrides.
@@ -355,7 +410,7 @@ class HttpFront:
         if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
             # a file path Triton cannot create aborts it: refused here (`model_control`), a large body off the loop
             if self.offload is not None and (len(req.body) > OFFLOAD_BYTES or req.header(b"content-encoding")):
-                await self._check_off_loop(check_http_load, req, self.cap)
+                await self._check_off_loop(req, check_http_load, req, self.cap, infer=False)
             else:
                 check_http_load(req, self.cap)
             rewritten = http_load_body(req.body)  # an override that names no backend keeps ours

@@ -15,6 +15,7 @@ import re
 from itertools import chain
 from typing import Any
 
+from mslite_backend.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.rules import (
     ELEMENT_SIZE,
     Refusal,
@@ -106,7 +107,13 @@ def _typed(where: str, value: Any, kind: type) -> Any:
 
 
 def check_infer_request(
-    header: bytes, model: str, *, payload: memoryview | None, cap: int, keyed: bool = False
+    header: bytes,
+    model: str,
+    *,
+    payload: memoryview | None,
+    cap: int,
+    keyed: bool = False,
+    max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
 ) -> dict[str, Any]:
     """Check an inference request's JSON header (and, for binary data, what follows it).
 
@@ -119,6 +126,7 @@ def check_infer_request(
         payload: the binary tensor data after the header, or None without Inference-Header-Content-Length.
         cap: the most bytes of tensor data one request may declare.
         keyed: the request came with the admin key (it may name shared-memory regions).
+        max_strings: the most string (BYTES) elements one request may declare.
 
     Returns:
         The parsed header, shared with later requests that send the same: not to be changed.
@@ -126,10 +134,11 @@ def check_infer_request(
     Raises:
         Refusal: the first problem found, named.
     """
-    key = (header, payload is not None, cap, keyed) if len(header) <= _KNOWN_HEADER_BYTES else None
+    key = (header, payload is not None, cap, keyed, max_strings) if len(header) <= _KNOWN_HEADER_BYTES else None
     known = _known_headers.get(key) if key is not None else None
     if known is None:
-        known = _check_header(header, model, has_payload=payload is not None, cap=cap, keyed=keyed)
+        budget = SizeBudget(cap, max_strings)
+        known = _check_header(header, model, has_payload=payload is not None, budget=budget, keyed=keyed)
         if key is not None:
             if len(_known_headers) >= _KNOWN_HEADERS:
                 del _known_headers[next(iter(_known_headers))]  # the oldest
@@ -151,10 +160,10 @@ def check_infer_request(
 _KNOWN_HEADERS = 256
 _KNOWN_HEADER_BYTES = 4096
 _Checked = tuple[dict[str, Any], int, tuple[tuple[str, int, int], ...]]
-_known_headers: dict[tuple[bytes, bool, int, bool], _Checked] = {}
+_known_headers: dict[tuple[bytes, bool, int, bool, int], _Checked] = {}
 
 
-def _check_header(header: bytes, model: str, *, has_payload: bool, cap: int, keyed: bool) -> _Checked:
+def _check_header(header: bytes, model: str, *, has_payload: bool, budget: SizeBudget, keyed: bool) -> _Checked:
     """The header parsed and checked; the binary data's total size, and where BOOL inputs lie in it."""
     doc = parse_header(header)
     if "id" in doc:
@@ -164,7 +173,6 @@ def _check_header(header: bytes, model: str, *, has_payload: bool, cap: int, key
     inputs = _typed("request 'inputs'", doc.get("inputs"), list) if "inputs" in doc else None
     if inputs is None:
         raise Refusal("request JSON is missing its 'inputs' array")
-    budget = SizeBudget(cap)
     binary_total = 0
     bools: list[tuple[str, int, int]] = []  # BOOL inputs in the binary part: name, offset, size
     for i, item in enumerate(inputs):
@@ -209,6 +217,8 @@ def _check_input(i: int, item: Any, model: str, budget: SizeBudget, has_payload:
         raise Refusal(f"input '{name}' is missing its 'shape'")
     shape = _typed(f"'shape' of input '{name}'", item["shape"], list)
     count = element_count(name, shape)
+    if datatype == "BYTES":
+        budget.add_strings(name, shape, count)
     params = _typed(f"'parameters' of input '{name}'", item.get("parameters", {}), dict)
     binary = params.get("binary_data_size")
     region = params.get("shared_memory_region")

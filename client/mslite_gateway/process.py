@@ -3,7 +3,7 @@
     python -m mslite_gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
         --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
         [--max-inflight-per-model N] [--max-inflight-bytes N] [--max-inflight-bytes-per-connection N]
-        [--body-stall-timeout-s S]
+        [--body-stall-timeout-s S] [--upstream-timeout-s S] [--max-string-elements N]
 
 With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
 the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
@@ -35,13 +35,16 @@ from mslite_backend.settings import (
     GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
+    GATEWAY_MAX_STRING_ELEMENTS,
     GATEWAY_UPSTREAM_RETRY_S,
+    GATEWAY_UPSTREAM_TIMEOUT_S,
 )
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_relay import start_relay
 from mslite_gateway.http_framing import MAX_HEAD_BYTES
 from mslite_gateway.http_front import HttpFront, Upstream
 from mslite_gateway.load_failures import LoadFailures, http_reader, index_request
+from mslite_gateway.model_batching import ModelBatching, http_config_reader
 from mslite_gateway.offload import Offload
 from mslite_gateway.staging import Staging
 
@@ -96,6 +99,8 @@ async def serve(args: argparse.Namespace) -> None:
     offload = Offload()
     # why a model failed to load, for callers without the key: read with the gateway's own key, on its upstream
     failures = LoadFailures(http_reader(upstream.exchange, index_request(ADMIN_KEY_HEADER.encode(), admin_key)))
+    # whether a model batches, for a request of batch size 0 (`model_batching`): read the same way
+    batching = ModelBatching(http_config_reader(upstream.exchange, ADMIN_KEY_HEADER.encode(), admin_key))
     front = HttpFront(
         upstream,
         max_request_bytes=args.max_request_bytes,
@@ -104,6 +109,8 @@ async def serve(args: argparse.Namespace) -> None:
         admin_key=admin_key,
         offload=offload,
         failures=failures,
+        batching=batching,
+        max_strings=args.max_string_elements,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
     try:
@@ -122,6 +129,9 @@ async def serve(args: argparse.Namespace) -> None:
             staging=staging,
             admin_key=admin_key,
             failures=failures,
+            batching=batching,
+            max_strings=args.max_string_elements,
+            upstream_timeout_s=args.upstream_timeout_s,
         )
     except OSError as e:
         raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
@@ -138,10 +148,12 @@ async def serve(args: argparse.Namespace) -> None:
         log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
         await staging.close()
     log.warning(
-        "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control)",
+        "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control); cancelled %d "
+        "HTTP requests whose client hung up",
         front.refused,
         relay.refused,
         admission.denied,
+        front.gone,
     )
 
 
@@ -193,7 +205,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="relay large tensors to Triton over TCP as they came, not through shared memory (staging.py)",
     )
-    ap.add_argument("--upstream-timeout-s", type=float, default=600.0)
+    ap.add_argument(
+        "--upstream-timeout-s",
+        type=float,
+        default=GATEWAY_UPSTREAM_TIMEOUT_S,
+        help="how long a request waits for Triton's answer (then 504 / DEADLINE_EXCEEDED, its slot given back)",
+    )
+    ap.add_argument(
+        "--max-string-elements",
+        type=int,
+        default=GATEWAY_MAX_STRING_ELEMENTS,
+        help="string (BYTES) elements one request may declare; more are refused (413 / RESOURCE_EXHAUSTED)",
+    )
     ap.add_argument("--grace-s", type=float, default=GATEWAY_GRACE_S)
     ap.add_argument(
         "--upstream-retry-s",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER as GRPC_ADMIN_HEADER
 from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
@@ -42,6 +42,8 @@ REGION_NEEDS_KEY = (
     f"naming a shared-memory region needs the admin key (HTTP header '{ADMIN_HEADER}', gRPC metadata "
     f"'{GRPC_ADMIN_HEADER}'); without it, send the tensor data in the request"
 )
+STRING_LIMIT_OPTION = "--max-string-elements"  # the settings named in the answers
+UPSTREAM_TIMEOUT_OPTION = "--upstream-timeout-s"
 _DIGITS = re.compile(r"[0-9]+")
 # What std::stol reads: blanks (isspace), an optional sign, decimal digits.
 _STOL_PREFIX = re.compile(r"[ \t\n\v\f\r]*[+-]?[0-9]+", re.ASCII)
@@ -136,11 +138,28 @@ def element_count(name: str, shape: Sequence[object]) -> int:
 
 
 class SizeBudget:
-    """Adds up the bytes a request's tensors need and refuses the request once they pass the cap."""
+    """Adds up the bytes and string elements a request's tensors need; refuses the request past either cap."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, max_strings: int) -> None:
         self.cap = cap
         self.used = 0
+        self.max_strings = max_strings
+        self.strings = 0
+
+    def add_strings(self, name: str, shape: Sequence[int], count: int) -> None:
+        """Count the `count` elements of BYTES input `name`: each costs the model's worker per element.
+
+        Raises:
+            Refusal (too_large): the request now declares more string elements than `max_strings`.
+        """
+        self.strings += count
+        if self.strings > self.max_strings:
+            raise Refusal(
+                f"input '{name}' (shape {list(shape)}, BYTES) brings the request to {self.strings} string elements, "
+                f"over this server's limit of {self.max_strings} per request (mslite-triton serve "
+                f"{STRING_LIMIT_OPTION}); send fewer strings per request",
+                too_large=True,
+            )
 
     def add(self, name: str, shape: Sequence[int], datatype: str, nbytes: int) -> None:
         """Count `nbytes` for input `name`.
@@ -155,6 +174,38 @@ class SizeBudget:
                 f"tensor data, over this server's limit of {self.cap} bytes per request",
                 too_large=True,
             )
+
+
+def empty_batches(inputs: Iterable[tuple[str, Sequence[int]]]) -> list[tuple[str, list[int]]]:
+    """The inputs (name, shape) whose first dim is 0: an empty batch, if the model batches (`check_batches`)."""
+    return [(name, list(shape)) for name, shape in inputs if len(shape) and shape[0] == 0]
+
+
+def check_batches(model: str, empty: Sequence[tuple[str, Sequence[int]]], max_batch_size: int) -> None:
+    """Refuse a request of batch size 0 to a model that batches.
+
+    Triton 2.51 takes a batching model's first dim as the batch size and, when it is 0, checks the rest of the
+    shape as one item's: a request whose item has no elements (a variable dim of 0, as in [0, 0]) passes, is
+    counted as a success and is never answered, over HTTP and gRPC alike, holding its connection and
+    tritonserver's memory for good. A model without batching (max_batch_size 0) answers such shapes.
+
+    Raises:
+        Refusal: `max_batch_size` > 0 and an input in `empty` (`empty_batches`).
+    """
+    if max_batch_size > 0 and empty:
+        name, shape = empty[0]
+        raise Refusal(
+            f"inference request batch-size must be >= 1 for '{model[:200]}': input '{name[:200]}' has shape "
+            f"{list(shape)}, a batch of 0 (the model batches up to {max_batch_size})"
+        )
+
+
+def no_answer(timeout_s: float) -> str:
+    """What a client is told when Triton did not answer its request within the gateway's upstream timeout."""
+    return (
+        f"no answer from the inference server within {timeout_s:g} s (this server's limit: mslite-triton serve "
+        f"{UPSTREAM_TIMEOUT_OPTION})"
+    )
 
 
 def byte_size_mismatch(name: str, model: str, expected: int, got: int) -> Refusal:

@@ -32,6 +32,7 @@ from tests.support.raw_h2 import (
     rapid_reset,
     stall_streams,
 )
+from tests.support.sockets import http_answer
 from tests.support.traffic import Traffic
 
 pytestmark = pytest.mark.integration
@@ -59,23 +60,6 @@ def _post(port: int, body: bytes, *, sent: int | None = None, length: int | None
     return s
 
 
-def _answer(s: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data or len(data) < data.index(b"\r\n\r\n") + 4 + _length(data):
-        chunk = s.recv(1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _length(data: bytes) -> int:
-    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return int(line.split(b":", 1)[1])
-    return 0
-
-
 def test_http_bodies_count_as_they_arrive_and_stalled_ones_are_dropped(server, tmp_path):
     gateway = _gateway(tmp_path, *_upstreams(server), max_inflight_bytes=1 << 20, body_stall_timeout_s=2.0)
     port = _port(gateway, "http-port")
@@ -85,25 +69,25 @@ def test_http_bodies_count_as_they_arrive_and_stalled_ones_are_dropped(server, t
     try:
         # 256 MiB announced and not sent hold nothing: a request whose bytes came is served
         with _post(port, padded) as s:
-            assert _answer(s).startswith(b"HTTP/1.1 200"), "announced bodies held the budget"
+            assert http_answer(s).startswith(b"HTTP/1.1 200"), "announced bodies held the budget"
         # 700 KiB of a 1 MiB body did come: they are held while the body keeps moving
         stalled = _post(port, b"x" * (700 << 10), length=1 << 20)
         time.sleep(0.3)
         stalled.sendall(b"x")  # progress
         with _post(port, padded) as s:
-            answer = _answer(s)
+            answer = http_answer(s)
         assert answer.startswith(b"HTTP/1.1 503") and b"kLiteServiceDeny" in answer, answer[:300]
         stalled.sendall(b"x")
         last = time.monotonic()
         # ... and once it stops for the stall timeout (2 s here), it is dropped and what it held is given back
-        answer = _answer(stalled)
+        answer = http_answer(stalled)
         waited = time.monotonic() - last
         assert answer.startswith(b"HTTP/1.1 408") and b"no byte of it arrived for 2 s" in answer, answer[:300]
         assert 1.9 <= waited < 20, waited
         with _post(port, padded) as s:
-            assert _answer(s).startswith(b"HTTP/1.1 200")
+            assert http_answer(s).startswith(b"HTTP/1.1 200")
         for s in announced:  # those stalled too
-            assert _answer(s).startswith(b"HTTP/1.1 408")
+            assert http_answer(s).startswith(b"HTTP/1.1 408")
     finally:
         for s in announced + ([stalled] if stalled else []):
             s.close()
@@ -223,7 +207,7 @@ def test_others_are_served_while_bodies_are_announced_and_streams_stall(server, 
         for sid in held:
             assert _status(attacker, sid, 30)[0] == b"4"
         for s in announced:
-            assert _answer(s).startswith(b"HTTP/1.1 408")
+            assert http_answer(s).startswith(b"HTTP/1.1 408")
     finally:
         attacker.close()
         for s in announced:

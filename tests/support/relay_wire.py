@@ -43,9 +43,11 @@ class Wire:
         reachable: bool = True,
         now: float = 1000.0,
         staging: Any = None,
+        **rules: Any,
     ) -> None:
         admission = admission or Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
-        self.rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=staging)
+        self.rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=staging, **rules)
+        self.later: list[tuple[int, Any]] = []  # work the core set aside (`grpc_calls.Later`), not yet run
         self.core = RelayCore(self.rules)
         self.client, self.triton = End(), End()
         self.now = now
@@ -63,7 +65,20 @@ class Wire:
             self.wake_s = writes.wake_s
         if writes.close:
             self.client.closed = self.triton.closed = True
+        self.later += writes.later
         return writes
+
+    def run_later(self, outcome: Any = None) -> None:
+        """Run the work set aside, here and now (a thread's work called, a reading's outcome given as `outcome`)."""
+        later, self.later = self.later, []
+        for sid, job in later:
+            value, error = outcome, None
+            if job.in_thread:
+                try:
+                    value = job.run()
+                except Exception as e:  # the core decides what it means
+                    error = e
+            self.apply(self.core.resolved(sid, job, value, error, self.now))
 
     def from_client(self, data: bytes) -> Writes:
         """The client sent `data`."""

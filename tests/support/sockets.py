@@ -38,3 +38,21 @@ def wait_until_taken(sock: socket.socket, timeout_s: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{unsent_bytes(sock)} bytes unsent, {peer_unread_bytes(sock)} unread by the peer")
         time.sleep(0.01)
+
+
+def http_answer(sock: socket.socket) -> bytes:
+    """One HTTP/1.1 answer read from `sock`: its head and its Content-Length body (less if the peer closes)."""
+    data = b""
+    while b"\r\n\r\n" not in data or len(data) < data.index(b"\r\n\r\n") + 4 + _content_length(data):
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _content_length(data: bytes) -> int:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0

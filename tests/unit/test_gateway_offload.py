@@ -9,7 +9,7 @@ import pytest
 
 from mslite_gateway.admission import Overloaded
 from mslite_gateway.http_framing import Request, check_json_body
-from mslite_gateway.offload import Offload
+from mslite_gateway.offload import SMALL_LANE_BYTES, Offload
 from mslite_gateway.rules import Refusal
 
 
@@ -33,19 +33,65 @@ def test_a_refusal_comes_back_with_its_status_and_words():
     asyncio.run(scenario())
 
 
-def test_checks_beyond_the_pending_bound_are_refused_at_once():
-    async def scenario() -> list[object]:
-        offload = Offload(max_pending=2)
+def test_checks_beyond_a_lanes_pending_bound_are_refused_at_once_and_the_other_lane_still_checks():
+    large = SMALL_LANE_BYTES + 1
+
+    async def scenario() -> tuple[list[object], list[object]]:
+        offload = Offload(max_pending=2, small_max_pending=2)
         try:
             started = time.monotonic()
-            results = await asyncio.gather(*(offload.check(time.sleep, 0.5) for _ in range(6)), return_exceptions=True)
+            floods = [offload.check(time.sleep, 0.5, work_bytes=large) for _ in range(6)]
+            smalls = [offload.check(time.sleep, 0.1, work_bytes=1000) for _ in range(2)]
+            results = await asyncio.gather(*floods, *smalls, return_exceptions=True)
             assert time.monotonic() - started < 60
             assert offload.pending == 0
-            return results
+            return results[:6], results[6:]
         finally:
             offload.close()
 
-    results = asyncio.run(scenario())
-    refused = [r for r in results if isinstance(r, Overloaded)]
-    assert len(refused) == 4 and results.count(None) == 2, results
-    assert "kLiteServiceDeny" in refused[0].message
+    flooded, small = asyncio.run(scenario())
+    refused = [r for r in flooded if isinstance(r, Overloaded)]
+    assert len(refused) == 4 and flooded.count(None) == 2, flooded
+    assert "kLiteServiceDeny" in refused[0].message and "over 4 MiB" in refused[0].message
+    assert small == [None, None]  # the large lane's flood did not refuse them
+
+
+def test_what_a_check_returns_comes_back():
+    async def scenario() -> object:
+        offload = Offload()
+        try:
+            return await offload.check(sorted, [3, 1, 2])
+        finally:
+            offload.close()
+
+    assert asyncio.run(scenario()) == [1, 2, 3]
+
+
+def test_within_a_lane_the_smallest_body_goes_first_and_pushes_the_largest_waiting_one_out_when_full():
+    async def scenario() -> tuple[list[str], object]:
+        offload = Offload(small_max_pending=3)
+        done: list[str] = []
+
+        async def check(tag: str, work: int, seconds: float = 0.0) -> None:
+            await offload.check(time.sleep, seconds, work_bytes=work)
+            done.append(tag)
+
+        try:
+            running = asyncio.create_task(check("running", 1000, 0.5))
+            await asyncio.sleep(0.05)  # it has the worker
+            later = [asyncio.create_task(check(tag, work)) for tag, work in (("3000", 3000), ("2000", 2000))]
+            await asyncio.sleep(0.05)  # both wait: the lane is full (3)
+            pushed_in = asyncio.create_task(check("100", 100))
+            results = await asyncio.gather(running, *later, pushed_in, return_exceptions=True)
+            same = [offload.check(time.sleep, 0.1, work_bytes=5000) for _ in range(4)]
+            outcomes = await asyncio.gather(*same, return_exceptions=True)
+            # no smaller than any check in the full lane: the fourth is refused, it pushes none out
+            assert outcomes.count(None) == 3 and isinstance(outcomes[3], Overloaded), outcomes
+            assert offload.pending == 0
+            return done, results[1]
+        finally:
+            offload.close()
+
+    done, largest = asyncio.run(scenario())
+    assert done == ["running", "100", "2000"]
+    assert isinstance(largest, Overloaded) and "kLiteServiceDeny" in largest.message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import hpack
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from mslite_gateway.grpc_frames import (
     frame,
 )
 from mslite_gateway.grpc_stream_state import Answers, MessageReader, Phase, read_answer
+from mslite_gateway.model_batching import ModelBatching
 from tests.support.relay_wire import FakeStaging, Wire, frames_of
 
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -213,6 +216,34 @@ def test_the_per_model_limit_answers_on_the_stream():
     wire.from_triton(frame(DATA, 0, 1, _answer("a")))
     wire.from_client(frame(DATA, 0, 1, _request("c")))  # the slot came back with a's answer
     assert _sent_to_triton(wire) == _request("a") + _request("c")
+
+
+def _empty_batch(rid: str) -> bytes:
+    req = pb.ModelInferRequest(model_name="tiny", id=rid)
+    req.inputs.add(name="x", datatype="FP32", shape=[0, 0])
+    req.raw_input_contents.append(b"")
+    return _message(req.SerializeToString())
+
+
+@pytest.mark.parametrize(("known", "refused"), [(None, True), (8, True), (0, False)])
+def test_a_batch_of_zero_on_a_stream_goes_on_only_to_a_model_known_not_to_batch(known, refused):
+    async def read(model: str) -> bytes:
+        return b'{"max_batch_size": %d}' % known
+
+    batching = ModelBatching(read)
+    if known is not None:  # a reading made for an earlier unary call; a stream itself does not wait for one
+        assert asyncio.run(batching.max_batch_size("tiny")) == known
+    wire, _ = _opened(batching=batching)
+    _triton_headers(wire)
+    wire.from_client(frame(DATA, 0, 1, _empty_batch("z")))
+    wire.from_client(frame(DATA, 0, 1, _request("a")))
+    answers = _streamed_to_client(wire)
+    if refused:
+        (denied,) = answers
+        assert denied.infer_response.id == "z" and "batch-size must be >= 1 for 'tiny'" in denied.error_message
+        assert _sent_to_triton(wire) == _request("a")  # the stream went on
+    else:
+        assert answers == [] and _sent_to_triton(wire) == _empty_batch("z") + _request("a")
 
 
 @pytest.mark.parametrize("final", [True, False, None])

@@ -70,6 +70,13 @@ GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION = 64 << 20
 GATEWAY_BODY_STALL_TIMEOUT_S = 10.0  # a request body or gRPC message with no new byte for this long is dropped
 GATEWAY_GRACE_S = 30.0  # how long requests in progress may finish when the gateway is stopped
 GATEWAY_UPSTREAM_RETRY_S = 15.0  # how long a request is offered again to a Triton that is coming back
+# How long the gateway waits for Triton's answer to one request; then the client gets 504 / DEADLINE_EXCEEDED
+# and the request's admission slot is free again. Well above a slow model's run (seconds), well under the
+# minutes a request Triton never answers would otherwise hold its slot.
+GATEWAY_UPSTREAM_TIMEOUT_S = 120.0
+# String (BYTES) elements one request may declare, over all its inputs: each costs the worker a few
+# microseconds and a few hundred bytes, so 10 million cost a minute and gigabytes.
+GATEWAY_MAX_STRING_ELEMENTS = 1_000_000
 
 VARIABLES = (
     Variable(

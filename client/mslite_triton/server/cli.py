@@ -41,6 +41,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_inflight_bytes=args.max_inflight_mib << 20,
         max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
         body_stall_timeout_s=args.body_stall_timeout_s,
+        upstream_timeout_s=args.upstream_timeout_s,
+        max_string_elements=args.max_string_elements,
     )
     stop = threading.Event()
     received: list[str] = []
@@ -224,6 +226,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=GATEWAY_BODY_STALL_TIMEOUT_S,
         help="gateway: a request body (HTTP) or message (gRPC) that brings no new byte for this long is dropped, "
         "with 408 / DEADLINE_EXCEEDED, and what it held is given back (default %(default)s)",
+    )
+    serve.add_argument(
+        "--upstream-timeout-s",
+        type=_positive_float,
+        default=ServerConfig.upstream_timeout_s,
+        help="gateway: how long it waits for tritonserver's answer to one request; then 504 / DEADLINE_EXCEEDED, "
+        "and the request's place under --max-inflight-per-model is free again (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-string-elements",
+        type=_positive,
+        default=ServerConfig.max_string_elements,
+        help="gateway: string (BYTES) elements one request may declare over all its inputs; more are refused "
+        "with 413 / RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
     add_tune_command(sub)

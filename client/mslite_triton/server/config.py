@@ -11,6 +11,8 @@ from mslite_backend.settings import (
     GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
+    GATEWAY_MAX_STRING_ELEMENTS,
+    GATEWAY_UPSTREAM_TIMEOUT_S,
 )
 from mslite_triton.server.ports import LOOPBACK
 
@@ -48,6 +50,10 @@ class ServerConfig:
     max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION
     # A body or gRPC message that brings no new byte for this long is dropped, and its bytes given back.
     body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S
+    # How long the gateway waits for Triton's answer to one request (then 504 / DEADLINE_EXCEEDED).
+    upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S
+    # String (BYTES) elements one request may declare; more are refused (413 / RESOURCE_EXHAUSTED).
+    max_string_elements: int = GATEWAY_MAX_STRING_ELEMENTS
     extra_args: tuple[str, ...] = field(default=())
 
 

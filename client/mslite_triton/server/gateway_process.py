@@ -24,7 +24,9 @@ from mslite_backend.settings import (
     GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
+    GATEWAY_MAX_STRING_ELEMENTS,
     GATEWAY_UPSTREAM_RETRY_S,
+    GATEWAY_UPSTREAM_TIMEOUT_S,
 )
 from mslite_triton.server.parent_death import dies_with_parent
 
@@ -51,6 +53,8 @@ class GatewayProcess:
         max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES,
         max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
         body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S,
+        upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
+        max_string_elements: int = GATEWAY_MAX_STRING_ELEMENTS,
         grace_s: float = GATEWAY_GRACE_S,
         upstream_retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
         admin_key: str | None = None,
@@ -67,6 +71,8 @@ class GatewayProcess:
             f"--max-inflight-bytes={max_inflight_bytes}",
             f"--max-inflight-bytes-per-connection={max_inflight_bytes_per_connection}",
             f"--body-stall-timeout-s={body_stall_timeout_s}",
+            f"--upstream-timeout-s={upstream_timeout_s}",
+            f"--max-string-elements={max_string_elements}",
             f"--grace-s={grace_s}",
             f"--upstream-retry-s={upstream_retry_s}",
         ]

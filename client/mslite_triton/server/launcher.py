@@ -202,6 +202,8 @@ class EmbeddedServer:
             max_inflight_bytes=cfg.max_inflight_bytes,
             max_inflight_bytes_per_connection=cfg.max_inflight_bytes_per_connection,
             body_stall_timeout_s=cfg.body_stall_timeout_s,
+            upstream_timeout_s=cfg.upstream_timeout_s,
+            max_string_elements=cfg.max_string_elements,
             grace_s=cfg.exit_timeout_s,
             admin_key=self.admin_key,
             log_path=self.workspace / "gateway.log",

@@ -1,0 +1,378 @@
+"""`python -m benchmarks.chaos costs`: requests that cost everyone else, against the gateway, one row per attack.
+
+The stack is an embedded server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
+on a repository of `seq` (the zoo's variable_seq: [N, T] float, batching), `strings` ([N, T] BYTES) and `tiny`.
+Each attack runs while another client uses the same model, loopback only, bounded in time:
+
+  zero-batch: 300 inference requests of shape [0, 0] to `seq` (100 each over HTTP JSON, HTTP binary and
+              gRPC, 6 threads, 5 s client time-out); bar: each answered 4xx within 5 s, the other client's
+              predicts of `seq` all succeed, tritonserver's RSS does not grow.
+  strings:    one request of 4,000,000 two-byte strings to `strings` (HTTP binary); bar: refused within 3 s
+              naming the limit, while another client's 1-string request is answered within 5 s, and the
+              model's workers grow by < 1.5 GB.
+  gzip-bomb:  8 threads post 30 KiB gzip bodies that inflate to ~30 MiB of JSON for 15 s, while another
+              client posts 400 KiB JSON predicts to `seq`; bar: >= 90 % of those answered 200 within 2 s each.
+
+Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb]
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_triton.server.workers import workers_of
+from tests.support import model_zoo
+from tests.support.repository import GEN, add_model
+from tests.support.sockets import http_answer
+
+ATTACKS = ("zero-batch", "strings", "gzip-bomb")
+
+
+def _rss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def _post(port: int, model: str, body: bytes, *, headers: str = "", timeout_s: float) -> tuple[int, bytes]:
+    """One HTTP inference request on a connection of its own: (status, body); status 0 when no answer came."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            head = f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n{headers}Content-Length: {len(body)}\r\n\r\n"
+            s.sendall(head.encode() + body)
+            data = http_answer(s)
+    except OSError:
+        return 0, b""
+    head_, _, rest = data.partition(b"\r\n\r\n")
+    return (int(head_.split(b" ", 2)[1]) if head_.startswith(b"HTTP/") else 0), rest
+
+
+class _Other:
+    """Another client: calls `predict` in a loop until stopped; counts ok, failures and the longest wait."""
+
+    def __init__(self, predict: Callable[[], bool]) -> None:
+        self.predict = predict
+        self.ok = self.failed = 0
+        self.waits: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                good = self.predict()
+            except Exception as e:  # counted: a failure of the other client is what the bar is about
+                good = False
+                self.errors.append(repr(e)[:200])
+            self.waits.append(time.monotonic() - started)
+            if good:
+                self.ok += 1
+            else:
+                self.failed += 1
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
+def zero_batch(server: EmbeddedServer) -> str:
+    http_port, grpc_port = server.http_port, server.grpc_port
+    tokens = np.arange(6, dtype=np.float32).reshape(2, 3)
+    other_client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=10)
+
+    def other() -> bool:
+        inp = httpclient.InferInput("tokens", [2, 3], "FP32")
+        inp.set_data_from_numpy(tokens)
+        return bool(np.allclose(other_client.infer("seq", [inp]).as_numpy("total")[:, 0], [3, 12]))
+
+    empty = np.zeros((0, 0), np.float32)
+    json_body = b'{"inputs":[{"name":"tokens","shape":[0,0],"datatype":"FP32","data":[]}]}'
+    answers: list[tuple[str, float, str]] = []  # (protocol, seconds, outcome)
+    lock = threading.Lock()
+
+    def attack(protocol: str, count: int) -> None:
+        for _ in range(count):
+            started = time.monotonic()
+            try:
+                if protocol == "json":
+                    status, body = _post(http_port, "seq", json_body, timeout_s=5)
+                    outcome = f"{status}" if status else "no answer"
+                elif protocol == "binary":
+                    client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=5)
+                    inp = httpclient.InferInput("tokens", [0, 0], "FP32")
+                    inp.set_data_from_numpy(empty, binary_data=True)
+                    client.infer("seq", [inp])
+                    outcome = "200"
+                else:
+                    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+                    inp = grpcclient.InferInput("tokens", [0, 0], "FP32")
+                    inp.set_data_from_numpy(empty)
+                    client.infer("seq", [inp], client_timeout=5)
+                    outcome = "OK"
+            except Exception as e:  # the expected 4xx / INVALID_ARGUMENT, or a time-out
+                text = str(e)
+                outcome = "400" if "[400]" in text or "INVALID_ARGUMENT" in text else f"other: {text[:80]}"
+                if "batch-size must be >= 1" not in text and outcome == "400":
+                    outcome = "400 without the message"
+            with lock:
+                answers.append((protocol, time.monotonic() - started, outcome))
+
+    triton_pids = [server.process.pid] if server.process else []
+    rss_before = _rss_mib(triton_pids)
+    watcher = _Other(other)
+    threads = [threading.Thread(target=attack, args=(p, 50)) for p in ("json", "binary", "grpc") for _ in range(2)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    took = time.monotonic() - started
+    time.sleep(1)
+    watcher.stop()
+    rss_after = _rss_mib(triton_pids)
+    refused = [a for a in answers if a[2] == "400" and a[1] <= 5]
+    worst = max(a[1] for a in answers)
+    odd = sorted({a[2] for a in answers if a[2] != "400"})
+    return (
+        f"zero-batch: {len(answers)} requests of [0, 0] in {took:.1f} s (HTTP JSON, binary, gRPC): {len(refused)} "
+        f"answered 400 / INVALID_ARGUMENT naming the batch size within 5 s (bar: all), slowest {worst:.2f} s"
+        f"{'; other outcomes ' + str(odd) if odd else ''}; the other client's predicts of seq: {watcher.ok} ok, "
+        f"{watcher.failed} failed (bar: 0), longest {max(watcher.waits):.2f} s; tritonserver RSS "
+        f"{rss_before:.0f} -> {rss_after:.0f} MiB"
+    )
+
+
+def strings(server: EmbeddedServer) -> str:
+    http_port = server.http_port
+    count = 4_000_000
+    payload = (b"\x02\x00\x00\x00ab") * count
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, count],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": len(payload)},
+                }
+            ]
+        }
+    ).encode()
+    body = header + payload
+    extra = f"Inference-Header-Content-Length: {len(header)}\r\n"
+    one = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "BYTES", "data": ["ab"]}]}).encode()
+    workers = [w.pid for w in workers_of(server.process.pid)] if server.process else []
+    rss_before = _rss_mib(workers)
+    result: dict[str, tuple[float, int, bytes]] = {}
+
+    def big() -> None:
+        started = time.monotonic()
+        status, answer = _post(http_port, "strings", body, headers=extra, timeout_s=60)
+        result["big"] = (time.monotonic() - started, status, answer)
+
+    attacker = threading.Thread(target=big)
+    attacker.start()
+    time.sleep(0.05)  # the big body is on its way
+    started = time.monotonic()
+    status, answer = _post(http_port, "strings", one, timeout_s=30)
+    other_s = time.monotonic() - started
+    attacker.join(timeout=120)
+    rss_after = _rss_mib(workers)
+    big_s, big_status, big_answer = result.get("big", (0.0, 0, b""))
+    message = json.loads(big_answer).get("error", "") if big_answer.startswith(b"{") else big_answer[:120].decode()
+    return (
+        f"strings: {count:,} two-byte strings ({len(body) >> 20} MiB) answered {big_status} in {big_s:.2f} s "
+        f"(bar: refused within 3 s): {message!r}; another client's 1-string request answered {status} in "
+        f"{other_s:.2f} s (bar: within 5 s); the strings model's workers' RSS {rss_before:.0f} -> {rss_after:.0f} MiB"
+    )
+
+
+def gzip_bomb(server: EmbeddedServer, seconds: float = 15.0) -> str:
+    http_port = server.http_port
+    values = 7_500_000  # "0," each: ~15 MiB of JSON, then padding to ~30 MiB, in ~30 KiB of gzip
+    doc = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[' + b"0," * (values - 1) + b"0]}]}"
+    bomb = gzip.compress(doc + b" " * ((30 << 20) - len(doc)), 9)
+    count = 52_000  # 4-decimal values: ~400 KiB of JSON
+    tokens = np.random.default_rng(0).random(count).round(4).tolist()
+    legit = json.dumps({"inputs": [{"name": "tokens", "shape": [1, count], "datatype": "FP32", "data": tokens}]})
+    legit_body = legit.encode()
+    stop = threading.Event()
+    bombs = {"sent": 0, "503": 0, "4xx": 0, "other": 0}
+    lock = threading.Lock()
+
+    def bomber() -> None:
+        while not stop.is_set():
+            status, _ = _post(http_port, "tiny", bomb, headers="Content-Encoding: gzip\r\n", timeout_s=60)
+            with lock:
+                bombs["sent"] += 1
+                key = "503" if status == 503 else "4xx" if 400 <= status < 500 else "other"
+                bombs[key] += 1
+
+    threads = [threading.Thread(target=bomber) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1)  # the bombs are in flight
+    answers: list[tuple[int, float]] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.monotonic()
+        status, _ = _post(http_port, "seq", legit_body, timeout_s=30)
+        answers.append((status, time.monotonic() - started))
+    stop.set()
+    for t in threads:
+        t.join(timeout=120)
+    good = [s for status, s in answers if status == 200 and s <= 2.0]
+    slowest = max(s for _, s in answers)
+    statuses = sorted({status for status, _ in answers})
+    return (
+        f"gzip-bomb: 8 threads sent {bombs['sent']} bombs ({len(bomb) >> 10} KiB -> 30 MiB; {bombs['4xx']} refused "
+        f"4xx, {bombs['503']} 503) over {seconds:.0f} s; another client's {len(legit_body) >> 10} KiB JSON predicts: "
+        f"{len(good)} of {len(answers)} ({100 * len(good) / max(1, len(answers)):.0f} %) answered 200 within 2 s "
+        f"(bar: >= 90 %), statuses {statuses}, slowest {slowest:.2f} s"
+    )
+
+
+def costs_campaign(selected: list[str]) -> int:
+    work = Path(tempfile.mkdtemp(prefix="chaos-costs-"))
+    repo = work / "repo"
+    repo.mkdir()
+    add_model(repo, "seq", model_zoo.variable_seq())
+    add_model(repo, "strings", model_zoo.string_identity())
+    add_model(repo, "tiny", GEN.build_tiny())
+    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb}
+    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
+        for name in selected:
+            print(runs[name](server), flush=True)
+    return 0
+
+
+def zero_shapes_campaign(*, gateway: bool, timeout_s: float = 3.0) -> int:
+    """Which requests with a dim of 0 tritonserver 2.51 leaves unanswered: sent straight to it (no gateway), or
+    through the gateway (`gateway`: none should be; the gateway's refusals of a batch of 0 are counted).
+
+    Models: batching with a fixed dim (tiny), variable dims of rank 2 and 3 (seq, ident3), two inputs (pair),
+    a dynamic batcher (vbatched), strings (strings), and without batching (flat: [-1, 4]; flat3: [-1, -1, -1]).
+    Shapes: every shape of the input's rank with dims of 0, 1 and 2 and at least one 0; the data as long as
+    the shape says, and for a batch of 0 also as long as one item (as Triton reads a batch of 0). HTTP JSON,
+    HTTP binary and gRPC, each request on a connection of its own, `timeout_s` for its answer.
+    """
+    import itertools
+    from concurrent.futures import ThreadPoolExecutor
+
+    from onnx import TensorProto, helper
+
+    work = Path(tempfile.mkdtemp(prefix="zero-shapes-"))
+    repo = work / "repo"
+    repo.mkdir()
+    ident3 = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "ident3",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "A", "B"])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "A", "B"])],
+        ),
+        opset_imports=[helper.make_opsetid("", model_zoo.OPSET)],
+        ir_version=model_zoo.IR_VERSION,
+    )
+    unbatched = 'backend: "mslite"\nmax_batch_size: 0\n'
+    add_model(repo, "tiny", GEN.build_tiny())
+    add_model(repo, "seq", model_zoo.variable_seq())
+    add_model(repo, "ident3", ident3)
+    add_model(repo, "pair", model_zoo.difference())
+    add_model(repo, "strings", model_zoo.string_identity())
+    add_model(
+        repo, "vbatched", model_zoo.variable_seq(), 'backend: "mslite"\nmax_batch_size: 8\ndynamic_batching { }\n'
+    )
+    add_model(
+        repo,
+        "flat",
+        GEN.build_tiny(),
+        unbatched + 'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
+        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n',
+    )
+    add_model(
+        repo,
+        "flat3",
+        ident3,
+        unbatched + 'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, -1, -1 ] } ]\n'
+        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, -1, -1 ] } ]\n',
+    )
+    with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False, gateway=gateway)) as server:
+        http_url, grpc_url = f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"
+        configs = {}
+        for model in ("tiny", "seq", "ident3", "pair", "strings", "vbatched", "flat", "flat3"):
+            config = httpclient.InferenceServerClient(http_url).get_model_config(model)
+            configs[model] = (config.get("max_batch_size", 0), config["input"])
+
+        def send(model: str, protocol: str, shape: list[int], data_shape: list[int]) -> str:
+            module = grpcclient if protocol == "grpc" else httpclient
+            inputs = []
+            for spec in configs[model][1]:
+                strings_ = spec["data_type"] == "TYPE_STRING"
+                array = np.full(data_shape, b"ab", np.object_) if strings_ else np.ones(data_shape, np.float32)
+                inp = module.InferInput(spec["name"], data_shape, "BYTES" if strings_ else "FP32")
+                if protocol == "grpc":
+                    inp.set_data_from_numpy(array)
+                else:
+                    inp.set_data_from_numpy(array, binary_data=protocol == "binary")
+                inp.set_shape(shape)
+                inputs.append(inp)
+            try:
+                if protocol == "grpc":
+                    grpcclient.InferenceServerClient(grpc_url).infer(model, inputs, client_timeout=timeout_s)
+                else:
+                    client = httpclient.InferenceServerClient(http_url, network_timeout=timeout_s)
+                    client.infer(model, inputs)
+            except Exception as e:  # an answer with an error, or none within the time-out
+                text = str(e).lower()
+                if "batch-size must be >= 1" in text:
+                    return "refused"
+                return "UNANSWERED" if "timed out" in text or "deadline" in text or "timeout" in text else "error"
+            return "ok"
+
+        cases = []
+        for model, (max_batch_size, inputs) in configs.items():
+            rank = len(inputs[0]["dims"]) + (1 if max_batch_size else 0)
+            for shape in itertools.product([0, 1, 2], repeat=rank):
+                if 0 in shape:
+                    datas = [list(shape)] + ([list(shape[1:])] if max_batch_size and shape[0] == 0 else [])
+                    for data_shape in datas:
+                        for protocol in ("json", "binary", "grpc"):
+                            cases.append((model, protocol, list(shape), data_shape))
+        with ThreadPoolExecutor(16) as pool:
+            outcomes = list(pool.map(lambda case: send(*case), cases))
+    unanswered = sorted({(c[0], str(c[2])) for c, o in zip(cases, outcomes) if o == "UNANSWERED"})
+    answered_ok = sorted({(c[0], str(c[2])) for c, o in zip(cases, outcomes) if o == "ok"})
+    print(
+        f"{'through the gateway' if gateway else 'straight to tritonserver'}: {len(cases)} requests, "
+        f"{outcomes.count('UNANSWERED')} unanswered within {timeout_s:g} s, {outcomes.count('refused')} refused "
+        "by the gateway as a batch of 0:"
+    )
+    for model, shape in unanswered:
+        print(f"  unanswered: {model} (max_batch_size {configs[model][0]}) shape {shape}")
+    batch0_ok = [(m, s) for m, s in answered_ok if configs[m][0] and s.startswith("[0")]
+    print(f"answered ok with a batch of 0 on a batching model: {batch0_ok or 'none'}")
+    print(f"answered ok, shapes with a 0: {', '.join(f'{m} {s}' for m, s in answered_ok)}")
+    return 0
