@@ -28,6 +28,7 @@ class Variable:
 # -- where the server is, and how the client talks to it ---------------------------------------------------
 URL_ENV = "MSLITE_TRITON_URL"
 AUTOSTART_ENV = "MSLITE_TRITON_AUTOSTART"
+SERVE_CMD_ENV = "MSLITE_TRITON_SERVE_CMD"
 TIMEOUT_S_ENV = "MSLITE_TRITON_TIMEOUT_S"
 RETRY_S_ENV = "MSLITE_TRITON_RETRY_S"
 SHM_ENV = "MSLITE_TRITON_SHM"
@@ -79,6 +80,13 @@ VARIABLES = (
         "context names none; unset: an embedded server is started on first use",
     ),
     Variable(AUTOSTART_ENV, "1", "client", "`0`: never start an embedded server; a build with no URL fails"),
+    Variable(
+        SERVE_CMD_ENV,
+        "",
+        "C++ client",
+        "the command that runs `mslite-triton` (words split on spaces; `serve` and its options are appended) "
+        "when the client starts a server of its own; unset: `mslite-triton` on `PATH`",
+    ),
     Variable(TIMEOUT_S_ENV, f"{DEFAULT_TIMEOUT_S:g}", "client", "execution timeout of one call, in seconds"),
     Variable(
         RETRY_S_ENV,
