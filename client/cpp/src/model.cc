@@ -31,8 +31,12 @@ Status CheckType(ModelType type) {
   }
 }
 
+// `s` as a failure of `what` (its own "predict failed! " prefix dropped: the predict is ours, not the caller's).
 Status Failed(const char *what, const Status &s) {
-  return Status(s.StatusCode(), std::string(what) + " failed! " + s.GetErrDescription());
+  std::string reason = s.GetErrDescription();
+  const std::string inner = "predict failed! ";
+  if (reason.compare(0, inner.size(), inner) == 0) reason.erase(0, inner.size());
+  return Status(s.StatusCode(), std::string(what) + " failed! " + reason);
 }
 
 }  // namespace

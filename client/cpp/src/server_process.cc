@@ -229,8 +229,8 @@ Status ResolveServer(const std::string &explicit_url, std::string *url, std::str
     return kSuccess;
   }
   if (Getenv(protocol::AUTOSTART_ENV) == "0") {
-    return Status(kLiteParamInvalid, std::string("no server: call Context::SetServerUrl(\"http://host:8000\") or set ") +
-                                         protocol::URL_ENV + " (" + protocol::AUTOSTART_ENV +
+    return Status(kLiteParamInvalid, std::string("no server: call Context::SetServerUrl(\"http://host:8000\") or "
+                                                 "set ") + protocol::URL_ENV + " (" + protocol::AUTOSTART_ENV +
                                          "=0 turns starting one off)");
   }
   std::lock_guard<std::mutex> start(g_start);
