@@ -190,15 +190,11 @@ Status Model::Resize(const std::vector<MSTensor> &inputs, const std::vector<std:
 
 Status Model::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
                       const MSKernelCallBack &before, const MSKernelCallBack &after) {
-  if (before || after) {
-    return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
-  }
-  if (outputs == nullptr) return Status(kLiteNullptr, "predict failed! outputs must not be null");
   try {
     std::lock_guard<std::recursive_mutex> hold(impl_->lock);
-    if (!outputs->empty()) return impl_->runner.Predict(inputs, outputs);
+    if (outputs == nullptr || !outputs->empty()) return impl_->runner.Predict(inputs, outputs, before, after);
     std::vector<MSTensor> own = impl_->outputs;  // the model's tensors, filled in place
-    Status s = impl_->runner.Predict(inputs, &own);
+    Status s = impl_->runner.Predict(inputs, &own, before, after);
     if (s.IsOk()) *outputs = own;
     return s;
   } catch (const std::exception &e) {

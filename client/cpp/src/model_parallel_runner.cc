@@ -141,7 +141,7 @@ Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std
   if (s.IsOk()) s = server->Metadata(name, &meta);
   if (s.IsOk()) s = server->Config(name, &model_config);
   const json::Value *max_batch = model_config.Find("max_batch_size");
-  batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
+  bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
   if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, &inputs);
   if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, &outputs);
   if (s.IsError()) return Prefixed(what, s);
@@ -171,14 +171,15 @@ std::vector<MSTensor> ModelParallelRunner::GetOutputs() {
 
 Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
                                     const MSKernelCallBack &before, const MSKernelCallBack &after) {
-  if (before || after) {
-    return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
-  }
-  return impl_->Predict(inputs, outputs);
+  return impl_->Predict(inputs, outputs, before, after);
 }
 
-Status ModelParallelRunner::Impl::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs) {
+Status ModelParallelRunner::Impl::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
+                                          const MSKernelCallBack &before, const MSKernelCallBack &after) {
   try {
+    if (before || after) {
+      return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
+    }
     if (outputs == nullptr) return Status(kLiteNullptr, "predict failed! outputs must not be null");
     if (inputs.empty()) return Status(kLiteError, "predict failed! inputs must not be empty");
     std::shared_lock<std::shared_mutex> read(lock);

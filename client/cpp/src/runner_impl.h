@@ -28,7 +28,6 @@ class ModelParallelRunner::Impl {
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::vector<std::string> output_names;
-  bool batched = false;  // Triton batches the model: dim 0 of every input and output is the batch
   int max_pending = protocol::DEFAULT_MAX_PENDING;  // 0: no bound
   std::atomic<int> pending{0};
 
@@ -36,8 +35,10 @@ class ModelParallelRunner::Impl {
   // itself, is given). `what` names the call in messages ("ModelParallelRunner's init").
   Status Start(const std::string &model_path, const std::string *model_bytes,
                const std::shared_ptr<RunnerConfig> &runner_config, const char *what);
-  // One request; `*outputs` empty (new tensors) or one per model output (filled in place).
-  Status Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs);
+  // One request; `*outputs` empty (new tensors) or one per model output (filled in place). Kernel callbacks
+  // are refused: the server runs the graph.
+  Status Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
+                 const MSKernelCallBack &before = nullptr, const MSKernelCallBack &after = nullptr);
   // Fresh tensors (name, type, shape, no data) of the model's inputs or outputs.
   std::vector<MSTensor> Tensors(bool in) const;
 };
