@@ -7,7 +7,8 @@
 //   cpp_model_driver group URL FILE             ModelGroup: weight sharing, workspace sharing, refusals
 //   cpp_model_driver devices URL FILE           device infos (rank ids from the environment) and the
 //                                               Ascend / AIR refusals
-//   cpp_model_driver auto FILE IN OUT           Build without a URL (a server of its own), one predict to OUT
+//   cpp_model_driver run FILE IN OUT            Build with no URL in the context (MSLITE_TRITON_URL's server,
+//                                               else one of its own), one predict of IN, the output to OUT
 //   cpp_model_driver hold FILE                  Build without a URL, print READY, wait for a line on stdin
 //
 // Statuses print as "<what> <code name> <ToString()>"; "model: NAME" names each uploaded model.
@@ -202,7 +203,7 @@ int Devices(const std::string &url, const std::string &file) {
   return 0;
 }
 
-int Auto(const std::string &file, const std::string &in, const std::string &out) {
+int Run(const std::string &file, const std::string &in, const std::string &out) {
   mindspore::Model model;
   if (!Build(&model, file, Context<mindspore::CPUDeviceInfo>(""))) return 1;
   auto inputs = model.GetInputs();
@@ -229,9 +230,9 @@ int main(int argc, char **argv) {
   if (mode == "model" && argc == 7) return Model(argv[2], argv[3], argv[4], argv[5], argv[6]);
   if (mode == "group" && argc == 4) return Group(argv[2], argv[3]);
   if (mode == "devices" && argc == 4) return Devices(argv[2], argv[3]);
-  if (mode == "auto" && argc == 5) return Auto(argv[2], argv[3], argv[4]);
+  if (mode == "run" && argc == 5) return Run(argv[2], argv[3], argv[4]);
   if (mode == "hold" && argc == 3) return Hold(argv[2]);
-  std::cerr << "usage: cpp_model_driver model URL FILE IN OUT INI | group|devices URL FILE | auto FILE IN OUT |"
+  std::cerr << "usage: cpp_model_driver model URL FILE IN OUT INI | group|devices URL FILE | run FILE IN OUT |"
                " hold FILE\n";
   return 2;
 }

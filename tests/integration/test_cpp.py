@@ -517,7 +517,7 @@ def test_model_starts_a_server_of_its_own(builds, files, ort_outputs, tmp_path):
     """No URL: the first Build starts `mslite-triton serve` on free ports, and it is gone, files and all, at exit."""
     assert shutil.which("mslite-triton", path=str(Path(sys.executable).parent)), "the venv's mslite-triton"
     env = own_server_env(tmp_path)
-    args = ["auto", str(files / "mobilenetv2.onnx"), str(files / "input.bin"), str(tmp_path / "out.bin")]
+    args = ["run", str(files / "mobilenetv2.onnx"), str(files / "input.bin"), str(tmp_path / "out.bin")]
     out = subprocess.run(
         [str(builds["asan"].model_driver), *args], capture_output=True, text=True, timeout=600, env=env
     )
@@ -528,6 +528,34 @@ def test_model_starts_a_server_of_its_own(builds, files, ort_outputs, tmp_path):
     # the client's folder (model repository, log) and the server's workspace; other libraries' files may stay
     assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite-triton")] == []
     assert not list((tmp_path / "keys").glob("*.key"))  # the admin key files go with the server
+
+
+def test_model_builds_a_mindir(server, builds, tmp_path):
+    """A MindIR exported by MindSpore, built with kMindIR (the server converts it): MindSpore's own outputs."""
+    from tests.integration import test_mindir  # skips without MindSpore (the [mindir] extra)
+
+    script = tmp_path / "export.py"  # MindSpore compiles a network from its source file
+    script.write_text(test_mindir.EXPORT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "GLOG_v": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    dense = test_mindir.Case(tmp_path, "dense")
+    dense.inputs[0][:1].astype("<f4").tofile(tmp_path / "input.bin")  # one sample: the model's batch of 1
+    args = ["run", str(dense.path), str(tmp_path / "input.bin"), str(tmp_path / "out.bin")]
+    out = run(builds["plain"].model_driver, server.http_url, *args)
+    try:
+        assert out.returncode == 0 and "predict kSuccess" in out.stdout, out.stdout + out.stderr[-3000:]
+        got = np.fromfile(tmp_path / "out.bin", dtype="<f4").reshape(dense.expected[:1].shape)
+        np.testing.assert_allclose(got, dense.expected[:1], rtol=1e-4, atol=1e-5)
+    finally:
+        for name in uploaded_models(out.stdout):
+            unload(server, name)
 
 
 def test_a_killed_program_takes_its_server_along(builds, files, tmp_path):
