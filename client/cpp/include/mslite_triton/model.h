@@ -5,7 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
+#include <iterator>  // MindSpore Lite's headers bring it: its device sample uses std::back_inserter
 #include <memory>
 #include <string>
 #include <utility>
