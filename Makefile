@@ -88,7 +88,7 @@ $(CPP_BUILD)/libmslite_triton.a: $(CPP_OBJECTS)
 cpp-client: system-packages $(CPP_BUILD)/libmslite_triton.a
 
 ## MindSpore Lite's C++ concurrent sample on MobileNetV2 (5 threads x 2 predicts), against MSLITE_TRITON_URL
-## or a `mslite-triton serve` started for the run.
+## or the `mslite-triton serve` the client starts for the run.
 cpp-example: cpp-client models
 	@mkdir -p examples/cpp/build
 	$(CXX) $(CPP_FLAGS) -o examples/cpp/build/main examples/cpp/main.cc $(CPP_BUILD)/libmslite_triton.a -lcurl -pthread

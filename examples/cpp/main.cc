@@ -1,15 +1,16 @@
 // MindSpore Lite's C++ concurrent-inference sample (quick_start_parallel_cpp), ported to mslite-triton:
-// only the includes and the namespace line below differ from a MindSpore Lite program. Context ->
-// RunnerConfig (workers) -> ModelParallelRunner::Init -> 5 threads, each GetInputs and 2 Predicts ->
-// delete the runner.
+// only the includes differ from a MindSpore Lite program (the headers offer the names in namespace
+// mindspore). Context -> RunnerConfig (workers) -> ModelParallelRunner::Init -> 5 threads, each GetInputs
+// and 2 Predicts -> delete the runner.
 //
-//   make cpp-example   # builds the library and this sample, starts `mslite-triton serve`, runs it
+//   make cpp-example   # builds the library and this sample and runs it (the client starts its server)
 //   examples/cpp/build/main MODEL [INPUT_BIN] [--workers N] [--threads N] [--tasks N] [--dump DIR]
 //
 // MODEL is a local .onnx / .mindir file (uploaded with the admin key `serve` wrote) or triton://NAME.
-// The server comes from MSLITE_TRITON_URL (e.g. http://127.0.0.1:8000). Without INPUT_BIN the inputs are
-// random, as in MindSpore Lite's sample; with it, every thread sends that file's float32 values, and
-// --dump DIR writes each output to DIR/out_<thread>_<task>.bin. Exit status 0 when every predict succeeded.
+// The server comes from MSLITE_TRITON_URL (e.g. http://127.0.0.1:8000); without it, the client starts
+// `mslite-triton serve` (found on PATH) for the run. Without INPUT_BIN the inputs are random, as in
+// MindSpore Lite's sample; with it, every thread sends that file's float32 values, and --dump DIR writes
+// each output to DIR/out_<thread>_<task>.bin. Exit status 0 when every predict succeeded.
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
@@ -27,8 +28,6 @@
 #include "mslite_triton/model_parallel_runner.h"
 #include "mslite_triton/status.h"
 #include "mslite_triton/types.h"
-
-namespace mindspore = mslite_triton;
 
 namespace {
 constexpr int kNumPrintOfOutData = 5;

@@ -1,7 +1,8 @@
 """The C++ client (client/cpp, libcurl only) built with the system compiler and run against the session's server.
 
-The library, MindSpore Lite's ported sample (examples/cpp/main.cc) and tests/integration/cpp_driver.cc are
-compiled once with -Wall -Wextra -Werror, and once more with -fsanitize=address,undefined (LeakSanitizer
+The library, MindSpore Lite's ported sample (examples/cpp/main.cc), tests/integration/cpp_driver.cc (the
+runner's cases) and tests/integration/cpp_model_driver.cc (Model, ModelGroup, device infos, a server of its
+own) are compiled once with -Wall -Wextra -Werror, and once more with -fsanitize=address,undefined (LeakSanitizer
 included), each source in parallel. Outputs must equal the Python client's bit for bit; each failure must
 come back as MindSpore Lite's Status with the reason in ToString().
 """
@@ -14,13 +15,16 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import helper
 
@@ -47,11 +51,17 @@ SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak)Sanitizer|runtime error:")
 class Build:
     main: Path  # the sample
     driver: Path
+    model_driver: Path
 
 
 def compile_flavour(out: Path, flags: list[str], pool: ThreadPoolExecutor) -> Build:
     sources = sorted((CPP / "src").glob("*.cc"))
-    programs = {"main": ROOT / "examples" / "cpp" / "main.cc", "driver": Path(__file__).with_name("cpp_driver.cc")}
+    here = Path(__file__)
+    programs = {
+        "main": ROOT / "examples" / "cpp" / "main.cc",
+        "driver": here.with_name("cpp_driver.cc"),
+        "model_driver": here.with_name("cpp_model_driver.cc"),
+    }
     jobs = {
         src: pool.submit(
             subprocess.run,
@@ -77,7 +87,7 @@ def compile_flavour(out: Path, flags: list[str], pool: ThreadPoolExecutor) -> Bu
             timeout=300,
         )
         assert link.returncode == 0, link.stderr
-    return Build(out / "main", out / "driver")
+    return Build(out / "main", out / "driver", out / "model_driver")
 
 
 @pytest.fixture(scope="module")
@@ -356,3 +366,251 @@ def test_runner_applies_a_tuned_config_ini(server, builds, tmp_path: Path) -> No
     finally:
         for name in uploaded:
             unload(server, name)
+
+
+# -- MindSpore Lite's single-model face: Model, ModelGroup, device infos, and a server of its own -------------
+
+
+@pytest.fixture(scope="module")
+def ort_outputs(files) -> dict[int, np.ndarray]:
+    """In-process ONNX Runtime on the same file and input, at batch 1 and 2 (the input twice)."""
+    session = ort.InferenceSession(str(files / "mobilenetv2.onnx"), providers=["CPUExecutionProvider"])
+    x = np.fromfile(files / "input.bin", dtype="<f4").reshape(1, 3, 224, 224)
+    name = session.get_inputs()[0].name
+    return {n: session.run(None, {name: np.concatenate([x] * n)})[0] for n in (1, 2)}
+
+
+def assert_close(path: Path, expected: np.ndarray) -> None:
+    """Another thread layout than in-process ONNX Runtime's: float precision, as for the runner's uploads."""
+    got = np.fromfile(path, dtype="<f4")
+    assert got.size == expected.size, path.name
+    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-5, atol=1e-7, err_msg=path.name)
+
+
+def uploaded_models(stdout: str) -> list[str]:
+    return sorted(set(re.findall(r"^model: (\S+)$", stdout, re.M)))
+
+
+def own_server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No server URL: the program starts one; its temporary files and key files stay under tmp_path."""
+    env = {k: v for k, v in os.environ.items() if k not in (settings.URL_ENV, settings.ADMIN_KEY_ENV)}
+    (tmp_path / "tmp").mkdir()
+    env.update(
+        {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # this venv's mslite-triton
+            "TMPDIR": str(tmp_path / "tmp"),
+            settings.KEY_DIR_ENV: str(tmp_path / "keys"),
+            "ASAN_OPTIONS": "detect_leaks=1",
+            **extra,
+        }
+    )
+    return env
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_model_face_under_sanitizers(server, builds, files, ort_outputs, tmp_path):
+    """Every Model call MindSpore Lite's samples make, against the real server, clean under ASan/UBSan."""
+    ini = tmp_path / "config.ini"
+    ini.write_text("[runner]\nthread_num=1\n")
+    args = [
+        "model",
+        server.http_url,
+        str(files / "mobilenetv2.onnx"),
+        str(files / "input.bin"),
+        str(tmp_path),
+        str(ini),
+    ]
+    out = run(builds["asan"].model_driver, server.http_url, *args)
+    names = uploaded_models(out.stdout)
+    try:
+        assert out.returncode == 0 and not SANITIZER_REPORT.search(out.stderr), out.stdout + out.stderr[-4000:]
+        text = out.stdout
+        assert "config_missing kLiteFileError kLiteFileError: LoadConfig failed! cannot read the config file" in text
+        assert "rebuild kLiteModelRebuild kLiteModelRebuild: Build failed! the model is built already" in text
+        assert "input input 1 3 224 224\noutput shape1 1 1000\nby_name 1 1 1 1 shape1\n" in text
+        for step in ("predict", "predict_into", "predict_noargs", "resize", "predict_batch", "predict_buffer"):
+            assert f"\n{step} kSuccess kSuccess\n" in text, step
+        assert "own_outputs 1\n" in text and "same_buffer 1\n" in text
+        assert "resized 2 3 224 224 / 2 1000\n" in text  # the output shape learnt from the run at the new shape
+        assert (
+            "resize_rank kLiteInputParamInvalid kLiteInputParamInvalid: Resize failed! input 'input' has 4 dims" in text
+        )
+        (fixed,) = [line for line in text.splitlines() if line.startswith("resize_fixed ")]
+        assert fixed.startswith("resize_fixed kLiteInputTensorError kLiteInputTensorError: Resize failed! ") and (
+            "[1,3,224,225]" in fixed
+        ), fixed
+        assert "after_refusal 2 3 224 224\n" in text  # a refused resize changes nothing
+        assert "device_data 1\n" in text
+        assert (
+            "predict_device kLiteNotSupport kLiteNotSupport: predict failed! input 'input' lies in device memory"
+            in text
+        )
+        assert "predict_callback kLiteNotSupport kLiteNotSupport: predict failed! kernel callbacks" in text
+        for case in ("plain", "inplace", "noargs", "buffer"):
+            assert_close(tmp_path / f"{case}.bin", ort_outputs[1])
+        assert_close(tmp_path / "batch.bin", ort_outputs[2])
+        built, from_buffer = (
+            [n for n in names if n.startswith("mobilenetv2_")],
+            [n for n in names if n.startswith("model_")],
+        )
+        assert len(built) == 1 and len(from_buffer) == 1, names
+        config = server.http_json("GET", f"/v2/models/{built[0]}/config", None)
+        assert config["parameters"]["thread_num"]["string_value"] == "2"  # UpdateConfig's value over the file's 1
+        assert sum(group["count"] for group in config["instance_group"]) == 1  # one Model, one worker
+    finally:
+        for name in names:
+            unload(server, name)
+
+
+def test_model_group_and_device_infos(server, builds, files):
+    """kShareWeight shares one server model between contexts; Ascend and AIR get statuses naming Ascend."""
+    group = run(
+        builds["plain"].model_driver, server.http_url, "group", server.http_url, str(files / "mobilenetv2.onnx")
+    )
+    names = uploaded_models(group.stdout)
+    try:
+        assert group.returncode == 0, group.stdout + group.stderr
+        text = group.stdout
+        assert "weights_shared 1\n" in text and "workspace_shared 0\n" in text
+        assert "add_built kLiteParamInvalid kLiteParamInvalid: AddModel failed! add models to a group before" in text
+        assert "add_paths kSuccess" in text and "add_buffers kSuccess" in text and "workspace_cpu kSuccess" in text
+        assert "add_no_paths kLiteParamInvalid" in text and "add_unknown_flag kLiteParamInvalid" in text
+        assert (
+            "workspace_ascend kLiteNotSupport kLiteNotSupport: CalMaxSizeOfWorkspace failed! the shared workspace is "
+            "Ascend" in text
+        )
+        assert "workspace_null kLiteNullptr" in text
+    finally:
+        for name in names:
+            unload(server, name)
+
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}  # as mpirun sets them
+    devices = subprocess.run(
+        [str(builds["plain"].model_driver), "devices", server.http_url, str(files / "mobilenetv2.onnx")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert devices.returncode == 0, devices.stdout + devices.stderr
+    text = devices.stdout
+    assert "gpu_rank 3 4\n" in text and "ascend_rank 5 1 ge\n" in text
+    assert "build_ascend kLiteNotSupport kLiteNotSupport: Build failed! Ascend is not available on this server" in text
+    assert "build_air kLiteNotSupport kLiteNotSupport: Build failed! AIR and OM models run on Ascend only" in text
+    assert "build_unknown_type kLiteParamInvalid" in text and "build_missing kLiteFileError" in text
+    assert "inputs_before_build 0\n" in text
+
+
+def test_model_starts_a_server_of_its_own(builds, files, ort_outputs, tmp_path):
+    """No URL: the first Build starts `mslite-triton serve` on free ports, and it is gone, files and all, at exit."""
+    assert shutil.which("mslite-triton", path=str(Path(sys.executable).parent)), "the venv's mslite-triton"
+    env = own_server_env(tmp_path)
+    args = ["run", str(files / "mobilenetv2.onnx"), str(files / "input.bin"), str(tmp_path / "out.bin")]
+    out = subprocess.run(
+        [str(builds["asan"].model_driver), *args], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0 and not SANITIZER_REPORT.search(out.stderr), out.stdout + out.stderr[-4000:]
+    assert "build kSuccess" in out.stdout and "predict kSuccess" in out.stdout
+    assert_close(tmp_path / "out.bin", ort_outputs[1])
+    assert processes_mentioning(str(tmp_path)) == []  # stopped before the program ended
+    # the client's folder (model repository, log) and the server's workspace; other libraries' files may stay
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite-triton")] == []
+    assert not list((tmp_path / "keys").glob("*.key"))  # the admin key files go with the server
+
+
+def test_model_builds_a_mindir(server, builds, tmp_path):
+    """A MindIR exported by MindSpore, built with kMindIR (the server converts it): MindSpore's own outputs."""
+    from tests.integration import test_mindir  # skips without MindSpore (the [mindir] extra)
+
+    script = tmp_path / "export.py"  # MindSpore compiles a network from its source file
+    script.write_text(test_mindir.EXPORT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "GLOG_v": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    dense = test_mindir.Case(tmp_path, "dense")
+    dense.inputs[0][:1].astype("<f4").tofile(tmp_path / "input.bin")  # one sample: the model's batch of 1
+    args = ["run", str(dense.path), str(tmp_path / "input.bin"), str(tmp_path / "out.bin")]
+    out = run(builds["plain"].model_driver, server.http_url, *args)
+    try:
+        assert out.returncode == 0 and "predict kSuccess" in out.stdout, out.stdout + out.stderr[-3000:]
+        got = np.fromfile(tmp_path / "out.bin", dtype="<f4").reshape(dense.expected[:1].shape)
+        np.testing.assert_allclose(got, dense.expected[:1], rtol=1e-4, atol=1e-5)
+    finally:
+        for name in uploaded_models(out.stdout):
+            unload(server, name)
+
+
+def test_a_killed_program_takes_its_server_along(builds, files, tmp_path):
+    """SIGKILL leaves no exit handler to run: the server gets SIGTERM from the kernel (parent-death signal)."""
+    env = own_server_env(tmp_path)
+    proc = subprocess.Popen(
+        [str(builds["plain"].model_driver), "hold", str(files / "mobilenetv2.onnx")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]  # build, model:, READY
+        assert lines[-1] == "READY\n", lines
+        assert processes_mentioning(str(tmp_path)), "the server runs while the program does"
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 120  # `serve` stops tritonserver, the gateway and the workers first
+        while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert processes_mentioning(str(tmp_path)) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_no_server_command_gives_a_clear_status(builds, files, tmp_path):
+    """Without `mslite-triton` (or with the setting naming a missing command), Build says what to do."""
+    missing = "/nonexistent/mslite-triton"
+    cases = {
+        "setting": (
+            {settings.SERVE_CMD_ENV: missing},
+            f"'{missing}' is not installed ({settings.SERVE_CMD_ENV} names it)",
+        ),
+        "path": ({"PATH": "/usr/bin:/bin"}, "'mslite-triton' is not installed (not on PATH)"),
+        "off": ({settings.AUTOSTART_ENV: "0"}, None),
+    }
+    for case, (extra, words) in cases.items():
+        if case == "path" and shutil.which("mslite-triton", path=extra["PATH"]):
+            continue  # installed system-wide: nothing to test this way
+        (tmp_path / case).mkdir()
+        env = own_server_env(tmp_path / case, **extra)
+        out = subprocess.run(
+            [str(builds["plain"].model_driver), "hold", str(files / "mobilenetv2.onnx")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert out.returncode == 1, out.stdout + out.stderr
+        if words is None:
+            assert "build kLiteParamInvalid kLiteParamInvalid: Build failed! no server: " in out.stdout, out.stdout
+        else:
+            assert f"build kLiteError kLiteError: Build failed! cannot start a server: {words}; install" in out.stdout
+        assert settings.URL_ENV in out.stdout

@@ -99,7 +99,7 @@ enum DataType FromKServe(const std::string &name) {
   return DataType::kTypeUnknown;
 }
 
-Status KServeHttp::Create(const std::string &url, std::unique_ptr<KServeHttp> *out) {
+Status KServeHttp::Create(const std::string &url, const std::string &key, std::unique_ptr<KServeHttp> *out) {
   std::string scheme, host;
   int port = -1;
   if (!SplitUrl(url, &scheme, &host, &port)) {
@@ -110,7 +110,7 @@ Status KServeHttp::Create(const std::string &url, std::unique_ptr<KServeHttp> *o
   std::call_once(curl_initialised, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });  // once, before any handle
   std::string base = url;
   while (!base.empty() && base.back() == '/') base.pop_back();
-  out->reset(new KServeHttp(base, AdminKey(url)));
+  out->reset(new KServeHttp(base, key));
   return kSuccess;
 }
 

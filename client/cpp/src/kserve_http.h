@@ -34,8 +34,8 @@ class KServeHttp {
     size_t size;
   };
 
-  // kLiteParamInvalid unless `url` looks like http(s)://host:port.
-  static Status Create(const std::string &url, std::unique_ptr<KServeHttp> *out);
+  // kLiteParamInvalid unless `url` looks like http(s)://host:port. `key`: the admin key ("" for none).
+  static Status Create(const std::string &url, const std::string &key, std::unique_ptr<KServeHttp> *out);
   ~KServeHttp();
   KServeHttp(const KServeHttp &) = delete;
   KServeHttp &operator=(const KServeHttp &) = delete;

@@ -42,6 +42,29 @@ Status BatchingInt(const Sections &sections, const char *key, long *value) {
 
 }  // namespace
 
+std::string DeviceName(DeviceType type) {
+  switch (type) {
+    case kCPU:
+      return "CPU";
+    case kGPU:
+      return "GPU";
+    case kKirinNPU:
+      return "the Kirin NPU";
+    case kAscend:
+    case kAscend910:
+    case kAscend310:
+      return "Ascend";
+    default:
+      return "device type " + std::to_string(static_cast<int>(type));
+  }
+}
+
+Status CheckDevice(DeviceType type) {
+  if (type == kCPU || type == kGPU) return kSuccess;
+  return Status(kLiteNotSupport, DeviceName(type) + " is not available on this server: it runs CPU and GPU workers "
+                                                    "(MindSpore Lite needs the device itself for it)");
+}
+
 Status RunnerCount(const Sections &sections, const char *key, long otherwise, long *value) {
   static const char *const kKnown[] = {protocol::MAX_PENDING_KEY, protocol::WORKERS_KEY, protocol::THREADS_KEY};
   auto runner = sections.find(protocol::RUNNER_SECTION);
@@ -114,10 +137,8 @@ Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, un
   if (ctx && !ctx->MutableDeviceInfo().empty() && ctx->MutableDeviceInfo().front() != nullptr) {
     const auto &first = ctx->MutableDeviceInfo().front();  // the first device decides, as the server runs one kind
     DeviceType type = first->GetDeviceType();
-    if (type != kCPU && type != kGPU) {
-      return Status(kLiteNotSupport, "device type " + std::to_string(static_cast<int>(type)) +
-                                         " is not available on this server (CPU and GPU are)");
-    }
+    Status s = CheckDevice(type);
+    if (s.IsError()) return s;
     gpu = type == kGPU;
     fp16 = first->GetEnableFP16();
     if (gpu && ids.empty()) ids.push_back(first->Cast<GPUDeviceInfo>()->GetDeviceID());

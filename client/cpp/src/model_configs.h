@@ -15,6 +15,11 @@ namespace mslite_triton {
 
 using Sections = std::map<std::string, std::map<std::string, std::string>>;
 
+// "Ascend" for kAscend, kAscend310 and kAscend910; "GPU", "CPU", ...: what messages call a device.
+std::string DeviceName(DeviceType type);
+// kLiteNotSupport, naming the device, unless CPU or GPU.
+Status CheckDevice(DeviceType type);
+
 // The config file's sections, overridden key by key by SetConfigInfo's. kLiteFileError: unreadable file.
 Status ReadSections(const RunnerConfig &config, Sections *sections);
 

@@ -8,19 +8,13 @@
 #include <thread>
 
 #include "json.h"
-#include "kserve_http.h"
 #include "model_configs.h"
-#include "protocol.h"
+#include "runner_impl.h"
+#include "server_process.h"
 #include "tensor_access.h"
 
 namespace mslite_triton {
 namespace {
-
-struct TensorSpec {
-  std::string name;
-  enum DataType type;
-  std::vector<int64_t> shape;
-};
 
 Status Specs(const json::Value *items, bool batched, std::vector<TensorSpec> *specs) {
   specs->clear();
@@ -41,6 +35,11 @@ Status Specs(const json::Value *items, bool batched, std::vector<TensorSpec> *sp
   }
   return kSuccess;
 }
+
+constexpr char kInit[] = "ModelParallelRunner's init";
+constexpr char kDeviceMemory[] =
+    "lies in device memory (SetDeviceData): this client sends host memory to the server; copy it to the host "
+    "and SetData it";
 
 Status Prefixed(const char *what, const Status &s) {
   return Status(s.StatusCode(), std::string(what) + " failed! " + s.GetErrDescription());
@@ -74,28 +73,12 @@ Status Upload(KServeHttp *http, const std::string &label, const std::string &mod
 
 }  // namespace
 
-class ModelParallelRunner::Impl {
- public:
-  mutable std::shared_mutex lock;  // Init and the destructor write; Predict and the getters share it
-  std::unique_ptr<KServeHttp> http;
-  std::string model;
-  std::vector<TensorSpec> inputs;
-  std::vector<TensorSpec> outputs;
-  std::vector<std::string> output_names;
-  int max_pending = protocol::DEFAULT_MAX_PENDING;  // 0: no bound
-  std::atomic<int> pending{0};
-
-  // Init's work: `model_path` is triton://NAME or a file's path; `model_bytes`, when given, the model itself.
-  Status Start(const std::string &model_path, const std::string *model_bytes,
-               const std::shared_ptr<RunnerConfig> &runner_config);
-
-  std::vector<MSTensor> Tensors(bool in) const {
-    std::shared_lock<std::shared_mutex> read(lock);
-    std::vector<MSTensor> out;
-    for (const TensorSpec &s : in ? inputs : outputs) out.emplace_back(s.name, s.type, s.shape, nullptr, 0);
-    return out;
-  }
-};
+std::vector<MSTensor> ModelParallelRunner::Impl::Tensors(bool in) const {
+  std::shared_lock<std::shared_mutex> read(lock);
+  std::vector<MSTensor> out;
+  for (const TensorSpec &s : in ? inputs : outputs) out.emplace_back(s.name, s.type, s.shape, nullptr, 0);
+  return out;
+}
 
 ModelParallelRunner::ModelParallelRunner() : impl_(std::make_unique<Impl>()) {}
 
@@ -105,7 +88,7 @@ ModelParallelRunner::~ModelParallelRunner() {
 
 Status ModelParallelRunner::Init(const std::string &model_path, const std::shared_ptr<RunnerConfig> &runner_config) {
   try {
-    return impl_->Start(model_path, nullptr, runner_config);
+    return impl_->Start(model_path, nullptr, runner_config, kInit);
   } catch (const std::exception &e) {  // bad_alloc and the like: nothing throws across the API
     return Status(kLiteMemoryFailed, std::string("ModelParallelRunner's init failed! ") + e.what());
   }
@@ -118,37 +101,29 @@ Status ModelParallelRunner::Init(const void *model_data, size_t data_size,
       return Status(kLiteNullptr, "ModelParallelRunner's init failed! the model buffer is empty");
     }
     const std::string bytes(static_cast<const char *>(model_data), data_size);
-    return impl_->Start("model", &bytes, runner_config);
+    return impl_->Start("model", &bytes, runner_config, kInit);
   } catch (const std::exception &e) {
     return Status(kLiteMemoryFailed, std::string("ModelParallelRunner's init failed! ") + e.what());
   }
 }
 
 Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std::string *model_bytes,
-                                        const std::shared_ptr<RunnerConfig> &runner_config) {
+                                        const std::shared_ptr<RunnerConfig> &runner_config, const char *what) {
   std::unique_lock<std::shared_mutex> write(lock);
   if (http != nullptr) return Status(kSuccess, "already initialised with '" + model + "'");
   RunnerConfig defaults;
   const RunnerConfig &config = runner_config ? *runner_config : defaults;
   Sections sections;
   Status s = ReadSections(config, &sections);
-  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  if (s.IsError()) return Prefixed(what, s);
   long bound = 0;
   s = RunnerCount(sections, protocol::MAX_PENDING_KEY, protocol::DEFAULT_MAX_PENDING, &bound);
-  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  if (s.IsError()) return Prefixed(what, s);
   std::shared_ptr<Context> ctx = config.GetContext();
-  std::string url = ctx ? ctx->GetServerUrl() : "";
-  if (url.empty()) {
-    const char *env = std::getenv(protocol::URL_ENV);
-    url = env == nullptr ? "" : env;
-  }
-  if (url.empty()) {
-    return Status(kLiteParamInvalid, std::string("ModelParallelRunner's init failed! no server: call "
-                                                 "Context::SetServerUrl(\"http://host:8000\") or set ") +
-                                         protocol::URL_ENV);
-  }
+  std::string url, key;
+  s = ResolveServer(ctx ? ctx->GetServerUrl() : "", &url, &key);
   std::unique_ptr<KServeHttp> server;
-  s = KServeHttp::Create(url, &server);
+  if (s.IsOk()) s = KServeHttp::Create(url, key, &server);
   if (s.IsOk()) s = server->Live();
   std::string name;
   const std::string prefix = protocol::BIND_PREFIX;
@@ -169,7 +144,7 @@ Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std
   bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
   if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, &inputs);
   if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, &outputs);
-  if (s.IsError()) return Prefixed("ModelParallelRunner's init", s);
+  if (s.IsError()) return Prefixed(what, s);
   output_names.clear();
   for (const TensorSpec &spec : outputs) output_names.push_back(spec.name);
   max_pending = static_cast<int>(bound);
@@ -196,42 +171,55 @@ std::vector<MSTensor> ModelParallelRunner::GetOutputs() {
 
 Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
                                     const MSKernelCallBack &before, const MSKernelCallBack &after) {
+  return impl_->Predict(inputs, outputs, before, after);
+}
+
+Status ModelParallelRunner::Impl::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
+                                          const MSKernelCallBack &before, const MSKernelCallBack &after) {
   try {
-    if (outputs == nullptr) return Status(kLiteNullptr, "predict failed! outputs must not be null");
     if (before || after) {
       return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
     }
+    if (outputs == nullptr) return Status(kLiteNullptr, "predict failed! outputs must not be null");
     if (inputs.empty()) return Status(kLiteError, "predict failed! inputs must not be empty");
-    std::shared_lock<std::shared_mutex> read(impl_->lock);
-    if (impl_->http == nullptr) return Status(kLiteNullptr, "predict failed! call Init first");
-    if (inputs.size() != impl_->inputs.size()) {
-      return Status(kLiteInputTensorError, "model input len:" + std::to_string(impl_->inputs.size()) +
+    std::shared_lock<std::shared_mutex> read(lock);
+    if (http == nullptr) return Status(kLiteNullptr, "predict failed! call Init first");
+    if (inputs.size() != this->inputs.size()) {
+      return Status(kLiteInputTensorError, "model input len:" + std::to_string(this->inputs.size()) +
                                                " not equal input len:" + std::to_string(inputs.size()) + "!");
     }
     std::vector<std::string> names;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const MSTensor &t = inputs[i];
+      const std::string &name = this->inputs[i].name;
+      if (t != nullptr && t.Data() == nullptr && TensorAccess::DeviceData(t) != nullptr) {
+        return Status(kLiteNotSupport, "predict failed! input '" + name + "' " + kDeviceMemory);
+      }
       if (t == nullptr || t.Data() == nullptr || t.ElementNum() < 0) {
-        return Status(kLiteInputTensorError, "predict failed! input " + std::to_string(i) + " ('" +
-                                                 impl_->inputs[i].name +
+        return Status(kLiteInputTensorError, "predict failed! input " + std::to_string(i) + " ('" + name +
                                                  "') has no data or a dynamic shape; set its shape and data");
       }
       if (TensorAccess::Capacity(t) < t.DataSize()) {  // the shape grew after the data was set: never read past it
-        return Status(kLiteInputTensorError, "predict failed! input '" + impl_->inputs[i].name + "' holds " +
+        return Status(kLiteInputTensorError, "predict failed! input '" + name + "' holds " +
                                                  std::to_string(TensorAccess::Capacity(t)) +
                                                  " bytes; its shape needs " + std::to_string(t.DataSize()) +
                                                  " (set the shape, then the data)");
       }
-      names.push_back(impl_->inputs[i].name);
+      names.push_back(name);
     }
-    if (!outputs->empty() && outputs->size() != impl_->outputs.size()) {
+    if (!outputs->empty() && outputs->size() != this->outputs.size()) {
       return Status(kLiteParamInvalid, "predict failed! outputs must be empty or hold one tensor per model output (" +
-                                           std::to_string(impl_->outputs.size()) + ")");
+                                           std::to_string(this->outputs.size()) + ")");
+    }
+    for (const MSTensor &t : *outputs) {
+      if (t != nullptr && t.Data() == nullptr && TensorAccess::DeviceData(t) != nullptr) {
+        return Status(kLiteNotSupport, "predict failed! output '" + t.Name() + "' " + kDeviceMemory);
+      }
     }
     // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent.
-    int bound = impl_->max_pending;
-    if (impl_->pending.fetch_add(1) + 1 > bound && bound > 0) {
-      impl_->pending.fetch_sub(1);
+    int bound = max_pending;
+    if (pending.fetch_add(1) + 1 > bound && bound > 0) {
+      pending.fetch_sub(1);
       return Status(kLiteServiceDeny, "predict failed! The number of waiting tasks in the queue exceeds the limit: " +
                                           std::to_string(bound) + " predicts of this runner are in flight ([" +
                                           protocol::RUNNER_SECTION + "] " + protocol::MAX_PENDING_KEY + "=" +
@@ -240,10 +228,10 @@ Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::ve
     struct Done {
       std::atomic<int> &pending;
       ~Done() { pending.fetch_sub(1); }
-    } done{impl_->pending};
+    } done{pending};
     std::string body;
     std::vector<OutputView> views;
-    Status s = impl_->http->Infer(impl_->model, names, inputs, impl_->output_names, &body, &views);
+    Status s = http->Infer(model, names, inputs, output_names, &body, &views);
     if (s.IsError()) return Prefixed("predict", s);
     if (views.empty()) return Status(kLiteError, "predict failed! the server returned no outputs");
     bool in_place = !outputs->empty();

@@ -22,6 +22,8 @@ inline constexpr int DEFAULT_MAX_PENDING = 1000;  // MindSpore Lite's task-queue
 inline constexpr char HEADER[] = "mslite-key";  // the admin key's header
 inline constexpr char KEY_DIR_ENV[] = "MSLITE_TRITON_KEY_DIR";
 inline constexpr char URL_ENV[] = "MSLITE_TRITON_URL";
+inline constexpr char AUTOSTART_ENV[] = "MSLITE_TRITON_AUTOSTART";  // "0": never start a server of our own
+inline constexpr char SERVE_CMD_ENV[] = "MSLITE_TRITON_SERVE_CMD";  // the command that runs mslite-triton
 inline constexpr char BIND_PREFIX[] = "triton://";
 
 }  // namespace protocol

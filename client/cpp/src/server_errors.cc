@@ -53,6 +53,10 @@ Status Classify(long code, const std::string &body, enum StatusCode otherwise) {
              lower.find("is not found") != std::string::npos) {
     status = kLiteError;
     message = "model not found: " + message;
+  } else if (lower.find("invalid or unsupported gpu id") != std::string::npos) {
+    status = kLiteNotSupport;  // Triton's words list the usable GPUs, an empty list on a host without one
+    message = "the GPU asked for is not available on the server (it runs on CPU only, or lacks that device): " +
+              message;
   } else if (code == 400 && otherwise == kLiteError) {
     status = kLiteInputTensorError;
   }

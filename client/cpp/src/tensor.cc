@@ -48,6 +48,7 @@ class MSTensor::Impl {
   void *data = nullptr;
   bool own = false;
   size_t capacity = 0;  // bytes the data holds: allocated here, or DataSize() when the caller set it
+  void *device_data = nullptr;  // the caller's, never read here
 };
 
 MSTensor::MSTensor() : impl_(std::make_shared<Impl>()) {}
@@ -156,6 +157,14 @@ void MSTensor::SetData(void *data, bool own_data) {
   // the caller's buffer holds DataSize() bytes of the shape it has now (what MindSpore Lite reads too)
   impl_->capacity = data == nullptr ? 0 : DataSize();
 }
+
+void MSTensor::SetDeviceData(void *data) {
+  if (impl_) impl_->device_data = data;
+}
+
+void *MSTensor::GetDeviceData() { return impl_ ? impl_->device_data : nullptr; }
+
+void *TensorAccess::DeviceData(const MSTensor &tensor) { return tensor.impl_ ? tensor.impl_->device_data : nullptr; }
 
 size_t TensorAccess::Capacity(const MSTensor &tensor) { return tensor.impl_ ? tensor.impl_->capacity : 0; }
 

@@ -15,6 +15,8 @@ struct TensorAccess {
   // (MindSpore Lite's sample allocates the outputs itself), else into a new owned one. False: out of memory.
   // Bytes the tensor's data holds: what was allocated for it, or DataSize() when the caller set it.
   static size_t Capacity(const MSTensor &tensor);
+  // What SetDeviceData set (nullptr: none).
+  static void *DeviceData(const MSTensor &tensor);
   static bool Fill(MSTensor *tensor, enum DataType type, const std::vector<int64_t> &shape, const char *bytes,
                    size_t size);
 };

@@ -59,6 +59,9 @@ class GPUDeviceInfo : public DeviceInfoContext {
   uint32_t GetDeviceID() const { return device_id_; }
   void SetPrecisionMode(const std::string &mode) { precision_mode_ = mode; }
   std::string GetPrecisionMode() const { return precision_mode_; }
+  // This process's rank and the group's size as the MPI launcher (mpirun) gives them; 0 and 1 without one.
+  int GetRankID() const;
+  int GetGroupSize() const;
 
  private:
   uint32_t device_id_ = 0;
@@ -73,9 +76,12 @@ class AscendDeviceInfo : public DeviceInfoContext {
   uint32_t GetDeviceID() const { return device_id_; }
   void SetPrecisionMode(const std::string &mode) { precision_mode_ = mode; }
   std::string GetPrecisionMode() const { return precision_mode_; }
+  void SetRankID(uint32_t rank_id) { rank_id_ = rank_id; }
+  uint32_t GetRankID() const { return rank_id_; }
 
  private:
   uint32_t device_id_ = 0;
+  uint32_t rank_id_ = 0;
   std::string precision_mode_;
 };
 
@@ -113,5 +119,24 @@ class Context {
 };
 
 }  // namespace mslite_triton
+
+// MindSpore Lite's names, so a program written for it compiles with only its include lines changed.
+namespace mindspore {
+using mslite_triton::AscendDeviceInfo;
+using mslite_triton::Context;
+using mslite_triton::CPUDeviceInfo;
+using mslite_triton::DeviceInfoContext;
+using mslite_triton::DeviceType;
+using mslite_triton::GPUDeviceInfo;
+using mslite_triton::kAllDevice;
+using mslite_triton::kAscend;
+using mslite_triton::kAscend310;
+using mslite_triton::kAscend910;
+using mslite_triton::kCPU;
+using mslite_triton::kCustomDevice;
+using mslite_triton::kGPU;
+using mslite_triton::kInvalidDeviceType;
+using mslite_triton::kKirinNPU;
+}  // namespace mindspore
 
 #endif  // MSLITE_TRITON_CONTEXT_H_

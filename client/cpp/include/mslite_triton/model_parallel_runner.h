@@ -86,4 +86,10 @@ class ModelParallelRunner {
 
 }  // namespace mslite_triton
 
+// MindSpore Lite's names, so a program written for it compiles with only its include lines changed.
+namespace mindspore {
+using mslite_triton::ModelParallelRunner;
+using mslite_triton::RunnerConfig;
+}  // namespace mindspore
+
 #endif  // MSLITE_TRITON_MODEL_PARALLEL_RUNNER_H_

@@ -92,4 +92,48 @@ class Status {
 
 }  // namespace mslite_triton
 
+// MindSpore Lite's names, so a program written for it compiles with only its include lines changed.
+namespace mindspore {
+using mslite_triton::CompCode;
+using mslite_triton::Status;
+using mslite_triton::StatusCode;
+using mslite_triton::kCore;
+using mslite_triton::kMD;
+using mslite_triton::kME;
+using mslite_triton::kMC;
+using mslite_triton::kLite;
+using mslite_triton::kSuccess;
+using mslite_triton::kCoreFailed;
+using mslite_triton::kMEFailed;
+using mslite_triton::kMEInvalidInput;
+using mslite_triton::kMCFailed;
+using mslite_triton::kMCDeviceError;
+using mslite_triton::kMCInvalidInput;
+using mslite_triton::kMCInvalidArgs;
+using mslite_triton::kLiteError;
+using mslite_triton::kLiteNullptr;
+using mslite_triton::kLiteParamInvalid;
+using mslite_triton::kLiteNoChange;
+using mslite_triton::kLiteSuccessExit;
+using mslite_triton::kLiteMemoryFailed;
+using mslite_triton::kLiteNotSupport;
+using mslite_triton::kLiteThreadPoolError;
+using mslite_triton::kLiteUninitializedObj;
+using mslite_triton::kLiteFileError;
+using mslite_triton::kLiteServiceDeny;
+using mslite_triton::kLiteModelRebuild;
+using mslite_triton::kLiteOutOfTensorRange;
+using mslite_triton::kLiteInputTensorError;
+using mslite_triton::kLiteReentrantError;
+using mslite_triton::kLiteGraphFileError;
+using mslite_triton::kLiteNotFindOp;
+using mslite_triton::kLiteInvalidOpName;
+using mslite_triton::kLiteInvalidOpAttr;
+using mslite_triton::kLiteOpExecuteFailure;
+using mslite_triton::kLiteFormatError;
+using mslite_triton::kLiteInferError;
+using mslite_triton::kLiteInferInvalid;
+using mslite_triton::kLiteInputParamInvalid;
+}  // namespace mindspore
+
 #endif  // MSLITE_TRITON_STATUS_H_

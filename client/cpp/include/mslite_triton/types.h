@@ -77,6 +77,10 @@ class MSTensor {
   // Uses `data` (DataSize() bytes are read from it); own_data: free() it when the tensor goes or gets other data.
   void SetData(void *data, bool own_data = true);
   bool IsConst() const { return false; }
+  // Device (GPU) memory for the data, as MindSpore Lite's: kept so ported code compiles and reads back what
+  // it set. This client sends host memory only, so Predict refuses a tensor whose data lies on a device.
+  void SetDeviceData(void *data);
+  void *GetDeviceData();
 
   bool operator==(std::nullptr_t) const { return impl_ == nullptr; }
   bool operator!=(std::nullptr_t) const { return impl_ != nullptr; }
@@ -102,5 +106,17 @@ using MSKernelCallBack = std::function<bool(const std::vector<MSTensor> &inputs,
 size_t DataTypeSize(enum DataType type);
 
 }  // namespace mslite_triton
+
+// MindSpore Lite's names, so a program written for it compiles with only its include lines changed.
+namespace mindspore {
+using mslite_triton::DataType;
+using mslite_triton::DEFAULT_FORMAT;
+using mslite_triton::Format;
+using mslite_triton::MSCallBackParam;
+using mslite_triton::MSKernelCallBack;
+using mslite_triton::MSTensor;
+using mslite_triton::NCHW;
+using mslite_triton::NHWC;
+}  // namespace mindspore
 
 #endif  // MSLITE_TRITON_TYPES_H_
