@@ -46,6 +46,7 @@ from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_
 from mslite_gateway.offload import OFFLOAD_BYTES, Offload
 from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +103,17 @@ class _Unanswered(Exception):
 
 
 class Upstream:
-    """Keep-alive connections to Triton's HTTP port, reused by whichever request comes next."""
+    """Keep-alive connections to Triton's HTTP endpoint, reused by whichever request comes next."""
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        address: UpstreamAddress,
         *,
         timeout_s: float,
         retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
         max_idle: int = 64,
     ) -> None:
-        self.host = host
-        self.port = port
+        self.address = address
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.max_idle = max_idle
@@ -153,7 +152,7 @@ class Upstream:
             fresh = not self._idle or not idempotent
             if fresh:
                 try:
-                    conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20), 10)
+                    conn = await asyncio.wait_for(self.address.open_connection(limit=1 << 20), 10)
                 except (OSError, asyncio.TimeoutError) as e:
                     raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
                 if prepare is not None and not await prepare():

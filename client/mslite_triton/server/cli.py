@@ -19,16 +19,25 @@ from mslite_backend.settings import (
 from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
 from mslite_triton.server.tune import add_command as add_tune_command
 
+# Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
+_GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
+
 
 def _serve(args: argparse.Namespace) -> int:
+    gone = [f"--{name.replace('_', '-')}" for name in _GONE_OPTIONS if getattr(args, name) is not None]
+    if gone:
+        sys.stderr.write(
+            f"mslite-triton: {' and '.join(gone)}: no such option any more; behind the gateway tritonserver listens on "
+            "Unix sockets that only this user can reach, not on TCP ports; with --no-gateway it serves "
+            "--http-port and --grpc-port itself\n"
+        )
+        return 2
     config = ServerConfig(
         model_repository=Path(args.model_repository),
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
-        triton_http_port=args.triton_http_port,
-        triton_grpc_port=args.triton_grpc_port,
         load_models=tuple(args.model) or ("*",),
         exit_timeout_s=args.exit_timeout_s,
         log_verbose=args.log_verbose,
@@ -64,8 +73,8 @@ def _serve(args: argparse.Namespace) -> int:
         out.write(
             f"GATEWAY on the ports above, requests up to {args.max_request_mib} MiB, at most "
             f"{args.max_inflight_per_model} in flight per model and {args.max_inflight_mib} MiB in flight in all "
-            f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on {server.triton_http_url} and "
-            f"grpc://127.0.0.1:{server.triton_grpc_port}\n"
+            f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on Unix sockets in "
+            f"{server.triton.socket_dir}/ (mode 0700: this user only; gRPC: {server.triton.grpc_address})\n"
         )
     if server.admin_key:
         out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
@@ -125,20 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-port", type=int, default=8002, help="Prometheus metrics port; 0: a free one (default %(default)s)"
     )
-    serve.add_argument(
-        "--triton-http-port",
-        type=int,
-        default=0,
-        help="tritonserver's own HTTP port on 127.0.0.1, behind the gateway (default: a free one; unused with "
-        "--no-gateway)",
-    )
-    serve.add_argument(
-        "--triton-grpc-port",
-        type=int,
-        default=0,
-        help="tritonserver's own gRPC port on 127.0.0.1, behind the gateway (default: a free one; unused with "
-        "--no-gateway)",
-    )
+    for name in _GONE_OPTIONS:  # refused with a reason (`_serve`), not as an unknown option
+        serve.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
     serve.add_argument(
         "--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests (default %(default)s)"

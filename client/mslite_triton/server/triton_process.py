@@ -20,7 +20,7 @@ from mslite_triton._admin_key import flags as admin_key_flags
 from mslite_triton.errors import ServerStartError
 from mslite_triton.server.config import ServerConfig
 from mslite_triton.server.parent_death import dies_with_parent
-from mslite_triton.server.ports import LOOPBACK
+from mslite_triton.server.triton_endpoints import TritonEndpoints
 
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 # What Triton logs once a second while its exit waits for models to finish unloading
@@ -83,15 +83,13 @@ def command_line(
     cfg: ServerConfig,
     *,
     workspace: Path,
-    http_port: int,
-    grpc_port: int,
+    endpoints: TritonEndpoints,
     metrics_port: int,
     shm_prefix: str,
     admin_key: str | None,
     load_models: tuple[str, ...],
 ) -> list[str]:
-    """The server's arguments: Triton's own ports (private on loopback behind a gateway), and the rest."""
-    host = LOOPBACK if cfg.gateway else cfg.host
+    """The server's arguments: Triton's own endpoints (private Unix sockets behind a gateway), and the rest."""
     flags = [
         f"--model-repository={Path(cfg.model_repository).resolve()}",
         f"--backend-directory={workspace / 'backends'}",
@@ -102,10 +100,7 @@ def command_line(
         "--exit-on-error=false",
         "--strict-readiness=false",
         f"--exit-timeout-secs={cfg.exit_timeout_s}",
-        f"--http-address={host}",
-        f"--http-port={http_port}",
-        f"--grpc-address={host}",
-        f"--grpc-port={grpc_port}",
+        *endpoints.flags(),
         f"--metrics-address={cfg.host}",
         f"--metrics-port={metrics_port}",
         f"--log-verbose={cfg.log_verbose}",
