@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from mslite_backend import settings
 from mslite_backend.settings import (
     GATEWAY_BODY_STALL_TIMEOUT_S,
     GATEWAY_MAX_INFLIGHT_BYTES,
@@ -50,6 +51,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_inflight_bytes=args.max_inflight_mib << 20,
         max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
         body_stall_timeout_s=args.body_stall_timeout_s,
+        tritonserver=args.tritonserver,
+        admin_key=settings.admin_key(),
     )
     stop = threading.Event()
     received: list[str] = []
@@ -76,7 +79,9 @@ def _serve(args: argparse.Namespace) -> int:
             f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on Unix sockets in "
             f"{server.triton.socket_dir}/ (mode 0700: this user only; gRPC: {server.triton.grpc_address})\n"
         )
-    if server.admin_key:
+    if server.admin_key and config.admin_key:  # the deployment's: not written into its logs
+        out.write(f"ADMIN KEY from {settings.ADMIN_KEY_ENV}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+    elif server.admin_key:
         out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
     else:
         out.write(
@@ -136,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name in _GONE_OPTIONS:  # refused with a reason (`_serve`), not as an unknown option
         serve.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument(
+        "--tritonserver",
+        type=Path,
+        default=settings.server_bin(),
+        help=f"the tritonserver binary to start, with its installation's python backend beside it (the Triton "
+        f"image's /opt/tritonserver/bin/tritonserver); default: {settings.SERVER_BIN_ENV}, else the nvidia-pytriton "
+        "wheel's",
+    )
     serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
     serve.add_argument(
         "--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests (default %(default)s)"
@@ -151,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-admin-key",
         action="store_true",
         help="leave model control, shared memory, logging, trace and weights updates open (local benchmarking: "
-        "perf_analyzer cannot send the key over gRPC)",
+        f"perf_analyzer cannot send the key over gRPC); by default they need the key {settings.ADMIN_KEY_ENV} "
+        "names, or else a new one made at start",
     )
     serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
     serve.add_argument(

@@ -46,6 +46,11 @@ class ServerConfig:
     # A body or gRPC message that brings no new byte for this long is dropped, and its bytes given back.
     body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S
     extra_args: tuple[str, ...] = field(default=())
+    # The tritonserver binary; None: the nvidia-pytriton wheel's. Another installation (the Triton image's
+    # /opt/tritonserver) brings its own python backend and stub, which the workspace is composed from.
+    tritonserver: Path | None = None
+    # The admin key; None: a new one at each start (`restrict_admin` off: none)
+    admin_key: str | None = None
 
 
 @dataclass(frozen=True)

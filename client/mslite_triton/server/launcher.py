@@ -126,7 +126,7 @@ class EmbeddedServer:
         if cfg.gateway:  # Triton's own endpoints are Unix sockets only this user can reach
             self.triton = TritonEndpoints(socket_dir=make_socket_dir(self.workspace))
         if cfg.restrict_admin:
-            self.admin_key = new_key()
+            self.admin_key = cfg.admin_key or new_key()
         for attempt in range(1, START_ATTEMPTS + 1):
             self.http_port, self.grpc_port, self.metrics_port = pick_ports(wanted)
             if not cfg.gateway:
@@ -170,7 +170,8 @@ class EmbeddedServer:
             admin_key=self.admin_key,
             load_models=self.config.load_models if load_models is None else load_models,
         )
-        env = environment(admin_key=self.admin_key, weights_owner=self.weights_owner)
+        assert self._binary is not None
+        env = environment(self._binary, admin_key=self.admin_key, weights_owner=self.weights_owner)
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
         self.process = spawn(args, env, self.log_path, die_with_parent=self._child_dies_with_me())
@@ -251,7 +252,7 @@ class EmbeddedServer:
         self._start_gateway(stop_on_failure=False)
 
     def _compose_workspace(self) -> Path:
-        return compose_workspace(self.workspace)
+        return compose_workspace(self.workspace, self.config.tritonserver)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
