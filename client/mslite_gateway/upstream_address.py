@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-UNIX = "unix:"
+from mslite_backend.protocol import UNIX_ADDRESS_PREFIX
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class UpstreamAddress:
         Raises:
             ValueError: neither (no port, or one that is not a number).
         """
-        if text.startswith(UNIX):
-            return cls(path=text[len(UNIX) :])
+        if text.startswith(UNIX_ADDRESS_PREFIX):
+            return cls(path=text[len(UNIX_ADDRESS_PREFIX) :])
         host, _, port = text.rpartition(":")
         if not host:
             raise ValueError(f"an upstream is unix:PATH or host:port, got '{text}'")
@@ -52,4 +52,4 @@ class UpstreamAddress:
         return await loop.create_connection(factory, self.host, self.port)  # type: ignore[return-value]
 
     def __str__(self) -> str:
-        return f"{UNIX}{self.path}" if self.path is not None else f"{self.host}:{self.port}"
+        return f"{UNIX_ADDRESS_PREFIX}{self.path}" if self.path is not None else f"{self.host}:{self.port}"

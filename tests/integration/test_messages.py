@@ -26,7 +26,7 @@ from mslite_triton.errors import InferenceError, ModelLoadError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import private_shm
 from tests.support.repository import flat_tiny
-from tests.support.triton_direct import grpc_address, http_address
+from tests.support.triton_direct import bridge, grpc_address, grpc_url, http_address
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_the_client_library_reports_a_failed_load_cleanly(gw, tmp_path, monkeypa
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08not onnx at all")
     ctx = mslite.Context()
-    ctx.server_url = gw.triton.grpc_url  # straight to Triton: the library cleans up itself
+    ctx.server_url = grpc_url(gw)  # straight to Triton: the library cleans up itself
     with pytest.raises((ModelLoadError, RuntimeError)) as info:
         mslite.Model().build_from_file(str(bad), mslite.ModelType.MINDIR, ctx)
     text = str(info.value)
@@ -91,8 +91,8 @@ _SERVER = textwrap.dedent(
     from mslite_triton.server import EmbeddedServer, ServerConfig
     repo = Path(sys.argv[1])
     with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
-        ports = [s.http_port, s.grpc_port]
-        print(json.dumps({"ports": ports, "triton_grpc": s.triton.grpc_url, "prefix": s.shm_prefix}), flush=True)
+        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket), "prefix": s.shm_prefix}
+        print(json.dumps(seen), flush=True)
         sys.stdin.read()  # serve until the test closes our stdin
     """
 )
@@ -139,7 +139,8 @@ def test_a_full_shared_memory_pool_does_not_name_the_workers_region(small_shm_se
         client.close()
         seen.append(str(info.value.message()))
     ctx = mslite.Context()
-    ctx.server_url = small_shm_server["triton_grpc"]  # straight to Triton, through the client library
+    # straight to Triton, through the client library
+    ctx.server_url = f"grpc://127.0.0.1:{bridge(Path(small_shm_server['triton_grpc']))}"
     model = mslite.Model()
     model.build_from_file("triton://flat", mslite.ModelType.MINDIR, ctx)
     with pytest.raises(InferenceError) as info:

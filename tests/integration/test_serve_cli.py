@@ -1,4 +1,4 @@
-"""`mslite-triton serve` as a newcomer runs it: tritonserver on private sockets, and a SIGTERM that says what it does."""
+"""`mslite-triton serve` as a newcomer runs it: Triton on private sockets, and a SIGTERM that says what it does."""
 
 from __future__ import annotations
 

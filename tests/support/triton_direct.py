@@ -1,8 +1,9 @@
 """Tests' way around the gateway to tritonserver's own endpoints, to compare what Triton itself answers.
 
-Behind the gateway those are Unix sockets (`TritonEndpoints`): gRPC clients reach them as they are, but
-tritonclient's HTTP client speaks TCP only, so its tests go through a loopback bridge of their own that
-forwards each connection to the socket. Without the gateway both are the server's TCP ports.
+Behind the gateway those are Unix sockets (`TritonEndpoints`): tritonclient's gRPC client reaches them as
+they are, but its HTTP client and this library's `Context.server_url` speak TCP only, so those tests go
+through a loopback bridge of their own that forwards each connection to the socket. Without the gateway
+both are the server's TCP ports.
 """
 
 from __future__ import annotations
@@ -26,17 +27,26 @@ def grpc_address(server: EmbeddedServer) -> str:
 def http_address(server: EmbeddedServer) -> str:
     """`127.0.0.1:port` where tritonserver's own HTTP endpoint answers (a bridge to its socket behind a gateway)."""
     path = server.triton.http_socket
-    if path is None:
-        return server.triton.http_address
-    with _lock:
-        if path not in _bridges:
-            _bridges[path] = _start_bridge(path)
-        return f"127.0.0.1:{_bridges[path]}"
+    return server.triton.http_address if path is None else f"127.0.0.1:{bridge(path)}"
+
+
+def grpc_url(server: EmbeddedServer) -> str:
+    """`grpc://127.0.0.1:port` where tritonserver's own gRPC endpoint answers, for `Context.server_url`."""
+    path = server.triton.grpc_socket
+    return f"grpc://{server.triton.grpc_address if path is None else f'127.0.0.1:{bridge(path)}'}"
 
 
 def http_port(server: EmbeddedServer) -> int:
     """The port of `http_address`."""
     return int(http_address(server).rpartition(":")[2])
+
+
+def bridge(path: Path) -> int:
+    """The loopback port of this process's bridge to the Unix socket `path` (started on first use)."""
+    with _lock:
+        if path not in _bridges:
+            _bridges[path] = _start_bridge(path)
+        return _bridges[path]
 
 
 def _start_bridge(path: Path) -> int:

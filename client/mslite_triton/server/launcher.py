@@ -177,19 +177,12 @@ class EmbeddedServer:
         self.process = spawn(args, env, self.log_path, die_with_parent=self._child_dies_with_me())
         try:
             self._wait_ready()
-        except PortTakenError:
-            raise
-        except ServerStartError as e:
+        except BaseException as e:
             if stop_on_failure:
                 self.stop()
-            if PORT_TAKEN in str(e):
-                raise PortTakenError(
-                    f"{e}\n{self._holders([self.metrics_port, *self._public_triton_ports()])}"
-                ) from None
-            raise
-        except BaseException:
-            if stop_on_failure:
-                self.stop()
+            if isinstance(e, ServerStartError) and PORT_TAKEN in str(e):  # the metrics port, or a public one
+                holders = self._holders([self.metrics_port, *self._public_triton_ports()])
+                raise PortTakenError(f"{e}\n{holders}") from None
             raise
 
     def _public_triton_ports(self) -> list[int]:

@@ -20,12 +20,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mslite_backend.protocol import UNIX_ADDRESS_PREFIX
 from mslite_triton.errors import ServerStartError
 
 HTTP_SOCKET = "http"
 GRPC_SOCKET = "grpc"
 GRPC_SOCKET_FILE = f"{GRPC_SOCKET}:0"  # what gRPC names the socket of `--grpc-address=unix:.../grpc --grpc-port=0`
-UNIX = "unix:"  # the scheme of a Unix socket address, as gRPC and the gateway's upstream options write it
 _SUN_PATH_MAX = 107  # bytes of a socket path the kernel takes (sun_path is 108 with its NUL)
 _SHORT_ROOT = "/tmp"  # where the folder goes when the workspace's path would make a socket path too long
 
@@ -52,16 +52,16 @@ class TritonEndpoints:
     @property
     def http_address(self) -> str:
         """`unix:PATH` or `host:port`: the gateway's `--upstream-http`."""
-        return f"{UNIX}{self.http_socket}" if self.http_socket else f"{self.host}:{self.http_port}"
+        return f"{UNIX_ADDRESS_PREFIX}{self.http_socket}" if self.http_socket else f"{self.host}:{self.http_port}"
 
     @property
     def grpc_address(self) -> str:
         """`unix:PATH` or `host:port`: the gateway's `--upstream-grpc`, and a tritonclient gRPC client's url."""
-        return f"{UNIX}{self.grpc_socket}" if self.grpc_socket else f"{self.host}:{self.grpc_port}"
+        return f"{UNIX_ADDRESS_PREFIX}{self.grpc_socket}" if self.grpc_socket else f"{self.host}:{self.grpc_port}"
 
     @property
     def grpc_url(self) -> str:
-        """The gRPC endpoint as this library's clients take it (`Context.server_url`)."""
+        """The gRPC endpoint as this library's `Transport` takes it: `unix:PATH` (gRPC's form) or `grpc://host:port`."""
         return self.grpc_address if self.grpc_socket else f"grpc://{self.grpc_address}"
 
     def flags(self) -> list[str]:
@@ -69,8 +69,8 @@ class TritonEndpoints:
         if self.socket_dir is None:
             return [f"--http-address={self.host}", f"--http-port={self.http_port}",
                     f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}"]  # fmt: skip
-        return [f"--http-address={UNIX}{self.http_socket}", "--http-port=0",
-                f"--grpc-address={UNIX}{self.socket_dir / GRPC_SOCKET}", "--grpc-port=0"]  # fmt: skip
+        return [f"--http-address={UNIX_ADDRESS_PREFIX}{self.http_socket}", "--http-port=0",
+                f"--grpc-address={UNIX_ADDRESS_PREFIX}{self.socket_dir / GRPC_SOCKET}", "--grpc-port=0"]  # fmt: skip
 
     def http_connection(self, timeout_s: float) -> http.client.HTTPConnection:
         """A new HTTP connection to tritonserver's own endpoint (not connected yet)."""
@@ -87,12 +87,15 @@ class TritonEndpoints:
         """
         if self.socket_dir is None:
             return self
-        if not is_private_dir(self.socket_dir):
-            return TritonEndpoints(socket_dir=make_socket_dir(self.socket_dir.parent))
-        for sock in (self.http_socket, self.grpc_socket):
-            assert sock is not None
-            sock.unlink(missing_ok=True)
-        return self
+        if is_private_dir(self.socket_dir):
+            try:
+                for sock in (self.http_socket, self.grpc_socket):
+                    assert sock is not None
+                    sock.unlink(missing_ok=True)
+                return self
+            except OSError:  # not ours to clear after all
+                pass
+        return TritonEndpoints(socket_dir=make_socket_dir(self.socket_dir.parent))
 
     def remove(self) -> None:
         """Delete the socket folder (the server has exited)."""
