@@ -19,9 +19,10 @@ relays every tensor over TCP as it came (`--no-staging`), what the gateway did b
 over through shared memory. `--floor` adds `benchmarks.passthrough_relay` there, a relay that checks
 nothing, which shows what one more TCP hop costs before any check.
 
-`--cpu-only` runs only the gateway path and reports the gateway's CPU time per request (user and system,
-median and range over the rounds): on a shared machine that figure holds steady where throughput ratios do
-not, and it is what the gateway takes from the workers on a CPU-bound machine.
+`--cpu-only` runs only the gateway path (with `--tcp-hop`, the gateway on TCP too, alternated) and reports
+the gateway's CPU time per request (user and system, median and range over the rounds): on a shared
+machine that figure holds steady where throughput ratios do not, and it is what the gateway takes from the
+workers on a CPU-bound machine.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         gateways = {"gateway": gw_pid}
         servers = {"gateway": srv}
-        if not args.cpu_only:  # tritonserver on TCP ports, perf_analyzer straight at it
+        if not args.cpu_only or args.tcp_hop:  # tritonserver on TCP ports, perf_analyzer straight at it
             tcp = stack.enter_context(EmbeddedServer(replace(config, gateway=False)))
             servers["direct"] = tcp
             addresses.update({("grpc", "direct"): tcp.triton.grpc_address, ("http", "direct"): tcp.triton.http_address})
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             for protocol in args.protocols:
                 for c in args.concurrency:
                     if args.cpu_only:
-                        rows.append(_cpu_row(tools, srv, gw_pid, addresses, model, protocol, c, args))
+                        paths = {p: (servers[p], gateways[p]) for p in ("gateway", "gateway-tcp") if p in gateways}
+                        rows.append(_cpu_row(tools, paths, addresses, model, protocol, c, args))
                         continue
                     rows.append(_throughput_row(tools, servers, gateways, addresses, model, protocol, c, args))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -244,33 +246,48 @@ def _throughput_row(
 
 
 def _cpu_row(
-    tools: Any, srv: Any, pid: int, addresses: dict[tuple[str, str], str], model: str, protocol: str, c: int, args: Any
+    tools: Any,
+    paths: dict[str, tuple[Any, int]],
+    addresses: dict[tuple[str, str], str],
+    model: str,
+    protocol: str,
+    c: int,
+    args: Any,
 ) -> dict[str, Any]:
-    """The gateway's CPU time per request over `args.rounds` runs through it (user and system apart)."""
-    address = addresses[(protocol, "gateway")]
-    _perf(tools, model, protocol, address, c, 500)  # warm-up, untimed
-    user, system, tput = [], [], []
-    for _ in range(args.rounds):
-        (u0, s0), n0 = _cpu_split(pid), _count(srv, model)
-        tput.append(_perf(tools, model, protocol, address, c, args.interval_ms).infer_s)
-        (u1, s1), n1 = _cpu_split(pid), _count(srv, model)
-        user.append(1e3 * (u1 - u0) / max(n1 - n0, 1))
-        system.append(1e3 * (s1 - s0) / max(n1 - n0, 1))
-    total = [u + s for u, s in zip(user, system)]
-    print(
-        f"{model:11s} {protocol:4s} c={c}: gateway CPU {_spread(total, 3)} ms/request (user {_spread(user, 3)}, "
-        f"system {_spread(system, 3)}), {_spread(tput)}/s, load average {os.getloadavg()[0]:.1f}",
-        flush=True,
-    )
-    return {
-        "model": model,
-        "protocol": protocol,
-        "concurrency": c,
-        "gateway_cpu_ms_per_request": [round(x, 4) for x in total],
-        "user_ms": [round(x, 4) for x in user],
-        "system_ms": [round(x, 4) for x in system],
-        "infer_per_s": tput,
-    }
+    """Each gateway's CPU time per request (user and system apart) over `args.rounds` runs through it.
+
+    `paths`: the server and the gateway's pid of each path; with `gateway-tcp` the two alternate round by round.
+    """
+    names = list(paths)
+    for path in names:  # warm-up, untimed
+        _perf(tools, model, protocol, addresses[(protocol, path)], c, 500)
+    user: dict[str, list[float]] = {p: [] for p in names}
+    system: dict[str, list[float]] = {p: [] for p in names}
+    tput: dict[str, list[float]] = {p: [] for p in names}
+    for r in range(args.rounds):
+        for path in names if r % 2 == 0 else names[::-1]:
+            srv, pid = paths[path]
+            (u0, s0), n0 = _cpu_split(pid), _count(srv, model)
+            tput[path].append(_perf(tools, model, protocol, addresses[(protocol, path)], c, args.interval_ms).infer_s)
+            (u1, s1), n1 = _cpu_split(pid), _count(srv, model)
+            user[path].append(1e3 * (u1 - u0) / max(n1 - n0, 1))
+            system[path].append(1e3 * (s1 - s0) / max(n1 - n0, 1))
+    row: dict[str, Any] = {"model": model, "protocol": protocol, "concurrency": c}
+    for path in names:
+        total = [u + s for u, s in zip(user[path], system[path])]
+        print(
+            f"{model:11s} {protocol:4s} c={c} {path}: gateway CPU {_spread(total, 3)} ms/request (user "
+            f"{_spread(user[path], 3)}, system {_spread(system[path], 3)}), {_spread(tput[path])}/s, load average "
+            f"{os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        row[path] = {
+            "gateway_cpu_ms_per_request": [round(x, 4) for x in total],
+            "user_ms": [round(x, 4) for x in user[path]],
+            "system_ms": [round(x, 4) for x in system[path]],
+            "infer_per_s": tput[path],
+        }
+    return row
 
 
 if __name__ == "__main__":
