@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             host="127.0.0.1",
             http_port=free_port(),
             grpc_port=free_port(),
-            upstream_http=srv.triton_http_url.split("://", 1)[1],
-            upstream_grpc=f"127.0.0.1:{srv.triton_grpc_port}",
+            upstream_http=srv.triton.http_address,  # a server without a gateway of its own: Triton on TCP
+            upstream_grpc=srv.triton.grpc_address,
             grace_s=1,
             log_path=Path(tmp) / "gateway.log",
         )
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.case == "hold":
                 hold(http_port, grpc_port, args.seconds)
             else:
-                port = srv.triton_grpc_port if args.direct else grpc_port
+                port = srv.triton.grpc_port if args.direct else grpc_port
                 reset(port, srv.process.pid, args.connections, args.pairs)
         finally:
             gateway.stop()

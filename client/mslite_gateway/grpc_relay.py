@@ -18,6 +18,7 @@ from mslite_gateway.grpc_frames import write
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 _SWEEPS_PER_STALL = 5  # the stall timeout is checked this often per timeout: a stream goes within 1.2 times it
@@ -28,7 +29,7 @@ _CONNECT_TIMEOUT_S = 10.0
 class GrpcRelay:
     """Accepts client connections (`factory` for loop.create_server) and relays them to Triton's gRPC port."""
 
-    def __init__(self, upstream: tuple[str, int], rules: RelayRules) -> None:
+    def __init__(self, upstream: UpstreamAddress, rules: RelayRules) -> None:
         self.upstream = upstream
         self.rules = rules
         self.connections: set[_ClientProtocol] = set()
@@ -99,7 +100,7 @@ class _ClientProtocol(asyncio.Protocol):
     async def _connect(self) -> None:
         try:
             _, proto = await asyncio.wait_for(
-                self.loop.create_connection(lambda: _TritonProtocol(self), *self.relay.upstream), _CONNECT_TIMEOUT_S
+                self.relay.upstream.create_connection(lambda: _TritonProtocol(self)), _CONNECT_TIMEOUT_S
             )
         except (OSError, asyncio.TimeoutError):
             reachable = False
@@ -211,7 +212,7 @@ class _TritonProtocol(asyncio.Protocol):
 async def start_relay(
     host: str,
     port: int,
-    upstream: str,
+    upstream: UpstreamAddress,
     *,
     max_request_bytes: int,
     admission: Admission,
@@ -222,12 +223,11 @@ async def start_relay(
     max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
     upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
-    """Listen on host:port and relay to `upstream` (host:port of Triton's gRPC endpoint).
+    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint).
 
     Raises:
         OSError: the port could not be bound.
     """
-    up_host, _, up_port = upstream.rpartition(":")
     rules = RelayRules(
         max_request_bytes=max_request_bytes,
         admission=admission,
@@ -238,6 +238,6 @@ async def start_relay(
         max_strings=max_strings,
         upstream_timeout_s=upstream_timeout_s,
     )
-    relay = GrpcRelay((up_host, int(up_port)), rules)
+    relay = GrpcRelay(upstream, rules)
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay

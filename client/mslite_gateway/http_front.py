@@ -52,6 +52,7 @@ from mslite_gateway.rules import Refusal, holds_key, no_answer
 from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
 from mslite_gateway.server_metadata import served_json
 from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 
@@ -111,19 +112,17 @@ class _Unanswered(Exception):
 
 
 class Upstream:
-    """Keep-alive connections to Triton's HTTP port, reused by whichever request comes next."""
+    """Keep-alive connections to Triton's HTTP endpoint, reused by whichever request comes next."""
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        address: UpstreamAddress,
         *,
         timeout_s: float,
         retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
         max_idle: int = 64,
     ) -> None:
-        self.host = host
-        self.port = port
+        self.address = address
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.max_idle = max_idle
@@ -162,7 +161,7 @@ class Upstream:
             fresh = not self._idle or not idempotent
             if fresh:
                 try:
-                    conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, limit=1 << 20), 10)
+                    conn = await asyncio.wait_for(self.address.open_connection(limit=1 << 20), 10)
                 except (OSError, asyncio.TimeoutError) as e:
                     raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
                 if prepare is not None and not await prepare():

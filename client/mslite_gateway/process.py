@@ -1,16 +1,16 @@
 """The validating gateway's process in front of Triton (the launcher's handle of it: `GatewayProcess`).
 
     python -m mslite_gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
-        --upstream-http 127.0.0.1:41000 --upstream-grpc 127.0.0.1:41001 [--max-request-bytes N]
+        --upstream-http unix:/tmp/s/http --upstream-grpc unix:/tmp/s/grpc:0 [--max-request-bytes N]
         [--max-inflight-per-model N] [--max-inflight-bytes N] [--max-inflight-bytes-per-connection N]
         [--body-stall-timeout-s S] [--upstream-timeout-s S] [--max-string-elements N]
 
-With `ServerConfig(gateway=True)` the launcher starts Triton on private loopback ports and this process on
-the public ones. It runs in its own process (its own GIL: a client in the launcher's process does not slow
-it, and it cannot crash the caller): one asyncio loop (uvloop where installed) serves HTTP
-(`http_front`) and relays gRPC frame by frame (`grpc_relay`), with one admission control for both
-(`admission`). It prints `ready` once both listen; SIGTERM stops taking requests, lets those in
-progress finish (up to `--grace-s`) and exits.
+With `ServerConfig(gateway=True)` the launcher starts Triton on Unix sockets in a private folder and this
+process on the public ports (an upstream may also be `host:port`). It runs in its own process (its own GIL:
+a client in the launcher's process does not slow it, and it cannot crash the caller): one asyncio loop
+(uvloop where installed) serves HTTP (`http_front`) and relays gRPC frame by frame (`grpc_relay`), with one
+admission control for both (`admission`). It prints `ready` once both listen; SIGTERM stops taking requests,
+lets those in progress finish (up to `--grace-s`) and exits.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from mslite_gateway.load_failures import LoadFailures, http_reader, index_reques
 from mslite_gateway.model_batching import ModelBatching, http_config_reader
 from mslite_gateway.offload import Offload
 from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 # glibc mallopt parameters
@@ -73,22 +74,16 @@ def keep_heap() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _HEAP_KEEP))
 
 
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host, int(port)
-
-
 async def serve(args: argparse.Namespace) -> None:
     """Run both fronts until SIGTERM or SIGINT, then drain and stop."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    up_host, up_port = _address(args.upstream_http)
     staging = None
     if not args.no_staging:  # its regions together stay within what admission control lets be in flight
-        staging = Staging(up_host, up_port, os.environ.get(ADMIN_KEY_ENV), max_bytes=args.max_inflight_bytes)
-    upstream = Upstream(up_host, up_port, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
+        staging = Staging(args.upstream_http, os.environ.get(ADMIN_KEY_ENV), max_bytes=args.max_inflight_bytes)
+    upstream = Upstream(args.upstream_http, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
     admission = Admission(
         max_inflight_per_model=args.max_inflight_per_model,
         max_inflight_bytes=args.max_inflight_bytes,
@@ -173,8 +168,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--http-port", type=int, required=True)
     ap.add_argument("--grpc-port", type=int, required=True)
-    ap.add_argument("--upstream-http", required=True, help="Triton's HTTP endpoint, host:port")
-    ap.add_argument("--upstream-grpc", required=True, help="Triton's gRPC endpoint, host:port")
+    ap.add_argument(
+        "--upstream-http",
+        type=UpstreamAddress.parse,
+        required=True,
+        help="Triton's HTTP endpoint, unix:PATH or host:port",
+    )
+    ap.add_argument(
+        "--upstream-grpc",
+        type=UpstreamAddress.parse,
+        required=True,
+        help="Triton's gRPC endpoint, unix:PATH or host:port",
+    )
     ap.add_argument("--max-request-bytes", type=int, default=GATEWAY_MAX_REQUEST_BYTES)
     ap.add_argument(
         "--max-inflight-per-model",

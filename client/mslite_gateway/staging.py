@@ -42,6 +42,7 @@ from typing import Any
 from mslite_backend.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
 from mslite_backend.protocol import GATEWAY_REGION_PREFIX, SHM_DIR
 from mslite_gateway.deadlines import within
+from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +68,18 @@ class Region:
 
 
 class Staging:
-    """The gateway's pool of staging regions, registered with the Triton at `host:port`."""
+    """The gateway's pool of staging regions, registered with the Triton whose HTTP endpoint is `address`."""
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        address: UpstreamAddress,
         admin_key: str | None,
         *,
         max_bytes: int,
         keep_free_bytes: int = 64 << 20,
         root: str = SHM_DIR,
     ) -> None:
-        self.host = host
-        self.port = port
+        self.address = address
         self.admin_key = admin_key
         self.max_bytes = max_bytes  # all regions together, lent, free or held after an abandoned request
         self.keep_free_bytes = keep_free_bytes
@@ -116,7 +115,7 @@ class Staging:
         """
         while True:
             try:  # `within`: on Python 3.11 `wait_for` drops a stop's cancel that comes as the connection is made
-                reader, writer = await within(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
+                reader, writer = await within(self.address.open_connection(), _CALL_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError):
                 self._stale = True
                 await asyncio.sleep(_WATCH_RETRY_S)
@@ -249,10 +248,11 @@ class Staging:
     async def _call(self, method: str, path: str, doc: Any = None) -> Any:
         """One call to Triton's HTTP API on a connection of its own; the answer's JSON."""
         body = b"" if doc is None else json.dumps(doc).encode()
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+        host = self.address.host
+        head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
         if self.admin_key:
             head += f"{ADMIN_HEADER}: {self.admin_key}\r\n"
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), _CALL_TIMEOUT_S)
+        reader, writer = await asyncio.wait_for(self.address.open_connection(), _CALL_TIMEOUT_S)
         try:
             writer.write(head.encode() + b"\r\n" + body)
             answer = await asyncio.wait_for(reader.read(), _CALL_TIMEOUT_S)

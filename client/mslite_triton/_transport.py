@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from mslite_backend import settings
 from mslite_backend.owned_files import owner_pid, sweep_dead_owners
-from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX, UNIX_ADDRESS_PREFIX
 from mslite_backend.scrub import load_reason
 
 from ._admin_key import GRPC_HEADER as ADMIN_KEY_GRPC_HEADER
@@ -81,7 +81,7 @@ class Transport:
     def __init__(
         self, url: str, *, key: str | None = None, timeout_s: float | None = None, retry_s: float | None = None
     ) -> None:
-        """Parse `grpc://host:port`, `http://host:port` or `https://...`.
+        """Parse `grpc://host:port`, `http://host:port`, `https://...`, or `unix:PATH` (gRPC on a local socket).
 
         Args:
             url: the server.
@@ -94,13 +94,15 @@ class Transport:
             ValueError: unsupported scheme or missing host; a timeout variable that is not a number.
         """
         parsed = urlparse(url)
-        if parsed.scheme not in ("grpc", "http", "https") or not parsed.hostname:
+        # gRPC's own form for a Unix socket (tritonserver's own endpoint behind the gateway), passed on as it is
+        unix = url.startswith(UNIX_ADDRESS_PREFIX) and len(url) > len(UNIX_ADDRESS_PREFIX)
+        if not unix and (parsed.scheme not in ("grpc", "http", "https") or not parsed.hostname):
             raise ValueError(f"server url must look like grpc://host:port or http://host:port, got '{url}'")
         self.url = url
         self.key = key  # also signs weights updates (the backend checks their proof of it)
-        self.protocol = "grpc" if parsed.scheme == "grpc" else "http"
-        self.host = parsed.hostname
-        self._address = parsed.netloc
+        self.protocol = "grpc" if unix or parsed.scheme == "grpc" else "http"
+        self.host = "localhost" if unix else str(parsed.hostname)
+        self._address = url if unix else parsed.netloc
         self._ssl = parsed.scheme == "https"
         self._timeout_s = timeout_s if timeout_s is not None else settings.timeout_s()
         self._retry_s = retry_s if retry_s is not None else settings.retry_s()

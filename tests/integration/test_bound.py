@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
+from tests.support.triton_direct import grpc_address
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _infer(srv: EmbeddedServer, model: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.triton_grpc_port}")
+    client = grpcclient.InferenceServerClient(grpc_address(srv))
     tensors = []
     for name, array in feeds.items():
         tensor = grpcclient.InferInput(name, list(array.shape), "FP32")

@@ -3,9 +3,9 @@
 docker-compose.yml (and its GPU override and scale-out profile) is validated by a real Compose implementation's
 `config` command (Debian's docker-compose), whose normalised output is then checked: every bind mount points at a
 real path in the repository, ports are on loopback, the GPU is reserved. The YAML is read with the YAML library
-of that same Compose installation (the project's venv has none). The image's entrypoint script is run with a
-stand-in `tritonserver`; the Kubernetes/KServe manifest is parsed and checked for structure only (KServe's CRD
-schemas are not available offline).
+of that same Compose installation (the project's venv has none). The image's entrypoint script is run with the
+wheel's `tritonserver` standing in for the image's, and serves through the gateway; the Kubernetes/KServe
+manifest is parsed and checked for structure only (KServe's CRD schemas are not available offline).
 """
 
 from __future__ import annotations
@@ -16,14 +16,21 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mslite_backend import settings
-from tests.support.repository import ROOT
+from mslite_triton.server.cli import build_parser
+from mslite_triton.server.ports import pick_ports
+from mslite_triton.server.triton_process import triton_dir
+from tests.support.repository import GEN, ROOT, add_model
 
 pytestmark = pytest.mark.integration
 
@@ -110,9 +117,8 @@ def test_compose_config_is_valid_and_mounts_are_real(compose, files):
     for name in ("triton", "triton-replica"):
         triton = svcs[name]
         mounts = dict((t, s) for s, t in bind_mounts(triton))
-        assert Path(mounts["/opt/tritonserver/backends/mslite"]) == ROOT / "backend" / "mslite"
-        assert (Path(mounts["/opt/tritonserver/backends/mslite"]) / "model.py").is_file()
-        assert Path(mounts["/models"]) == ROOT / "model_repository"
+        # the image's installed project is what serves (its launcher composes the backend); no copy mounted over it
+        assert set(mounts) == {"/models"} and Path(mounts["/models"]) == ROOT / "model_repository"
         assert triton["build"]["dockerfile"] == "deploy/Dockerfile"
         assert triton["shm_size"] in ("1gb", "1g", 1 << 30)
         assert "/v2/health/ready" in " ".join(triton["healthcheck"]["test"])
@@ -181,31 +187,53 @@ def test_image_is_the_embedded_release_with_what_the_backend_needs():
             assert (ROOT / source).exists(), source
             assert f"!{source}" in ignored, f"{source} is excluded from the build context by .dockerignore"
     flags = dockerfile_cmd()
-    assert "--model-repository=/models" in flags and "--model-control-mode=explicit" in flags
+    assert "--model-repository=/models" in flags and "--host=0.0.0.0" in flags
+    assert f"ENV {settings.SERVER_BIN_ENV}=/opt/tritonserver/bin/tritonserver" in text
+    assert "nvidia-pytriton" not in text.replace("nvidia-pytriton wheel", "")  # no second tritonserver
 
 
-@pytest.mark.parametrize("key", ["s3cret", ""])
-def test_entrypoint_restricts_the_admin_apis_when_a_key_is_set(tmp_path, key):
-    fake = tmp_path / "tritonserver"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
-    fake.chmod(0o755)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", settings.ADMIN_KEY_ENV: key}
-    out = subprocess.run(
-        ["sh", str(ROOT / "deploy" / "triton-entrypoint.sh"), *dockerfile_cmd()],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr
-    args = out.stdout.splitlines()
-    assert args[-len(dockerfile_cmd()) :] == dockerfile_cmd()
-    restricted = "model-repository,shared-memory,logging,trace:mslite-key="
-    if key:
-        assert args[:2] == [f"--http-restricted-api={restricted}{key}", f"--grpc-restricted-protocol={restricted}{key}"]
-    else:
-        assert not any("restricted" in a for a in args)
-        assert f"{settings.ADMIN_KEY_ENV} is not set" in out.stderr
+def test_the_entrypoint_serves_through_the_gateway_in_front_of_the_given_tritonserver(tmp_path):
+    """The image's entrypoint with the image's command, run here with the wheel's tritonserver as the image's."""
+    repo = tmp_path / "repo"
+    add_model(repo, "tiny", GEN.build_tiny())
+    http, grpc_, metrics = pick_ports([("127.0.0.1", 0, "free")] * 3)
+    wanted = {"--model-repository": repo, "--host": "127.0.0.1", "--http-port": http, "--grpc-port": grpc_,
+              "--metrics-port": metrics}  # fmt: skip
+    cmd = dockerfile_cmd()
+    assert sorted(flag.split("=")[0] for flag in cmd) == sorted(wanted)  # the image's options, our values
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        settings.ADMIN_KEY_ENV: KEY,
+        settings.SERVER_BIN_ENV: str(triton_dir() / "bin" / "tritonserver"),
+    }
+    proc = subprocess.Popen(
+        ["sh", str(ROOT / "deploy" / "triton-entrypoint.sh"), *(f"{k}={v}" for k, v in wanted.items())],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        while not (lines and lines[-1].startswith("serving")):
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()[-3000:]
+            lines.append(line)
+        printed = "".join(lines)
+        assert "tritonserver itself on Unix sockets in" in printed and KEY not in printed, printed
+        assert f"ADMIN KEY from {settings.ADMIN_KEY_ENV}" in printed
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/tiny/infer", body.encode(), timeout=60) as r:
+            assert len(json.load(r)["outputs"][0]["data"]) == 4
+        index = urllib.request.Request(f"http://127.0.0.1:{http}/v2/repository/index", b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:  # model control needs the deployment's key
+            urllib.request.urlopen(index, timeout=30)
+        assert refused.value.code == 403
+        index.add_header("mslite-key", KEY)
+        with urllib.request.urlopen(index, timeout=30) as r:
+            assert [m["name"] for m in json.load(r)] == ["tiny"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
 
 
 def test_kserve_manifest_structure(compose):
@@ -222,9 +250,10 @@ def test_kserve_manifest_structure(compose):
     (container,) = runtime["spec"]["containers"]
     args = container["args"]
     # the image's serving flags, with KServe's model dir and ports
-    same = [f for f in dockerfile_cmd() if not f.startswith("--model-repository=")]
+    same = [f for f in dockerfile_cmd() if not f.startswith(("--model-repository=", "--http-port=", "--grpc-port="))]
     assert [a for a in args if a in same] == same
     assert "--model-repository=/mnt/models" in args and "--http-port=8080" in args
+    assert build_parser().parse_args(["serve", *args]).http_port == 8080  # options `serve` takes
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     (key_env,) = [e for e in container["env"] if e["name"] == settings.ADMIN_KEY_ENV]
     assert "secretKeyRef" in key_env["valueFrom"]

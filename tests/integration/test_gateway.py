@@ -15,6 +15,7 @@ import json
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import urllib.request
@@ -35,10 +36,12 @@ from mslite_triton._error_table import classify
 from mslite_triton.errors import ServiceDenyError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.gateway_process import GatewayProcess
+from mslite_triton.server.ports import listening_ports, listening_unix_paths
 from tests.support.model_zoo import run_reference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ZOO
 from tests.support.sockets import wait_until_taken
+from tests.support.triton_direct import grpc_address, http_address
 
 pytestmark = pytest.mark.integration
 
@@ -81,12 +84,19 @@ def _context(url: str) -> mslite.Context:
     return ctx
 
 
-def test_triton_listens_privately_behind_the_gateway(gw):
+def test_triton_listens_on_no_tcp_port_but_metrics_behind_the_gateway(gw):
     assert gw.gateway is not None and gw.gateway.is_running() and gw.is_running()
-    assert {gw.triton_http_port, gw.triton_grpc_port}.isdisjoint({gw.http_port, gw.grpc_port})
-    for url in (gw.http_url, gw.triton_http_url):
-        with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=5) as r:
-            assert r.status == 200
+    assert gw.process is not None
+    assert listening_ports(gw.process.pid) == {gw.metrics_port}  # /proc/<pid>/net/tcp{,6} against its fds
+    sockets = gw.triton.socket_dir
+    assert sockets is not None
+    folder = os.lstat(sockets)
+    assert stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.geteuid(), folder
+    assert stat.S_IMODE(folder.st_mode) & 0o077 == 0, oct(folder.st_mode)  # 0700 or stricter
+    assert listening_unix_paths(gw.process.pid) == {str(gw.triton.http_socket), str(gw.triton.grpc_socket)}
+    with urllib.request.urlopen(f"{gw.http_url}/v2/health/ready", timeout=5) as r:
+        assert r.status == 200
+    assert gw.triton_http("GET", "/v2/health/ready", None) == (200, b"")
     # the key files name the public ports: that is where clients come
     assert _admin_key.key_for(gw.grpc_url) == gw.admin_key == _admin_key.key_for(gw.http_url)
 
@@ -218,14 +228,14 @@ def test_answers_equal_tritons_own_byte_for_byte(gw):
         (b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[[NaN,Infinity,-Infinity,1e-40]]}]}', {}),
     ]
     for body, headers in requests:
-        direct = _http(gw.triton_http_url, "/v2/models/tiny/infer", body, headers)
+        direct = _http(f"http://{http_address(gw)}", "/v2/models/tiny/infer", body, headers)
         fronted = _http(gw.http_url, "/v2/models/tiny/infer", body, headers)
         assert direct[0] == 200 and fronted == direct
     request = pb.ModelInferRequest(model_name="tiny")
     request.inputs.add(name="x", datatype="FP32", shape=[3, 4])
     request.raw_input_contents.append(x.tobytes())
     answers = []
-    for url in (f"127.0.0.1:{gw.triton_grpc_port}", _address(gw.grpc_url)):
+    for url in (grpc_address(gw), _address(gw.grpc_url)):
         with grpc.insecure_channel(url) as channel:
             answers.append(
                 channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(request.SerializeToString())
@@ -236,7 +246,7 @@ def test_answers_equal_tritons_own_byte_for_byte(gw):
 
 def test_server_metadata_lists_only_the_extensions_served(gw):
     unserved = {"sequence", "cuda_shared_memory"}  # docs/clients.md, "Not served"
-    with urllib.request.urlopen(gw.triton_http_url + "/v2", timeout=30) as resp:
+    with urllib.request.urlopen(f"http://{http_address(gw)}/v2", timeout=30) as resp:
         tritons = json.loads(resp.read())["extensions"]
     assert unserved <= set(tritons)  # what Triton itself advertises
     served = [e for e in tritons if e not in unserved]
@@ -426,7 +436,7 @@ def _port(gateway: GatewayProcess, flag: str) -> int:
 def test_admission_control_refuses_with_service_deny(gw, tmp_path):
     """Beyond the in-flight bounds, on both protocols together: 503 / UNAVAILABLE kLiteServiceDeny."""
     dead = f"127.0.0.1:{free_port()}"  # nothing listens: an HTTP request stays in flight (retried) for 20 s
-    live_grpc = f"127.0.0.1:{gw.triton_grpc_port}"
+    live_grpc = gw.triton.grpc_address
     gateway = _gateway(
         tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20, body_stall_timeout_s=120
     )
@@ -509,9 +519,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
     finally:
         stats_client.close()
     name = next(m["name"] for m in stats if m["name"].startswith("variable_seq"))
-    gateway = _gateway(
-        tmp_path, _address(gw.triton_http_url), f"127.0.0.1:{gw.triton_grpc_port}", max_inflight_per_model=2
-    )
+    gateway = _gateway(tmp_path, gw.triton.http_address, gw.triton.grpc_address, max_inflight_per_model=2)
     request = pb.ModelInferRequest(model_name=name)
     request.inputs.add(name="tokens", datatype="FP32", shape=[1, 65536])  # 256 KiB: many DATA frames
     request.raw_input_contents.append(np.ones(65536, dtype=np.float32).tobytes())
@@ -547,7 +555,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
 
 def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     """32 MiB bodies in 2-byte chunks on 4 connections: gateway RSS < 512 MiB, other clients served."""
-    gateway = _gateway(tmp_path, _address(gw.triton_http_url), f"127.0.0.1:{gw.triton_grpc_port}")
+    gateway = _gateway(tmp_path, gw.triton.http_address, gw.triton.grpc_address)
     http_port = _port(gateway, "http-port")
     assert gateway.pid is not None
     block = b"2\r\nab\r\n" * 50_000  # 100 KB of body per send

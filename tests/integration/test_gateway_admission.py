@@ -34,6 +34,7 @@ from tests.support.raw_h2 import (
 )
 from tests.support.sockets import http_answer
 from tests.support.traffic import Traffic
+from tests.support.triton_direct import grpc_address
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ def server(repository):
 
 
 def _upstreams(server) -> tuple[str, str]:
-    return _address(server.http_url), f"127.0.0.1:{server.triton_grpc_port}"
+    return _address(server.http_url), grpc_address(server)
 
 
 def _post(port: int, body: bytes, *, sent: int | None = None, length: int | None = None) -> socket.socket:

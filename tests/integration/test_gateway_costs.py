@@ -49,7 +49,7 @@ def gateway(server, tmp_path):
     started = []
 
     def start(**limits):
-        gw = _gateway(tmp_path, _address(server.http_url), f"127.0.0.1:{server.triton_grpc_port}", **limits)
+        gw = _gateway(tmp_path, _address(server.http_url), server.triton.grpc_address, **limits)
         started.append(gw)
         return _port(gw, "http-port"), _port(gw, "grpc-port")
 
@@ -168,7 +168,7 @@ class _Silent:
 def _in_front_of_silence(server, tmp_path, **limits):
     """A gateway whose HTTP upstream never answers (`_Silent`), at most 1 request in flight per model."""
     silent = _Silent()
-    grpc_upstream = f"127.0.0.1:{server.triton_grpc_port}"
+    grpc_upstream = server.triton.grpc_address
     gw = _gateway(tmp_path, f"127.0.0.1:{silent.port}", grpc_upstream, max_inflight_per_model=1, **limits)
     try:
         yield _port(gw, "http-port"), silent

@@ -36,6 +36,7 @@ from mslite_triton.server.gateway_process import GatewayProcess
 from tests.support.model_zoo import difference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, MINIMAL, add_model
+from tests.support.triton_direct import grpc_address, http_port
 
 pytestmark = pytest.mark.integration
 
@@ -74,8 +75,9 @@ def _error(answer: str) -> str:
     return str(json.loads(answer)["error"])
 
 
-def _grpc_call(port: int, method: str, message: bytes, metadata: tuple = ()) -> tuple[grpc.StatusCode, str]:
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+def _grpc_call(to: int | str, method: str, message: bytes, metadata: tuple = ()) -> tuple[grpc.StatusCode, str]:
+    """One call to loopback port `to`, or to the gRPC address `to` (tritonserver's own socket)."""
+    with grpc.insecure_channel(to if isinstance(to, str) else f"127.0.0.1:{to}") as channel:
         try:
             channel.unary_unary(f"{SERVICE}/{method}")(message, metadata=metadata, timeout=30)
         except grpc.RpcError as e:
@@ -201,8 +203,8 @@ def test_generate_counts_against_the_in_flight_limit(srv, tmp_path):
         host="127.0.0.1",
         http_port=free_port(),
         grpc_port=free_port(),
-        upstream_http=f"127.0.0.1:{srv.triton_http_port}",
-        upstream_grpc=f"127.0.0.1:{srv.triton_grpc_port}",
+        upstream_http=srv.triton.http_address,
+        upstream_grpc=srv.triton.grpc_address,
         max_inflight_per_model=1,
         grace_s=1,
         log_path=tmp_path / "gateway.log",
@@ -269,7 +271,7 @@ def test_other_clients_are_served_while_a_gzip_bomb_is_checked(srv):
 
 # -- the gateway's own regions ---------------------------------------------------------------------------------
 def _registered(server: EmbeddedServer) -> list[str]:
-    status, answer = _http(server.triton_http_port, "/v2/systemsharedmemory/status", None, _key(server))
+    status, answer = _http(http_port(server), "/v2/systemsharedmemory/status", None, _key(server))
     assert status == 200, answer
     return [str(region["name"]) for region in json.loads(answer)]
 
@@ -343,15 +345,15 @@ def test_refusals_triton_gives_too_come_in_its_words(srv):
         cases.append((f"version {version}", request.SerializeToString()))
     for what, message in cases:
         ours = _grpc_call(srv.grpc_port, "ModelInfer", message)
-        theirs = _grpc_call(srv.triton_grpc_port, "ModelInfer", message)
+        theirs = _grpc_call(grpc_address(srv), "ModelInfer", message)
         assert theirs[0] != grpc.StatusCode.OK and ours == theirs, what
     ready = pb.ModelReadyRequest(name="tiny", version="abc").SerializeToString()
-    assert _grpc_call(srv.grpc_port, "ModelReady", ready) == _grpc_call(srv.triton_grpc_port, "ModelReady", ready)
+    assert _grpc_call(srv.grpc_port, "ModelReady", ready) == _grpc_call(grpc_address(srv), "ModelReady", ready)
     body = json.dumps({"inputs": [_tiny_json()]}).encode()
     for version in ("abc", "-1", "1.0", ""):
         path = f"/v2/models/tiny/versions/{version}/infer"
         ours_http = _http(srv.http_port, path, body)
-        theirs_http = _http(srv.triton_http_port, path, body)
+        theirs_http = _http(http_port(srv), path, body)
         assert ours_http[0] == theirs_http[0] == 404 and _error(ours_http[1]) == _error(theirs_http[1]), version
     # what Triton would serve wrongly stays refused, in our words: gRPC reads '1abc' as version 1
     request = pb.ModelInferRequest(model_name="tiny", model_version="1abc")

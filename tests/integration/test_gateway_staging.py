@@ -14,7 +14,6 @@ import os
 import signal
 import stat
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from mslite_backend.protocol import GATEWAY_REGION_PREFIX
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.model_zoo import difference
 from tests.support.repository import MINIMAL, add_model
+from tests.support.triton_direct import grpc_address, http_address
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +49,9 @@ def _inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal((1, T), dtype=np.float32), rng.standard_normal((1, T), dtype=np.float32)
 
 
-def _infer(protocol: str, port: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _infer(protocol: str, address: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     mod = grpcclient if protocol == "grpc" else httpclient
-    client = mod.InferenceServerClient(f"127.0.0.1:{port}")
+    client = mod.InferenceServerClient(address)
     try:
         items = [mod.InferInput(name, [1, T], "FP32") for name in ("a", "b")]
         items[0].set_data_from_numpy(a)
@@ -61,19 +61,17 @@ def _infer(protocol: str, port: int, a: np.ndarray, b: np.ndarray) -> np.ndarray
         client.close()
 
 
-def _ports(server: EmbeddedServer, protocol: str) -> tuple[int, int]:
+def _addresses(server: EmbeddedServer, protocol: str) -> tuple[str, str]:
     """(through the gateway, straight to Triton)."""
     if protocol == "grpc":
-        return server.grpc_port, server.triton_grpc_port
-    return server.http_port, server.triton_http_port
+        return f"127.0.0.1:{server.grpc_port}", grpc_address(server)
+    return f"127.0.0.1:{server.http_port}", http_address(server)
 
 
 def _registered(server: EmbeddedServer) -> list[str]:
-    request = urllib.request.Request(
-        f"{server.triton_http_url}/v2/systemsharedmemory/status", headers={"mslite-key": server.admin_key or ""}
-    )
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return [str(region["name"]) for region in json.load(r)]
+    status, body = server.triton_http("GET", "/v2/systemsharedmemory/status", None)
+    assert status == 200, body
+    return [str(region["name"]) for region in json.loads(body)]
 
 
 def _gateway_prefix(server: EmbeddedServer) -> str:
@@ -90,7 +88,7 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> No
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_large_inputs_reach_triton_through_the_gateways_region(srv, protocol):
-    through, direct = _ports(srv, protocol)
+    through, direct = _addresses(srv, protocol)
     prefix = _gateway_prefix(srv)
     for seed in range(3):  # gRPC readies a region during the first request and uses it from the next
         a, b = _inputs(seed)
@@ -109,10 +107,10 @@ def test_large_inputs_reach_triton_through_the_gateways_region(srv, protocol):
 @pytest.mark.parametrize("where", ["input", "output"])
 def test_clients_cannot_name_the_gateways_regions(srv, where):
     a, b = _inputs(7)
-    _infer("http", srv.http_port, a, b)  # so that a region of the gateway's exists
+    _infer("http", f"127.0.0.1:{srv.http_port}", a, b)  # so that a region of the gateway's exists
     region = next(n for n in _registered(srv) if n.startswith(GATEWAY_REGION_PREFIX))
     for protocol, mod in (("http", httpclient), ("grpc", grpcclient)):
-        client = mod.InferenceServerClient(f"127.0.0.1:{_ports(srv, protocol)[0]}")
+        client = mod.InferenceServerClient(_addresses(srv, protocol)[0])
         try:
             items = [mod.InferInput(name, [1, T], "FP32") for name in ("a", "b")]
             items[1].set_data_from_numpy(b)
@@ -131,19 +129,19 @@ def test_clients_cannot_name_the_gateways_regions(srv, where):
 
 def test_staging_comes_back_after_a_tritonserver_restart(srv):
     a, b = _inputs(11)
-    _infer("http", srv.http_port, a, b)
+    _infer("http", f"127.0.0.1:{srv.http_port}", a, b)
     assert srv.process is not None and srv._supervisor is not None
     before = len(srv._supervisor.heals)
     os.kill(srv.process.pid, signal.SIGKILL)
     _wait(lambda: len(srv._supervisor.heals) > before and srv._supervisor.heals[-1].ok, "tritonserver's heal")
     for protocol in ("http", "grpc", "grpc"):
-        np.testing.assert_array_equal(_infer(protocol, _ports(srv, protocol)[0], a, b), a - b)
+        np.testing.assert_array_equal(_infer(protocol, _addresses(srv, protocol)[0], a, b), a - b)
     assert any(n.startswith(_gateway_prefix(srv)) for n in _registered(srv))
 
 
 def test_a_killed_gateways_regions_are_unregistered_and_removed(srv):
     a, b = _inputs(13)
-    _infer("http", srv.http_port, a, b)
+    _infer("http", f"127.0.0.1:{srv.http_port}", a, b)
     old = _gateway_prefix(srv)
     assert [n for n in _registered(srv) if n.startswith(old)] and [n for n in os.listdir(SHM) if n.startswith(old)]
     assert srv.gateway is not None and srv.gateway.pid is not None and srv._supervisor is not None
@@ -152,13 +150,13 @@ def test_a_killed_gateways_regions_are_unregistered_and_removed(srv):
     _wait(lambda: len(srv._supervisor.heals) > before, "the gateway's heal")
     _wait(lambda: not [n for n in _registered(srv) if n.startswith(old)], "its regions unregistered")
     _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed")
-    np.testing.assert_array_equal(_infer("http", srv.http_port, a, b), a - b)
+    np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{srv.http_port}", a, b), a - b)
 
 
 def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
     """Its regions are not registered with the new tritonserver until it stages again: nothing lists them."""
     a, b = _inputs(19)
-    _infer("http", srv.http_port, a, b)
+    _infer("http", f"127.0.0.1:{srv.http_port}", a, b)
     old = _gateway_prefix(srv)
     assert srv.process is not None and srv._supervisor is not None
     before = len(srv._supervisor.heals)
@@ -170,7 +168,7 @@ def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
     os.kill(srv.gateway.pid, signal.SIGKILL)
     _wait(lambda: len(srv._supervisor.heals) > before, "the gateway's heal")
     _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed", timeout_s=20)
-    np.testing.assert_array_equal(_infer("http", srv.http_port, a, b), a - b)
+    np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{srv.http_port}", a, b), a - b)
 
 
 def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
@@ -178,7 +176,7 @@ def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
     with EmbeddedServer(config) as server:
         a, b = _inputs(17)
-        np.testing.assert_array_equal(_infer("http", server.http_port, a, b), a - b)
+        np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{server.http_port}", a, b), a - b)
         prefix = _gateway_prefix(server)
         assert [n for n in os.listdir(SHM) if n.startswith(prefix)]
     assert not [n for n in os.listdir(SHM) if n.startswith(prefix)]
@@ -189,7 +187,7 @@ def test_a_killed_gateway_leaves_no_region_once_the_server_stops(tmp_path: Path)
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
     with EmbeddedServer(config) as server:
         a, b = _inputs(23)
-        np.testing.assert_array_equal(_infer("http", server.http_port, a, b), a - b)
+        np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{server.http_port}", a, b), a - b)
         prefix = _gateway_prefix(server)
         assert server.gateway is not None and server.gateway.pid is not None
         assert [n for n in os.listdir(SHM) if n.startswith(prefix)]

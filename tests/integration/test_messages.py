@@ -26,6 +26,7 @@ from mslite_triton.errors import InferenceError, ModelLoadError
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import private_shm
 from tests.support.repository import flat_tiny
+from tests.support.triton_direct import bridge, grpc_address, grpc_url, http_address
 
 pytestmark = pytest.mark.integration
 
@@ -61,12 +62,12 @@ def _load_corrupt(mod, address: str, key: str, name: str) -> str:
 def test_a_failed_load_names_no_server_path_and_no_traceback(gw, protocol):
     mod = httpclient if protocol == "http" else grpcclient
     public = gw.http_port if protocol == "http" else gw.grpc_port
-    private = gw.triton_http_port if protocol == "http" else gw.triton_grpc_port
+    private = http_address(gw) if protocol == "http" else grpc_address(gw)
     through_gateway = _load_corrupt(mod, f"127.0.0.1:{public}", gw.admin_key, f"corrupt_{protocol}")
     assert "model file 'model.onnx' is not a valid ONNX model" in through_gateway
     assert not PATH.search(through_gateway) and "At:" not in through_gateway, through_gateway
     # Triton's own port (what --no-gateway serves): its python stub still appends the frame, nameless
-    direct = _load_corrupt(mod, f"127.0.0.1:{private}", gw.admin_key, f"corrupt_{protocol}_direct")
+    direct = _load_corrupt(mod, private, gw.admin_key, f"corrupt_{protocol}_direct")
     assert "is not a valid ONNX model" in direct and not PATH.search(direct), direct
     assert "mslite/model.py" in direct  # the stub's traceback line, under a neutral file name
 
@@ -76,7 +77,7 @@ def test_the_client_library_reports_a_failed_load_cleanly(gw, tmp_path, monkeypa
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08not onnx at all")
     ctx = mslite.Context()
-    ctx.server_url = f"grpc://127.0.0.1:{gw.triton_grpc_port}"  # straight to Triton: the library cleans up itself
+    ctx.server_url = grpc_url(gw)  # straight to Triton: the library cleans up itself
     with pytest.raises((ModelLoadError, RuntimeError)) as info:
         mslite.Model().build_from_file(str(bad), mslite.ModelType.MINDIR, ctx)
     text = str(info.value)
@@ -90,8 +91,8 @@ _SERVER = textwrap.dedent(
     from mslite_triton.server import EmbeddedServer, ServerConfig
     repo = Path(sys.argv[1])
     with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
-        ports = [s.http_port, s.grpc_port, s.triton_http_port, s.triton_grpc_port]
-        print(json.dumps({"ports": ports, "prefix": s.shm_prefix}), flush=True)
+        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket), "prefix": s.shm_prefix}
+        print(json.dumps(seen), flush=True)
         sys.stdin.read()  # serve until the test closes our stdin
     """
 )
@@ -125,7 +126,7 @@ def small_shm_server(tmp_path: Path):
 
 
 def test_a_full_shared_memory_pool_does_not_name_the_workers_region(small_shm_server):
-    http, grpc_, triton_http, triton_grpc = small_shm_server["ports"]
+    http, grpc_ = small_shm_server["ports"]
     prefix = small_shm_server["prefix"]
     x = np.ones((3 << 20, 4), np.float32)  # 48 MiB
     seen = []
@@ -138,7 +139,8 @@ def test_a_full_shared_memory_pool_does_not_name_the_workers_region(small_shm_se
         client.close()
         seen.append(str(info.value.message()))
     ctx = mslite.Context()
-    ctx.server_url = f"grpc://127.0.0.1:{triton_grpc}"  # straight to Triton, through the client library
+    # straight to Triton, through the client library
+    ctx.server_url = f"grpc://127.0.0.1:{bridge(Path(small_shm_server['triton_grpc']))}"
     model = mslite.Model()
     model.build_from_file("triton://flat", mslite.ModelType.MINDIR, ctx)
     with pytest.raises(InferenceError) as info:

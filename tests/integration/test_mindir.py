@@ -18,6 +18,7 @@ import pytest
 import mslite_triton as mslite
 from mslite_triton._admin_key import HEADER
 from tests.integration.test_java import classes, run_main, unload  # noqa: F401 -- classes: the compiled Java client (a fixture)
+from tests.support.triton_direct import http_address
 
 pytestmark = pytest.mark.integration
 
@@ -180,7 +181,7 @@ def test_mindir_in_a_model_repository_and_uploaded_over_http(server, repository,
 def _load_error(server, name: str, body: dict) -> str:
     """Load over Triton's HTTP API with the admin key, expecting a failure: its message."""
     request = urllib.request.Request(
-        f"{server.triton_http_url}/v2/repository/models/{name}/load", data=json.dumps(body).encode(), method="POST"
+        f"http://{http_address(server)}/v2/repository/models/{name}/load", data=json.dumps(body).encode(), method="POST"
     )
     request.add_header(HEADER, server.admin_key)
     with pytest.raises(urllib.error.HTTPError) as failed:

@@ -20,6 +20,7 @@ from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN, add_model
 from tests.support.traffic import Traffic
+from tests.support.triton_direct import http_address
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]
 def _load(server: EmbeddedServer, config: dict[str, Any]) -> None:
     """Load (or reload) the model with `config`; a refusal fails the test with Triton's message."""
     body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
-    req = urllib.request.Request(f"{server.triton_http_url}/v2/repository/models/{MODEL}/load", body, method="POST")
+    req = urllib.request.Request(
+        f"http://{http_address(server)}/v2/repository/models/{MODEL}/load", body, method="POST"
+    )
     req.add_header(_admin_key.HEADER, server.admin_key or "")
     try:
         urllib.request.urlopen(req, timeout=60).close()

@@ -1,8 +1,9 @@
-"""`mslite-triton serve` as a newcomer runs it: pinned private ports, and a SIGTERM that says what it does."""
+"""`mslite-triton serve` as a newcomer runs it: Triton on private sockets, and a SIGTERM that says what it does."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,15 +17,14 @@ from mslite_triton.server.ports import pick_ports
 pytestmark = pytest.mark.integration
 
 
-def test_serve_pins_tritons_private_ports_and_reports_a_sigterm(tmp_path: Path):
+def test_serve_puts_triton_on_private_sockets_and_reports_a_sigterm(tmp_path: Path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 5)]
+    ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
     env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
-         "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2],
-         "--triton-http-port", ports[3], "--triton-grpc-port", ports[4], "--exit-timeout-s", "5"],
+         "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines = []
@@ -37,7 +37,10 @@ def test_serve_pins_tritons_private_ports_and_reports_a_sigterm(tmp_path: Path):
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
     printed = "".join(lines)
-    assert f"tritonserver itself on http://127.0.0.1:{ports[3]} and grpc://127.0.0.1:{ports[4]}" in printed, printed
+    sockets = re.search(
+        r"tritonserver itself on Unix sockets in (\S+)/ \(mode 0700: this user only; gRPC: (\S+)\)", printed
+    )
+    assert sockets and sockets[2] == f"unix:{sockets[1]}/grpc:0", printed
     assert proc.returncode == 0, err[-3000:]
     assert "mslite-triton: SIGTERM received: stopping (requests in flight get up to 5 s)" in err, err[-3000:]
     assert "mslite-triton: stopped" in err

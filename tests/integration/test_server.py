@@ -169,7 +169,7 @@ def test_warm_up_runs_before_the_model_is_ready(tmp_path: Path):
         assert out["shape"] == [2, 2] and out["data"] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("taken", ["http", "grpc", "metrics", "triton-http", "triton-grpc"])
+@pytest.mark.parametrize("taken", ["http", "grpc", "metrics"])
 def test_a_port_taken_between_its_pick_and_the_start_is_picked_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: str
 ):
@@ -196,7 +196,7 @@ def test_a_port_taken_between_its_pick_and_the_start_is_picked_again(
             occupant_port = occupant.getsockname()[1]
             lost = key_path(LOOPBACK, occupant_port)
             assert len(picks) == 2, picks  # one start lost a port; the next, on other ports, started
-            ours = [srv.http_port, srv.grpc_port, srv.metrics_port, srv.triton_http_port, srv.triton_grpc_port]
+            ours = [srv.http_port, srv.grpc_port, srv.metrics_port]
             assert occupant_port not in ours
             assert srv.answers_live() and srv.gateway_answers_live()
             assert srv.admin_key and key_path(LOOPBACK, srv.http_port).read_text().strip() == srv.admin_key

@@ -26,6 +26,7 @@ from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 from tests.support.settled import settled
+from tests.support.triton_direct import grpc_address, http_address
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +60,10 @@ def served(tmp_path_factory: pytest.TempPathFactory):
 
 def _client(srv: EmbeddedServer, route: str, protocol: str):
     if protocol == "grpc":
-        port = srv.grpc_port if route == "gateway" else srv.triton_grpc_port
-        return grpcclient, grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
-    port = srv.http_port if route == "gateway" else srv.triton_http_port
-    return httpclient, httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=60)
+        address = f"127.0.0.1:{srv.grpc_port}" if route == "gateway" else grpc_address(srv)
+        return grpcclient, grpcclient.InferenceServerClient(address)
+    address = f"127.0.0.1:{srv.http_port}" if route == "gateway" else http_address(srv)
+    return httpclient, httpclient.InferenceServerClient(address, network_timeout=60)
 
 
 def _infer(srv, route, protocol, model, array, datatype, outputs=()):

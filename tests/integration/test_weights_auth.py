@@ -25,6 +25,7 @@ from mslite_backend.protocol import (
 )
 from mslite_triton.errors import PermissionDeniedError
 from mslite_triton.server import EmbeddedServer, ServerConfig
+from tests.support.triton_direct import grpc_address, http_address
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +67,8 @@ def _ways_in(server: EmbeddedServer) -> dict[str, tuple[object, str]]:
     return {
         "http-gateway": (httpclient, f"127.0.0.1:{server.http_port}"),
         "grpc-gateway": (grpcclient, f"127.0.0.1:{server.grpc_port}"),
-        "http-direct": (httpclient, f"127.0.0.1:{server.triton_http_port}"),
-        "grpc-direct": (grpcclient, f"127.0.0.1:{server.triton_grpc_port}"),
+        "http-direct": (httpclient, http_address(server)),
+        "grpc-direct": (grpcclient, grpc_address(server)),
     }
 
 
@@ -171,7 +172,7 @@ def test_the_key_survives_a_restart_of_tritonserver(gw):
     assert gw.process.pid != pid and gw.admin_key == key
     before = _predict(gw)
     with pytest.raises(InferenceServerException, match="weights update refused: it must prove"):
-        _update(httpclient, f"127.0.0.1:{gw.triton_http_port}", -7 * np.eye(4), {UPDATE_PARAMETER: MANIFEST})
+        _update(httpclient, http_address(gw), -7 * np.eye(4), {UPDATE_PARAMETER: MANIFEST})
     np.testing.assert_array_equal(_predict(gw), before)
     try:
         parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: _proof(key, 2 * np.eye(4))}

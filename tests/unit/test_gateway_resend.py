@@ -14,6 +14,7 @@ import pytest
 
 from mslite_gateway.http_framing import HttpError
 from mslite_gateway.http_front import Upstream
+from mslite_gateway.upstream_address import UpstreamAddress
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -62,7 +63,7 @@ async def _scenario(pooled: bool) -> dict[bytes, object]:
     fake = _DyingServer({infer, load})
     server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    upstream = Upstream("127.0.0.1", port, timeout_s=10, retry_s=5)
+    upstream = Upstream(UpstreamAddress("127.0.0.1", port), timeout_s=10, retry_s=5)
     outcome: dict[bytes, object] = {}
     try:
         for target, idempotent in ((infer, True), (load, False)):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
 from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
 from tests.support.processes import free_port
 
@@ -91,7 +92,7 @@ def test_a_stop_that_comes_as_the_watch_of_triton_connects_ends_the_watch(monkey
             triton.listen()
             reader, writer = await asyncio.open_connection("127.0.0.1", triton.getsockname()[1])
             monkeypatch.setattr(asyncio, "open_connection", lambda *args, **kwargs: connection)  # the watch's
-            pool = Staging("127.0.0.1", 1, None, max_bytes=1 << 20)
+            pool = Staging(UpstreamAddress("127.0.0.1", 1), None, max_bytes=1 << 20)
             pool.start()
             (watch,) = pool._tasks
             await asyncio.sleep(0)  # the watch now waits for its connection

@@ -21,13 +21,20 @@ def test_serve_help_explains_every_port_and_the_log_level(capsys: pytest.Capture
     text = " ".join(capsys.readouterr().out.split())
     for what, default in (("HTTP/REST", 8000), ("gRPC", 8001), ("metrics", 8002)):
         assert f"{what} port; 0: a free one (default {default})" in text
-    assert "tritonserver's own HTTP port on 127.0.0.1, behind the gateway" in text
-    assert "tritonserver's own gRPC port" in text and "--log-verbose level" in text
+    assert "--log-verbose level" in text
+    assert "--triton-http-port" not in text  # gone: tritonserver's own endpoints are Unix sockets
 
 
-def test_private_ports_can_be_pinned() -> None:
-    args = build_parser().parse_args(["serve", "--triton-http-port", "18000", "--triton-grpc-port", "18001"])
-    assert (args.triton_http_port, args.triton_grpc_port) == (18000, 18001)
+def test_the_gone_private_port_options_are_refused_with_the_reason(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = build_parser().parse_args(["serve", "--model-repository", str(tmp_path), "--triton-grpc-port", "18001"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--triton-grpc-port: no such option any more; " in err and "Unix sockets that only this user can reach" in err
+    ), err
+    assert "with --no-gateway it serves --http-port and --grpc-port itself" in err, err
 
 
 def test_more_worker_threads_than_cores_are_warned_about(caplog: pytest.LogCaptureFixture) -> None:

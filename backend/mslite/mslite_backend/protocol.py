@@ -257,3 +257,6 @@ SERVICE_DENY = "kLiteServiceDeny"
 GATEWAY_READY_LINE = "ready"
 # The gateway's process is started as `python -m GATEWAY_MODULE` (a string: the launcher does not import it).
 GATEWAY_MODULE = "mslite_gateway"
+# How the launcher names a Unix socket to the gateway (`--upstream-http unix:PATH`): gRPC's own form of it,
+# which tritonserver's `--grpc-address` and tritonclient's gRPC client take too.
+UNIX_ADDRESS_PREFIX = "unix:"

@@ -52,6 +52,9 @@ WEIGHTS_CACHE_ENV = "MSLITE_TRITON_WEIGHTS_CACHE"
 CACHE_MAX_BYTES_ENV = "MSLITE_TRITON_CACHE_MAX_BYTES"
 DEFAULT_CACHE_MAX_BYTES = 2 << 30
 
+# -- which tritonserver the launcher starts (the container: the image's own; default: the wheel's) -------------
+SERVER_BIN_ENV = "MSLITE_TRITON_SERVER_BIN"
+
 # -- tools --------------------------------------------------------------------------------------------------
 MODEL_ANALYZER_ENV = "MSLITE_TRITON_MODEL_ANALYZER"
 
@@ -129,6 +132,13 @@ VARIABLES = (
         "workers",
         "bound of the shared build cache in bytes (least recently used first); 0: unbounded",
     ),
+    Variable(
+        SERVER_BIN_ENV,
+        "",
+        "launcher",
+        "the `tritonserver` binary `mslite-triton serve` starts (`--tritonserver`); unset: the one of the "
+        "nvidia-pytriton wheel",
+    ),
     Variable(MODEL_ANALYZER_ENV, "", "tests", "the `model-analyzer` command `mslite-triton tune`'s test runs"),
 )
 
@@ -189,6 +199,12 @@ def log_level(environ: Mapping[str, str] | None = None) -> str | None:
 def admin_key(environ: Mapping[str, str] | None = None) -> str | None:
     """The admin key from the environment, or None when unset or empty."""
     return _env(environ).get(ADMIN_KEY_ENV) or None
+
+
+def server_bin(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The `tritonserver` binary to start, or None for the wheel's."""
+    raw = _env(environ).get(SERVER_BIN_ENV)
+    return Path(raw) if raw else None
 
 
 def key_dir(environ: Mapping[str, str] | None = None) -> Path:

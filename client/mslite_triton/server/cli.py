@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from mslite_backend import settings
 from mslite_backend.settings import (
     GATEWAY_BODY_STALL_TIMEOUT_S,
     GATEWAY_MAX_INFLIGHT_BYTES,
@@ -19,16 +20,25 @@ from mslite_backend.settings import (
 from mslite_triton.server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
 from mslite_triton.server.tune import add_command as add_tune_command
 
+# Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
+_GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
+
 
 def _serve(args: argparse.Namespace) -> int:
+    gone = [f"--{name.replace('_', '-')}" for name in _GONE_OPTIONS if getattr(args, name) is not None]
+    if gone:
+        sys.stderr.write(
+            f"mslite-triton: {' and '.join(gone)}: no such option any more; behind the gateway tritonserver listens on "
+            "Unix sockets that only this user can reach, not on TCP ports; with --no-gateway it serves "
+            "--http-port and --grpc-port itself\n"
+        )
+        return 2
     config = ServerConfig(
         model_repository=Path(args.model_repository),
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
-        triton_http_port=args.triton_http_port,
-        triton_grpc_port=args.triton_grpc_port,
         load_models=tuple(args.model) or ("*",),
         exit_timeout_s=args.exit_timeout_s,
         log_verbose=args.log_verbose,
@@ -43,6 +53,8 @@ def _serve(args: argparse.Namespace) -> int:
         body_stall_timeout_s=args.body_stall_timeout_s,
         upstream_timeout_s=args.upstream_timeout_s,
         max_string_elements=args.max_string_elements,
+        tritonserver=args.tritonserver,
+        admin_key=settings.admin_key(),
     )
     stop = threading.Event()
     received: list[str] = []
@@ -68,10 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
         out.write(
             f"GATEWAY on the ports above, requests up to {args.max_request_mib} MiB, at most "
             f"{args.max_inflight_per_model} in flight per model and {args.max_inflight_mib} MiB in flight in all "
-            f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on {server.triton_http_url} and "
-            f"grpc://127.0.0.1:{server.triton_grpc_port}\n"
+            f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on Unix sockets in "
+            f"{server.triton.socket_dir}/ (mode 0700: this user only; gRPC: {server.triton.grpc_address})\n"
         )
-    if server.admin_key:
+    if server.admin_key and config.admin_key:  # the deployment's: not written into its logs
+        out.write(f"ADMIN KEY from {settings.ADMIN_KEY_ENV}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+    elif server.admin_key:
         out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
     else:
         out.write(
@@ -141,19 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--metrics-port", type=int, default=8002, help="Prometheus metrics port; 0: a free one (default %(default)s)"
     )
+    for name in _GONE_OPTIONS:  # refused with a reason (`_serve`), not as an unknown option
+        serve.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument(
-        "--triton-http-port",
-        type=int,
-        default=0,
-        help="tritonserver's own HTTP port on 127.0.0.1, behind the gateway (default: a free one; unused with "
-        "--no-gateway)",
-    )
-    serve.add_argument(
-        "--triton-grpc-port",
-        type=int,
-        default=0,
-        help="tritonserver's own gRPC port on 127.0.0.1, behind the gateway (default: a free one; unused with "
-        "--no-gateway)",
+        "--tritonserver",
+        type=Path,
+        default=settings.server_bin(),
+        help=f"the tritonserver binary to start, with its installation's python backend beside it (the Triton "
+        f"image's /opt/tritonserver/bin/tritonserver); default: {settings.SERVER_BIN_ENV}, else the nvidia-pytriton "
+        "wheel's",
     )
     serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
     serve.add_argument(
@@ -170,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-admin-key",
         action="store_true",
         help="leave model control, shared memory, logging, trace and weights updates open (local benchmarking: "
-        "perf_analyzer cannot send the key over gRPC)",
+        f"perf_analyzer cannot send the key over gRPC); by default they need the key {settings.ADMIN_KEY_ENV} "
+        "names, or else a new one made at start",
     )
     serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
     serve.add_argument(

@@ -26,9 +26,6 @@ class ServerConfig:
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
-    # tritonserver's own ports on the loopback behind the gateway (0: a free one); unused without a gateway
-    triton_http_port: int = 0
-    triton_grpc_port: int = 0
     load_models: tuple[str, ...] = ("*",)
     startup_timeout_s: float = 180.0
     exit_timeout_s: int = 30
@@ -40,7 +37,7 @@ class ServerConfig:
     # A gateway or worker process stopped (state T) or failing its liveness probe this long is killed and
     # replaced: a stopped worker let run again can crash tritonserver, and a hung gateway serves nothing.
     hang_s: float = 10.0
-    # A validating front on the public ports (Triton on private loopback ports): malformed requests get a 4xx
+    # A validating front on the public ports (Triton on private Unix sockets): malformed requests get a 4xx
     # naming the problem, requests over max_request_bytes are refused before they reach Triton (`mslite_gateway`).
     gateway: bool = False
     max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES
@@ -55,6 +52,11 @@ class ServerConfig:
     # String (BYTES) elements one request may declare; more are refused (413 / RESOURCE_EXHAUSTED).
     max_string_elements: int = GATEWAY_MAX_STRING_ELEMENTS
     extra_args: tuple[str, ...] = field(default=())
+    # The tritonserver binary; None: the nvidia-pytriton wheel's. Another installation (the Triton image's
+    # /opt/tritonserver) brings its own python backend and stub, which the workspace is composed from.
+    tritonserver: Path | None = None
+    # The admin key; None: a new one at each start (`restrict_admin` off: none)
+    admin_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from mslite_triton._transport import Transport
 from mslite_triton.errors import ServerUnavailableError
 from mslite_triton.server.model_catalog import ModelCatalog, Snapshot, read_files
+from mslite_triton.server.ports import PortTakenError
 from mslite_triton.server.supervised_server import SupervisedServer
 from mslite_triton.server.workers import state_of, workers_of
 
@@ -35,7 +36,8 @@ log = logging.getLogger(__name__)
 RELOAD_PARAMETER = "mslite_triton.reload"
 LOAD_DEADLINE_S = 60.0  # one model's load, including waiting for a fresh server's gRPC endpoint
 RETIRE_GRACE_S = 1.0  # how long an old worker of a reloaded model may finish what it was given
-SERVER_TRIES = 3  # restarts of tritonserver in one heal before the supervisor gives up
+SERVER_TRIES = 3  # failed restarts of tritonserver in one heal before the supervisor gives up (not a port taken)
+PORT_RETRY_S = (1.0, 30.0)  # the first and the longest wait before another start while someone holds a public port
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Healer:
         self.leaked = 0  # dead instances the running tritonserver still holds
         self._halted = halted
         self._reloads = 0
+        self._gateway_retry = _Backoff()
 
     def heal_models(self, names: list[str], how: str, serving: list[int]) -> Heal | None:
         """Load the models of dead workers again, each with all new instances (or restart the server).
@@ -100,7 +103,8 @@ class Healer:
         """Kill tritonserver and its workers, start it again on the same ports, load the catalog's models.
 
         Up to `SERVER_TRIES` tries (e.g. a worker dies while the models load); then the supervisor gives up.
-        None when the supervisor was halted meanwhile.
+        A start that fails because another process holds a public port (the metrics port) is no try: it
+        is made again, with a growing wait, until the port is free. None when the supervisor was halted meanwhile.
         """
         started = time.monotonic()
         snaps = list(self.catalog.snapshots().values())
@@ -109,21 +113,29 @@ class Healer:
         # repository's included, with the config they had): faster than its start loading the repository's
         # first and ours after. Otherwise its start loads the configured ones, as the first start did.
         at_start = () if self.catalog.known else None
-        for attempt in range(SERVER_TRIES):
+        tries, backoff = 0, _Backoff()
+        while tries < SERVER_TRIES:
             if self._halted.is_set():
                 return None
             try:
                 self.server.restart(load_models=at_start)
-            except Exception as e:  # e.g. a port taken meanwhile: try again
-                log.error("restarting tritonserver failed (try %d of %d): %s", attempt + 1, SERVER_TRIES, e)
+            except PortTakenError as e:  # someone holds a public port: never a reason to give up
+                log.error("restarting tritonserver failed, trying again in %.0f s: %s", backoff.delay_s, e)
+                if self._halted.wait(backoff.next_delay()):
+                    return None
+                continue
+            except Exception as e:
+                tries += 1
+                log.error("restarting tritonserver failed (try %d of %d): %s", tries, SERVER_TRIES, e)
                 time.sleep(1.0)
                 continue
+            tries += 1
             self.leaked = 0
             try:
                 ready = set(self.server.loaded_models())
             except ServerUnavailableError:  # it died again right after its start: the next try restarts it
                 log.warning(
-                    "tritonserver died again while healing (try %d of %d); restarting again", attempt + 1, SERVER_TRIES
+                    "tritonserver died again while healing (try %d of %d); restarting again", tries, SERVER_TRIES
                 )
                 continue
             log.warning(
@@ -132,23 +144,31 @@ class Healer:
             )  # fmt: skip
             if self._load_all([s for s in snaps if s.name not in ready], reload=False):
                 return self._record("tritonserver", cause, started, [s.name for s in snaps], True)
-            log.warning("some models did not come back (try %d of %d); restarting again", attempt + 1, SERVER_TRIES)
+            log.warning("some models did not come back (try %d of %d); restarting again", tries, SERVER_TRIES)
         self.gave_up = True
         heal = self._record("tritonserver", cause, started, [s.name for s in snaps], False)
         log.error("tritonserver could not be restarted; giving up (log: %s)", self.server.log_path)
         return heal
 
-    def heal_gateway(self, cause: str, hung_pid: int | None = None, hang_s: float = 0.0) -> Heal:
-        """Start the gateway again on the same ports; a hung one (`hung_pid`) is killed first."""
+    def heal_gateway(self, cause: str, hung_pid: int | None = None, hang_s: float = 0.0) -> Heal | None:
+        """Start the gateway again on the same ports; a hung one (`hung_pid`) is killed first.
+
+        A start that fails is made again at a later poll, after a wait that grows while it keeps failing
+        (someone holding a public port); None while that wait lasts.
+        """
         if hung_pid is not None:
             kill_hung(hung_pid, "the gateway", hang_s)
+        if not self._gateway_retry.due():
+            return None
         started = time.monotonic()
         log.warning("%s; starting it again", cause)
         ok = True
         try:
             self.server.restart_gateway()
-        except Exception as e:  # noqa: BLE001 - tried again at the next poll
-            log.error("restarting the gateway failed: %s", e)
+            self._gateway_retry = _Backoff()
+        except Exception as e:  # noqa: BLE001 - tried again at a later poll
+            log.error("restarting the gateway failed, trying again in %.0f s: %s", self._gateway_retry.delay_s, e)
+            self._gateway_retry.wait_from_now()
             ok = False
         return self._record("gateway", cause, started, [], ok)
 
@@ -175,9 +195,8 @@ class Healer:
             params.pop(RELOAD_PARAMETER, None)
         files = {} if snap.files_dir is None else read_files(snap.files_dir)
         # Over gRPC (Triton 2.51's HTTP load API crashes the server on bodies of a few MiB), to Triton's own
-        # port: the gateway in front of it may be the process being healed.
-        host = "127.0.0.1" if self.server.config.gateway else self.server.config.host
-        url = f"grpc://{host}:{self.server.triton_grpc_port}"
+        # endpoint: the gateway in front of it may be the process being healed.
+        url = self.server.triton.grpc_url
         deadline = time.monotonic() + LOAD_DEADLINE_S
         while True:
             with Transport(url, key=self.server.admin_key, retry_s=0) as transport:  # a new connection each try
@@ -199,6 +218,27 @@ class Healer:
     def _server_alive(self) -> bool:
         process = self.server.process
         return process is not None and process.poll() is None
+
+
+class _Backoff:
+    """Waits between failed starts that double from `PORT_RETRY_S[0]` up to `PORT_RETRY_S[1]`."""
+
+    def __init__(self) -> None:
+        self.delay_s = PORT_RETRY_S[0]
+        self._due = 0.0
+
+    def next_delay(self) -> float:
+        """The wait to make now; the next one is twice as long (up to the longest)."""
+        delay, self.delay_s = self.delay_s, min(self.delay_s * 2, PORT_RETRY_S[1])
+        return delay
+
+    def wait_from_now(self) -> None:
+        """Start the next wait now (`due` is False until it has passed)."""
+        self._due = time.monotonic() + self.next_delay()
+
+    def due(self) -> bool:
+        """Whether the current wait has passed."""
+        return time.monotonic() >= self._due
 
 
 def kill_hung(pid: int, what: str, hang_s: float) -> None:

@@ -9,6 +9,7 @@ after this launcher (`owned_files.remove_prefixed`), and Triton's copies of uplo
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -20,8 +21,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,15 @@ from mslite_triton._admin_key import new_key, remove_key, write_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
 from mslite_triton.server.config import ModelState, ServerConfig
 from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
-from mslite_triton.server.ports import LOOPBACK, listening_ports, pick_ports
+from mslite_triton.server.ports import (
+    LOOPBACK,
+    PortTakenError,
+    holder_of,
+    listening_ports,
+    listening_unix_paths,
+    pick_ports,
+)
+from mslite_triton.server.triton_endpoints import TritonEndpoints, make_socket_dir
 from mslite_triton.server.triton_process import (
     command_line,
     compose_workspace,
@@ -47,7 +54,7 @@ from mslite_triton.server.workers import remove_upload_copies, state_of, upload_
 if TYPE_CHECKING:  # started only by servers that are supervised, imported then
     from mslite_triton.server.supervisor import Supervisor
 
-__all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "ServerConfig", "ServerStartError"]
+__all__ = ["LOOPBACK", "EmbeddedServer", "ModelState", "PortTakenError", "ServerConfig", "ServerStartError"]
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +79,8 @@ class EmbeddedServer:
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0
-        self.triton_http_port = 0  # where Triton itself listens: the public ports, or private ones behind a gateway
-        self.triton_grpc_port = 0
+        # where tritonserver itself listens: Unix sockets in a private folder behind a gateway, else the public ports
+        self.triton = TritonEndpoints()
         self.process: subprocess.Popen[bytes] | None = None
         self.gateway: GatewayProcess | None = None
         self.admin_key: str | None = None
@@ -99,12 +106,6 @@ class EmbeddedServer:
         return f"grpc://{self.config.host}:{self.grpc_port}"
 
     @property
-    def triton_http_url(self) -> str:
-        """Triton's own HTTP endpoint (private, on loopback, when a gateway fronts it)."""
-        host = LOOPBACK if self.config.gateway else self.config.host
-        return f"http://{host}:{self.triton_http_port}"
-
-    @property
     def metrics_url(self) -> str:
         """URL of the Prometheus metrics page."""
         return f"http://{self.config.host}:{self.metrics_port}/metrics"
@@ -121,15 +122,15 @@ class EmbeddedServer:
             raise ServerStartError(f"model repository '{cfg.model_repository}' is not a directory")
         wanted = [(cfg.host, cfg.http_port, "http"), (cfg.host, cfg.grpc_port, "grpc")]
         wanted += [(cfg.host, cfg.metrics_port, "metrics")]
-        if cfg.gateway:  # Triton's own ports, private, behind the gateway's
-            wanted += [(LOOPBACK, cfg.triton_http_port, "triton-http"), (LOOPBACK, cfg.triton_grpc_port, "triton-grpc")]
         self._binary = self._compose_workspace()
+        if cfg.gateway:  # Triton's own endpoints are Unix sockets only this user can reach
+            self.triton = TritonEndpoints(socket_dir=make_socket_dir(self.workspace))
         if cfg.restrict_admin:
-            self.admin_key = new_key()
+            self.admin_key = cfg.admin_key or new_key()
         for attempt in range(1, START_ATTEMPTS + 1):
-            ports = pick_ports(wanted)
-            self.http_port, self.grpc_port, self.metrics_port = ports[:3]
-            self.triton_http_port, self.triton_grpc_port = ports[3:] if cfg.gateway else ports[:2]
+            self.http_port, self.grpc_port, self.metrics_port = pick_ports(wanted)
+            if not cfg.gateway:
+                self.triton = TritonEndpoints(host=cfg.host, http_port=self.http_port, grpc_port=self.grpc_port)
             try:
                 self._launch()
                 if cfg.gateway:
@@ -158,27 +159,45 @@ class EmbeddedServer:
         """
         if self._supervisor is not None and self._supervisor.halted:
             raise ServerStartError("the server is stopping")
+        self.triton = self.triton.ready_for_start()
         args = command_line(
             str(self._binary),
             self.config,
             workspace=self.workspace,
-            http_port=self.triton_http_port,
-            grpc_port=self.triton_grpc_port,
+            endpoints=self.triton,
             metrics_port=self.metrics_port,
             shm_prefix=self.shm_prefix,
             admin_key=self.admin_key,
             load_models=self.config.load_models if load_models is None else load_models,
         )
-        env = environment(admin_key=self.admin_key, weights_owner=self.weights_owner)
+        assert self._binary is not None
+        env = environment(self._binary, admin_key=self.admin_key, weights_owner=self.weights_owner)
         shown = " ".join(args).replace(self.admin_key, "<key>") if self.admin_key else " ".join(args)
         log.info("starting tritonserver: %s", shown)
         self.process = spawn(args, env, self.log_path, die_with_parent=self._child_dies_with_me())
         try:
             self._wait_ready()
-        except BaseException:
+        except BaseException as e:
             if stop_on_failure:
                 self.stop()
+            if isinstance(e, ServerStartError) and PORT_TAKEN in str(e):  # the metrics port, or a public one
+                holders = self._holders([self.metrics_port, *self._public_triton_ports()])
+                raise PortTakenError(f"{e}\n{holders}") from None
             raise
+
+    def _public_triton_ports(self) -> list[int]:
+        return [] if self.triton.socket_dir is not None else [self.triton.http_port, self.triton.grpc_port]
+
+    def _holders(self, ports: list[int]) -> str:
+        """Who holds each of `ports` that someone listens on (`ports.holder_of`), for a failed start's message."""
+        held = [f"port {p} on this host is held by {holder_of(p)}" for p in ports if p and p not in self._own_ports()]
+        return "; ".join(held) or "(no listener on the server's public ports now)"
+
+    def _own_ports(self) -> set[int]:
+        """TCP ports this server's own processes listen on (a holder found there is no squatter)."""
+        ours = listening_ports(self.process.pid) if self.process is not None and self.process.poll() is None else set()
+        gateway = self.gateway.pid if self.gateway is not None else None
+        return ours | (listening_ports(gateway) if gateway else set())
 
     def _child_dies_with_me(self) -> bool:
         """Whether a child started now should get SIGTERM when the calling thread ends (`parent_death`).
@@ -195,8 +214,8 @@ class EmbeddedServer:
             host=cfg.host,
             http_port=self.http_port,
             grpc_port=self.grpc_port,
-            upstream_http=f"{LOOPBACK}:{self.triton_http_port}",
-            upstream_grpc=f"{LOOPBACK}:{self.triton_grpc_port}",
+            upstream_http=self.triton.http_address,
+            upstream_grpc=self.triton.grpc_address,
             max_request_bytes=cfg.max_request_bytes,
             max_inflight_per_model=cfg.max_inflight_per_model,
             max_inflight_bytes=cfg.max_inflight_bytes,
@@ -213,6 +232,8 @@ class EmbeddedServer:
         except GatewayError as e:
             if stop_on_failure:
                 self.stop()
+            if PORT_TAKEN in str(e).lower():
+                raise PortTakenError(f"{e}\n{self._holders([self.http_port, self.grpc_port])}") from None
             raise ServerStartError(str(e)) from None
 
     def restart_gateway(self) -> None:
@@ -226,7 +247,7 @@ class EmbeddedServer:
         self._start_gateway(stop_on_failure=False)
 
     def _compose_workspace(self) -> Path:
-        return compose_workspace(self.workspace)
+        return compose_workspace(self.workspace, self.config.tritonserver)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -236,13 +257,22 @@ class EmbeddedServer:
                 raise ServerStartError(
                     f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
                 )
-            ours = {self.triton_http_port, self.triton_grpc_port, self.metrics_port}
-            if self._http_status("GET", "/v2/health/ready") == 200 and ours <= listening_ports(self.process.pid):
+            if self._http_status("GET", "/v2/health/ready") == 200 and self._holds_endpoints(self.process.pid):
                 return
             time.sleep(0.2)
         raise ServerStartError(
             f"tritonserver not ready after {self.config.startup_timeout_s:.0f} s; log tail:\n{self.log_tail()}"
         )
+
+    def _holds_endpoints(self, pid: int) -> bool:
+        """Whether process `pid` listens on every endpoint of the server: an answer may come from another process.
+
+        A TCP port picked free can be taken by someone else before tritonserver binds it; a socket file in
+        the private folder can only be this user's, but a leftover of an earlier server must not count.
+        """
+        tcp = {self.metrics_port, *self._public_triton_ports()}
+        sockets = {str(p) for p in (self.triton.http_socket, self.triton.grpc_socket) if p is not None}
+        return tcp <= listening_ports(pid) and sockets <= listening_unix_paths(pid)
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop the server (SIGTERM, then SIGKILL after the timeout) and remove its shm regions.
@@ -347,14 +377,20 @@ class EmbeddedServer:
 
         The same admin key and weights owner: clients keep working, and the workers adopt the weights
         published last. The models of `load_models` (default: the configured ones) load at start; the
-        others are the supervisor's to load again.
+        others are the supervisor's to load again. Where the sockets' folder had to be replaced, the gateway
+        is started again on the new one.
 
         Raises:
+            PortTakenError: another process holds one of tritonserver's public ports (its metrics port).
             ServerStartError: it did not start again.
         """
         self._terminate(timeout_s=0)
         self.restarts += 1
+        before = self.triton
         self._launch(stop_on_failure=False, load_models=load_models)
+        if self.triton != before and self.gateway is not None:
+            log.warning("tritonserver's sockets moved to %s; starting the gateway again", self.triton.socket_dir)
+            self.restart_gateway()
 
     def cleanup_shm(self) -> list[str]:
         """Remove every `/dev/shm` region with this server's prefix, and dead gateways' regions; returns their names.
@@ -364,7 +400,8 @@ class EmbeddedServer:
         return remove_prefixed(self.shm_prefix) + sweep_dead_owners(GATEWAY_REGION_PREFIX)
 
     def remove_workspace(self) -> None:
-        """Delete the composed backend directory and the log."""
+        """Delete the composed backend directory, the log and the sockets' folder."""
+        self.triton.remove()
         shutil.rmtree(self.workspace, ignore_errors=True)
 
     def __enter__(self) -> EmbeddedServer:
@@ -390,12 +427,7 @@ class EmbeddedServer:
 
     def answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
-        req = urllib.request.Request(self.triton_http_url + "/v2/health/live")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return int(resp.status) == 200
-        except (OSError, ValueError):
-            return False
+        return self._http_status("GET", "/v2/health/live", timeout_s) == 200
 
     def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when the gateway's HTTP port answers a request that the gateway itself refuses, within `timeout_s`.
@@ -433,24 +465,43 @@ class EmbeddedServer:
         names = {str(m.get("name")) for m in stats.get("model_stats", [])}
         return sorted(n for n in names if self._http_status("GET", f"/v2/models/{n}/ready") == 200)
 
-    def _http_status(self, method: str, path: str) -> int:
-        req = urllib.request.Request(self.triton_http_url + path, method=method)
+    def _http_status(self, method: str, path: str, timeout_s: float = 2.0) -> int:
+        """The status of one call to Triton's own HTTP endpoint without the key; 0 when it does not answer."""
         try:
-            with urllib.request.urlopen(req, timeout=2) as resp:
-                return int(resp.status)
-        except urllib.error.HTTPError as e:
-            return int(e.code)
-        except OSError:
+            return self.triton_http(method, path, None, timeout_s=timeout_s, key=False)[0]
+        except (OSError, http.client.HTTPException):
             return 0
 
-    def http_json(self, method: str, path: str, payload: Any, timeout_s: float = 10) -> Any:
-        """One JSON call to the server's HTTP API (Triton's own port), with the admin key."""
-        data = None if payload is None else json.dumps(payload).encode()
-        req = urllib.request.Request(self.triton_http_url + path, data=data, method=method)
-        if self.admin_key:
-            req.add_header(ADMIN_KEY_HEADER, self.admin_key)
+    def triton_http(
+        self, method: str, path: str, body: bytes | None, *, timeout_s: float = 10, key: bool = True
+    ) -> tuple[int, bytes]:
+        """One call to Triton's own HTTP endpoint (its Unix socket behind a gateway): (status, body).
+
+        Raises:
+            OSError, http.client.HTTPException: no answer.
+        """
+        conn = self.triton.http_connection(timeout_s)
+        headers = {ADMIN_KEY_HEADER: self.admin_key} if key and self.admin_key else {}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                return json.loads(resp.read() or b"null")
-        except OSError as e:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            return int(resp.status), resp.read()
+        finally:
+            conn.close()
+
+    def http_json(self, method: str, path: str, payload: Any, timeout_s: float = 10) -> Any:
+        """One JSON call to the server's HTTP API (Triton's own endpoint), with the admin key.
+
+        Raises:
+            ServerUnavailableError: no answer, or an error status.
+        """
+        data = None if payload is None else json.dumps(payload).encode()
+        try:
+            status, body = self.triton_http(method, path, data, timeout_s=timeout_s)
+        except (OSError, http.client.HTTPException) as e:
             raise ServerUnavailableError(self.http_url, f"no answer to {path}: {e}") from e
+        if status >= 400:
+            raise ServerUnavailableError(self.http_url, f"{path} answered {status}: {body[:200]!r}")
+        return json.loads(body or b"null")

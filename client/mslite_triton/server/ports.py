@@ -1,4 +1,4 @@
-"""The embedded server's ports: picked free (or checked free) before start, found held by the server after."""
+"""The embedded server's ports: picked free (or checked free) before start, found held by it (or by another) after."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from mslite_triton.errors import ServerStartError
 
 LOOPBACK = "127.0.0.1"
 _LISTEN = "0A"  # a listening socket's state in /proc/net/tcp
+_ACCEPTING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's flags: a listening socket
+
+
+class PortTakenError(ServerStartError):
+    """A (re)start failed because another process holds one of the server's public TCP ports."""
 
 
 def pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
@@ -33,7 +38,8 @@ def pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
                 s.bind((host, port))
             except OSError as e:
                 raise ServerStartError(
-                    f"{what} port {port} on {host} is already in use; choose another with --{what}-port"
+                    f"{what} port {port} on {host} is already in use (held by {holder_of(port)}); choose another "
+                    f"with --{what}-port"
                 ) from e
         return [int(s.getsockname()[1]) for s in held]
     finally:
@@ -41,12 +47,8 @@ def pick_ports(wanted: list[tuple[str, int, str]]) -> list[int]:
             s.close()
 
 
-def listening_ports(pid: int) -> set[int]:
-    """The TCP ports process `pid` listens on (any address, IPv4 or IPv6), from /proc.
-
-    A port that answers need not be the server's: another process may have taken it between its pick and
-    the server's bind (a second test run, a client's outgoing connection), and would answer in its place.
-    """
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds open, from its /proc fd links."""
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
@@ -59,14 +61,62 @@ def listening_ports(pid: int) -> set[int]:
             continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
-    ports = set()
+    return inodes
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process `pid` listens on (any address, IPv4 or IPv6), from /proc.
+
+    A port that answers need not be the server's: another process may have taken it between its pick and
+    the server's bind (a second test run, a client's outgoing connection), and would answer in its place.
+    """
+    inodes = _socket_inodes(pid)
+    return {port for port, inode in _tcp_listeners(f"/proc/{pid}/net") if inode in inodes}
+
+
+def listening_unix_paths(pid: int) -> set[str]:
+    """The paths of the Unix sockets process `pid` listens on, from /proc.
+
+    A socket file that answers was bound by a process that could write its folder; this says it is `pid`.
+    """
+    inodes = _socket_inodes(pid)
+    try:
+        lines = Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    paths = set()
+    for line in lines:
+        fields = line.split(maxsplit=7)  # Num RefCount Protocol Flags Type St Inode [Path]
+        if len(fields) == 8 and int(fields[3], 16) & _ACCEPTING and fields[6] in inodes:
+            paths.add(fields[7])
+    return paths
+
+
+def holder_of(port: int) -> str:
+    """Who listens on TCP `port` on this host, as far as /proc tells: "pid N (name)", or why it cannot say."""
+    inodes = {inode for p, inode in _tcp_listeners("/proc/net") if p == port}
+    if not inodes:
+        return "no listener found (a port held in TIME_WAIT, or bound but not listening)"
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and _socket_inodes(int(proc.name)) & inodes:
+            try:
+                name = (proc / "comm").read_text().strip()
+            except OSError:
+                name = "?"
+            return f"pid {proc.name} ({name})"
+    return "a process this user cannot inspect (another user's)"
+
+
+def _tcp_listeners(net: str) -> list[tuple[int, str]]:
+    """(port, inode) of every listening TCP socket in the `/proc/.../net` folder `net`, IPv4 and IPv6."""
+    found = []
     for table in ("tcp", "tcp6"):
         try:
-            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            lines = Path(f"{net}/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
             fields = line.split()  # sl local_address rem_address st ... inode (the 10th)
-            if fields[3] == _LISTEN and fields[9] in inodes:
-                ports.add(int(fields[1].rpartition(":")[2], 16))
-    return ports
+            if fields[3] == _LISTEN:
+                found.append((int(fields[1].rpartition(":")[2], 16), fields[9]))
+    return found

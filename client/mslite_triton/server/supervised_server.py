@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mslite_triton.server.config import ServerConfig
+from mslite_triton.server.triton_endpoints import TritonEndpoints
 
 
 class SupervisedGateway(Protocol):
@@ -54,8 +55,8 @@ class SupervisedServer(Protocol):
         """The gateway in front of tritonserver, None without one."""
 
     @property
-    def triton_grpc_port(self) -> int:
-        """Triton's own gRPC port (the gateway's upstream), which heals load models through."""
+    def triton(self) -> TritonEndpoints:
+        """Triton's own endpoints (the gateway's upstream), which heals load models through."""
 
     @property
     def admin_key(self) -> str | None:

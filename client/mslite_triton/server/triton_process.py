@@ -1,7 +1,8 @@
 """The tritonserver child process: its backend directory, command line and environment, and its log.
 
-The server is the real `tritonserver` 2.51 from the nvidia-pytriton wheel. Each launcher composes a
-backend directory of its own (the python backend and the stub matching this interpreter, copied, plus
+The server is the real `tritonserver` 2.51 from the nvidia-pytriton wheel, or another installation's binary
+(the Triton image's `/opt/tritonserver/bin/tritonserver`). Each launcher composes a backend directory of its
+own (that installation's python backend and the stub matching this interpreter, copied, plus
 `backend/mslite`) and starts the server with model control `explicit`.
 """
 
@@ -20,8 +21,9 @@ from mslite_triton._admin_key import flags as admin_key_flags
 from mslite_triton.errors import ServerStartError
 from mslite_triton.server.config import ServerConfig
 from mslite_triton.server.parent_death import dies_with_parent
-from mslite_triton.server.ports import LOOPBACK
+from mslite_triton.server.triton_endpoints import TritonEndpoints
 
+_STUB = "triton_python_backend_stub"
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 # What Triton logs once a second while its exit waits for models to finish unloading
 _EXIT_WAIT = re.compile(rb"Timeout \d+: Found (\d+) live models and (\d+) in-flight non-inference requests")
@@ -48,24 +50,35 @@ def wheel_libs() -> Path:
     return triton_dir().parent.parent / "nvidia_pytriton.libs"
 
 
-def compose_workspace(workspace: Path) -> Path:
+def compose_workspace(workspace: Path, binary: Path | None = None) -> Path:
     """Fill `workspace` with the backend and cache directories; returns the `tritonserver` binary.
 
+    `binary`: another installation's tritonserver, whose folder (`<root>/bin/tritonserver`) holds the python
+    backend and the cache beside it, as the Triton image's `/opt/tritonserver` does; None: the wheel's.
+
     Raises:
-        ServerStartError: the wheel has no python backend stub for this interpreter.
+        ServerStartError: no such binary, or its installation has no python backend stub for this interpreter.
     """
-    src = triton_dir()
+    if binary is None:
+        src = triton_dir()
+        binary = src / "bin" / "tritonserver"
+    elif not binary.is_file():
+        raise ServerStartError(f"the tritonserver binary '{binary}' does not exist")
+    else:
+        src = binary.resolve().parent.parent
     ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = src / "python_backend_stubs" / ver / "triton_python_backend_stub"
-    if not stub.exists():
-        raise ServerStartError(f"the server wheel has no python backend stub for Python {ver}")
+    # the wheel keeps one stub per Python version; an image's python backend holds the one of its Python
+    stubs = [src / "python_backend_stubs" / ver / _STUB, src / "backends" / "python" / _STUB]
+    stub = next((s for s in stubs if s.exists()), None)
+    if stub is None:
+        raise ServerStartError(f"the tritonserver in {src} has no python backend stub for Python {ver}")
     backends = workspace / "backends"
     python_dir = backends / "python"
     python_dir.mkdir(parents=True)
     # Copies, not symlinks: Triton rejects backend files that resolve outside the backend directory.
     for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(src / "backends" / "python" / name, python_dir / name)
-    shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    shutil.copy2(stub, python_dir / _STUB)
     # backend/mslite is model.py (package `mslite_triton_backend`) beside the runtime package `mslite_backend`,
     # each located where it is installed; an editable install's backend/mslite already holds the runtime.
     adapter = Path(str(resources.files("mslite_triton_backend")))
@@ -75,7 +88,7 @@ def compose_workspace(workspace: Path) -> Path:
     caches = workspace / "caches" / "local"
     caches.mkdir(parents=True)
     shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
-    return src / "bin" / "tritonserver"
+    return binary
 
 
 def command_line(
@@ -83,15 +96,13 @@ def command_line(
     cfg: ServerConfig,
     *,
     workspace: Path,
-    http_port: int,
-    grpc_port: int,
+    endpoints: TritonEndpoints,
     metrics_port: int,
     shm_prefix: str,
     admin_key: str | None,
     load_models: tuple[str, ...],
 ) -> list[str]:
-    """The server's arguments: Triton's own ports (private on loopback behind a gateway), and the rest."""
-    host = LOOPBACK if cfg.gateway else cfg.host
+    """The server's arguments: Triton's own endpoints (private Unix sockets behind a gateway), and the rest."""
     flags = [
         f"--model-repository={Path(cfg.model_repository).resolve()}",
         f"--backend-directory={workspace / 'backends'}",
@@ -102,10 +113,7 @@ def command_line(
         "--exit-on-error=false",
         "--strict-readiness=false",
         f"--exit-timeout-secs={cfg.exit_timeout_s}",
-        f"--http-address={host}",
-        f"--http-port={http_port}",
-        f"--grpc-address={host}",
-        f"--grpc-port={grpc_port}",
+        *endpoints.flags(),
         f"--metrics-address={cfg.host}",
         f"--metrics-port={metrics_port}",
         f"--log-verbose={cfg.log_verbose}",
@@ -119,13 +127,14 @@ def command_line(
     return [binary, *flags, *cfg.extra_args]
 
 
-def environment(*, admin_key: str | None, weights_owner: str) -> dict[str, str]:
-    """The server's environment: this interpreter's tools and the wheel's libraries first, the key, the owner."""
+def environment(binary: Path, *, admin_key: str | None, weights_owner: str) -> dict[str, str]:
+    """The server's environment: this interpreter's tools (and the wheel's libraries) first, the key, the owner."""
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    libs = str(wheel_libs())
-    env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if _of_the_wheel(binary):  # another installation finds its own libraries
+        libs = str(wheel_libs())
+        env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     # The workers inherit it and refuse weights updates that do not prove it; the same key on every
     # (re)start, so clients keep working across heals. Without a key, none (not one of the caller's).
     env.pop(ADMIN_KEY_ENV, None)
@@ -133,6 +142,13 @@ def environment(*, admin_key: str | None, weights_owner: str) -> dict[str, str]:
         env[ADMIN_KEY_ENV] = admin_key
     env[WEIGHTS_OWNER_ENV] = weights_owner
     return env
+
+
+def _of_the_wheel(binary: Path) -> bool:
+    try:
+        return binary.resolve().is_relative_to(triton_dir().resolve())
+    except ServerStartError:  # the wheel is not installed: another installation's binary
+        return False
 
 
 def spawn(args: list[str], env: dict[str, str], log_path: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
