@@ -36,7 +36,7 @@ def server_url(explicit: str | None) -> str:
 def transport(explicit_url: str | None) -> Transport:
     """A shared, live-checked transport to the server (one pool per URL and key)."""
     url = server_url(explicit_url)
-    key = key_for(url)
+    key = _key(url)
     with _lock:
         found = _transports.get((url, key))
     if found is not None:
@@ -45,6 +45,17 @@ def transport(explicit_url: str | None) -> Transport:
     created.check_live()
     with _lock:
         return _transports.setdefault((url, key), created)
+
+
+def _key(url: str) -> str | None:
+    """The admin key for `url`: for the auto-started server's own URL the key it made, else `key_for`.
+
+    A `settings.ADMIN_KEY_ENV` set for another server must not be sent to the one started here (403).
+    """
+    embedded = _embedded
+    if embedded is not None and url == str(embedded.grpc_url):
+        return str(embedded.admin_key) if embedded.admin_key else None
+    return key_for(url)
 
 
 def _autostart() -> str:

@@ -386,6 +386,18 @@ def test_autostarted_server_stops_with_its_parent(files, ending):
         assert not list(Path("/dev/shm").glob(f"{prefix}*"))
 
 
+def test_the_autostarted_server_gets_its_own_key_whatever_the_key_variable_says(files):
+    """A key set for another server (`ADMIN_KEY_ENV`) is not sent to the auto-started one: its upload would get 403."""
+    env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
+    env[settings.ADMIN_KEY_ENV] = "the-key-of-another-server"
+    out = subprocess.run(
+        [sys.executable, "-c", AUTOSTART, str(files / "tiny.onnx"), "exit"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("RESULT [[3.0, 3.0, 3.0, 3.0]]"), out.stdout
+
+
 SHM_SCRIPT = """
 import glob, os, sys, numpy as np
 import mslite_triton as mslite
