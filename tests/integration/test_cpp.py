@@ -514,9 +514,12 @@ def test_model_group_and_device_infos(server, builds, files):
 
 
 def test_model_starts_a_server_of_its_own(builds, files, ort_outputs, tmp_path):
-    """No URL: the first Build starts `mslite-triton serve` on free ports, and it is gone, files and all, at exit."""
+    """No URL: the first Build starts `mslite-triton serve` on free ports, and it is gone, files and all, at exit.
+
+    A key in the environment is another server's: the started server makes its own, which the client reads.
+    """
     assert shutil.which("mslite-triton", path=str(Path(sys.executable).parent)), "the venv's mslite-triton"
-    env = own_server_env(tmp_path)
+    env = own_server_env(tmp_path, **{settings.ADMIN_KEY_ENV: "the-key-of-another-server"})
     args = ["run", str(files / "mobilenetv2.onnx"), str(files / "input.bin"), str(tmp_path / "out.bin")]
     out = subprocess.run(
         [str(builds["asan"].model_driver), *args], capture_output=True, text=True, timeout=600, env=env

@@ -87,6 +87,14 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
   std::vector<char *> argv;
   for (std::string &a : args) argv.push_back(&a[0]);
   argv.push_back(nullptr);
+  // The server makes its own key and prints it (read below): a key in the environment is another server's, and
+  // `serve` would take it as its own without printing it.
+  const std::string key_var = std::string(protocol::ADMIN_KEY_ENV) + "=";
+  std::vector<char *> envp;
+  for (char **e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, key_var.c_str(), key_var.size()) != 0) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {  // async-signal-safe calls only until exec: this process has other threads
@@ -95,7 +103,7 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
     dup2(null_fd, 0);
     dup2(out_write, 1);
     dup2(log_fd, 2);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   const int fork_errno = errno;

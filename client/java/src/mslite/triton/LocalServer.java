@@ -83,7 +83,11 @@ final class LocalServer {
                 "--stop-on-stdin-close"));
         Process process;
         try {
-            process = new ProcessBuilder(command).redirectError(log.toFile()).start();
+            ProcessBuilder builder = new ProcessBuilder(command).redirectError(log.toFile());
+            // The server makes its own key and prints it (read below): a key in the environment is another
+            // server's, and `serve` would take it as its own without printing it.
+            builder.environment().remove(Settings.ADMIN_KEY_ENV);
+            process = builder.start();
         } catch (IOException e) {
             remove(repository, log);
             throw new KServeHttp.ServerError("kLiteError", "no server: " + Settings.URL_ENV + " is not set, and '"
