@@ -18,11 +18,14 @@
             checked; process faults (kills, SIGSTOP, a second death during a heal) and client attacks, one
             row per fault and kind of client: outage seconds, ok, failed and wrong answers
             (`chaos_faults.py`; `make chaos`).
+  busy:     workers kept inside `execute` for good: seconds each outlives its model's unload or reload (bar:
+            30 s), and what a request past a model's execute deadline gets (`chaos_busy.py`).
 
 Run: .venv/bin/python -m benchmarks.chaos faults [--quick] [--faults worker-kill,gateway-stop,...]
      .venv/bin/python -m benchmarks.chaos kill [--seconds 60]
      .venv/bin/python -m benchmarks.chaos overload [--seconds 20]
      .venv/bin/python -m benchmarks.chaos heal [--rounds 1]
+     .venv/bin/python -m benchmarks.chaos busy [--rounds 1]
 """
 
 from __future__ import annotations
@@ -173,9 +176,9 @@ def overload_campaign(seconds: float) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child"])
+    parser.add_argument("mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child", "busy"])
     parser.add_argument("--seconds", type=float, default=None)
-    parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case")
+    parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case; busy: rounds of every case")
     parser.add_argument("--quick", action="store_true", help="faults: attacks of 3 s at most, shorter settling")
     parser.add_argument("--faults", default="", help="faults: comma-separated names (default: all, in order)")
     args = parser.parse_args()
@@ -193,6 +196,10 @@ def main() -> None:
         from benchmarks.chaos_heal import heal_campaign
 
         sys.exit(heal_campaign(args.rounds))
+    if args.mode == "busy":
+        from benchmarks.chaos_busy import busy_campaign
+
+        sys.exit(busy_campaign(args.rounds))
     if args.mode == "heal-autostart-child":
         from benchmarks.chaos_heal import autostart_child
 

@@ -158,3 +158,13 @@ def _finished(srv: EmbeddedServer, model: str, n: int) -> str | float | None:
         if isinstance(outcome, float) or time.monotonic() > deadline:
             return outcome
         time.sleep(0.5)
+
+
+def test_a_stop_ends_a_worker_busy_in_execute(tmp_path: Path) -> None:
+    """Triton gives requests in flight its exit timeout at a stop; then the busy worker goes with it."""
+    add_model(tmp_path, "spin", model_zoo.spin(), ONE_WORKER)
+    config = ServerConfig(model_repository=tmp_path, startup_timeout_s=240, exit_timeout_s=2)
+    with EmbeddedServer(config) as srv:
+        call, pid = _busy_worker(srv, "spin")
+    _wait(lambda: _gone(pid), "end of the busy worker after the stop")
+    assert call.result() is not None and not isinstance(call.outcome, float)  # answered with an error
