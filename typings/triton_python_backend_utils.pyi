@@ -1,5 +1,6 @@
 # The part of Triton's python backend module (`triton_python_backend_utils`, only importable inside the Triton
 # stub) that backend/mslite/model.py uses, for mypy. tests/support/fake_pb_utils.py implements the same part.
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,10 @@ class ModelConfig:
     def add_output(self, output: dict[str, Any]) -> None: ...
 
 TRITONSERVER_RESPONSE_COMPLETE_FINAL: int
+
+# functions the stub looks up on this module at each call (`mslite_backend.bytes_wire` replaces them)
+serialize_byte_tensor: Callable[[np.ndarray], Any]
+deserialize_bytes_tensor: Callable[[np.ndarray], np.ndarray]
 
 def get_model_dir() -> str: ...
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None: ...
