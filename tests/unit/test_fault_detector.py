@@ -330,11 +330,46 @@ def test_a_worker_is_judged_by_the_model_it_was_seen_with_after_the_catalog_forg
     assert [e.orphans for e in orphaned(list(detector.look(seen, catalog)))] == [{11: "tiny_0"}]
 
 
-def test_instance_names_two_models_share_are_never_judged():
-    catalog = {"a": {"g_0"}, "b": {"g_0"}}  # instance groups named alike in two models
+def test_uploaded_models_sharing_instance_names_are_never_judged():
+    catalog = {"a": {"g_0"}, "b": {"g_0"}}  # instance groups named alike in two uploaded models
     detector = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S)
-    seen = Seen(procs=[alive(11, "g_0", started=1), alive(12, "g_0", started=2)], ready={"a"})
+    procs = [
+        Worker(11, "S", "g_0", "/tmp/folderAAAAAA", started=1),
+        Worker(12, "S", "g_0", "/tmp/folderBBBBBB", started=2),
+    ]
+    seen = Seen(procs=procs, ready={"a"})
     for t in (0, GRACE_S, 2 * GRACE_S):
         seen.t = t
         assert orphaned(list(detector.look(seen, catalog))) == []
     assert "ready_models" not in seen.asked  # nothing to judge: Triton is not even asked
+
+
+def test_repository_models_sharing_instance_names_are_told_apart_by_their_folders():
+    catalog = {"a": {"g_0"}, "b": {"g_0"}}
+    detector = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S)
+    procs = [Worker(11, "S", "g_0", "/repo/a", started=1), Worker(12, "S", "g_0", "/repo/b", started=2)]
+    seen = Seen(procs=procs, ready={"a", "b"})
+    for t in (0, GRACE_S, 2 * GRACE_S):
+        seen.t = t
+        assert orphaned(list(detector.look(seen, catalog))) == []  # b's younger worker replaces nothing of a's
+    seen.ready, seen.t = {"b"}, 3 * GRACE_S  # a unloaded
+    look(detector, seen, catalog)
+    seen.t = 4 * GRACE_S
+    assert [e.orphans for e in orphaned(look(detector, seen, catalog))] == [{11: "g_0"}]
+
+
+def test_a_worker_of_a_model_never_yet_ready_is_not_judged():
+    # a first load: its worker runs (loading, warming up) before Triton lists the model; the catalog knows nothing
+    detector, seen = (
+        FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S),
+        Seen(procs=[alive(11, "tiny_0")], ready=set()),
+    )
+    for t in (0, GRACE_S, 5 * GRACE_S):
+        seen.t = t
+        assert orphaned(look(detector, seen, {})) == []
+    seen.ready = {"tiny"}  # loaded; then unloaded while its worker runs on
+    look(detector, seen, {})
+    seen.ready = set()
+    look(detector, seen, {})
+    seen.t = 6 * GRACE_S
+    assert [e.orphans for e in orphaned(look(detector, seen, {}))] == [{11: "tiny_0"}]

@@ -15,20 +15,22 @@ The rules, in the order of one poll (the first that finds tritonserver gone or h
 - a model in the catalog is short of one of its instances two polls in a row: a worker that died before
   a poll ever saw it alive (e.g. while a heal was loading its model) leaves no other trace.
 - the set of live workers changed since the catalog last learnt it (a model was loaded or unloaded).
-- a live worker is an orphan for `orphan_grace_s` in a row: its model (in the catalog) is no longer ready
-  (unloaded), or a younger live worker has its instance name (the model was loaded again). Triton ends
-  such a worker only once its `execute` returns, which a request may keep it from doing for good.
+- a live worker is an orphan for `orphan_grace_s` in a row: its model, once seen ready in its lifetime, is
+  no longer ready (unloaded), or a younger live worker of that model has its instance name (the model was
+  loaded again). Triton ends such a worker only once its `execute` returns, which a request may keep it
+  from doing for good.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from mslite_triton.server.config import ORPHAN_GRACE_S
-from mslite_triton.server.workers import Worker, describe_exit
+from mslite_triton.server.workers import Worker, describe_exit, upload_copies
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,7 @@ class _Memory:
     short: frozenset[str] = frozenset()  # catalog models short of a live instance at the last poll
     learnt: frozenset[int] = frozenset()  # the live workers the catalog last learnt
     owner: dict[int, str] = field(default_factory=dict)  # pid of a live worker -> its model, once known
+    was_ready: set[int] = field(default_factory=set)  # live workers whose model was seen ready in their lifetime
     orphaned_since: dict[int, float] = field(default_factory=dict)  # pid of an orphan -> since when
 
 
@@ -231,9 +234,11 @@ class FaultDetector:
     ) -> WorkersOrphaned | None:
         """The live workers that have been orphans for `orphan_grace_s` (see the module docstring).
 
-        Each worker's model is learnt from the catalog while the catalog has it (which forgets a model once
-        it is unloaded), from an instance name that one catalog model alone has: another model's instance
-        group of the same name would make a worker of either look replaced.
+        Each worker's model is learnt once: from the catalog, by an instance name that one catalog model
+        alone has (another model's instance group of the same name would make a worker of either look
+        replaced), else from the folder it runs from, for a model of the server's repository (whose folder
+        bears its name). A worker is judged only once its model was seen ready in its lifetime: the workers
+        of a model's first load run before it is ready.
         """
         m = self._memory
         owners: dict[str, str] = {}
@@ -241,13 +246,15 @@ class FaultDetector:
             for name in names:
                 owners[name] = "" if name in owners else model
         for w in live:
-            if owners.get(w.instance):
-                m.owner.setdefault(w.pid, owners[w.instance])
+            model = owners.get(w.instance) or _repository_model(w)
+            if model:
+                m.owner.setdefault(w.pid, model)
         m.owner = {w.pid: m.owner[w.pid] for w in live if w.pid in m.owner}  # the dead are forgotten
         ready = seen.ready_models() if m.owner else set()
         if ready is None:  # no answer this time: the timers go on from what was seen before
             return None
-        judged = [w for w in live if w.pid in m.owner]
+        m.was_ready = {pid for pid, model in m.owner.items() if pid in m.was_ready or model in ready}
+        judged = [w for w in live if w.pid in m.was_ready]
         youngest: dict[tuple[str, str], int] = {}
         for w in judged:
             key = (m.owner[w.pid], w.instance)
@@ -304,3 +311,10 @@ class FaultDetector:
             m = self._memory
             serving = {pid: name for pid, name in m.serving.items() if pid not in retired}
             self._memory = replace(m, serving=serving, short=frozenset(), learnt=frozenset())
+
+
+def _repository_model(worker: Worker) -> str:
+    """The model of a worker that runs from the server's repository (`<repository>/<model>/<version>`), else ""."""
+    if not worker.model_dir or upload_copies([worker.model_dir]):
+        return ""
+    return os.path.basename(worker.model_dir)
