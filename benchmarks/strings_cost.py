@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from .worker_cpu import backend_at
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Run in the child, with the backend folder first on sys.path: prints one JSON line
+# Run in the child, with the backend folder first on its path: prints one JSON line
 _CHILD = """
 import json, os, sys, time
 import numpy as np
@@ -56,9 +57,9 @@ print(json.dumps({"us": elapsed / n * 1e6, "bytes": (peak - before) * 1024 / n})
 
 def measure(backend: Path, elements: int) -> dict[str, float]:
     """One run of `elements` strings through the C API path of the backend folder `backend`, in a fresh process."""
-    setup = f"import sys; sys.path[:0] = [{str(backend)!r}, {str(ROOT)!r}]\n"
     out = subprocess.run(
-        [sys.executable, "-c", setup + _CHILD, str(elements)],
+        [sys.executable, "-c", _CHILD, str(elements)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(backend), str(ROOT)])},  # that backend first
         check=True,
         capture_output=True,
         text=True,
