@@ -22,6 +22,8 @@
             4,000,000 strings, 8 threads of gzip bombs; one row each with the bar (`chaos_costs.py`; `make chaos`).
   zero-shapes: requests with dims of 0 sent straight to tritonserver, to find those it never answers, or
             through the gateway (--gateway), which must leave none unanswered; prints them (`chaos_costs.py`).
+  busy:     workers kept inside `execute` for good: seconds each outlives its model's unload or reload (bar:
+            30 s), and what a request past a model's execute deadline gets (`chaos_busy.py`).
 
 Run: .venv/bin/python -m benchmarks.chaos faults [--quick] [--faults worker-kill,gateway-stop,...]
      .venv/bin/python -m benchmarks.chaos kill [--seconds 60]
@@ -29,6 +31,7 @@ Run: .venv/bin/python -m benchmarks.chaos faults [--quick] [--faults worker-kill
      .venv/bin/python -m benchmarks.chaos heal [--rounds 1]
      .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb]
      .venv/bin/python -m benchmarks.chaos zero-shapes [--gateway]
+     .venv/bin/python -m benchmarks.chaos busy [--rounds 1]
 """
 
 from __future__ import annotations
@@ -180,10 +183,10 @@ def overload_campaign(seconds: float) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child", "costs", "zero-shapes"]
+        "mode", choices=["faults", "kill", "overload", "heal", "heal-autostart-child", "costs", "zero-shapes", "busy"]
     )
     parser.add_argument("--seconds", type=float, default=None)
-    parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case")
+    parser.add_argument("--rounds", type=int, default=1, help="heal: kills per case; busy: rounds of every case")
     parser.add_argument("--quick", action="store_true", help="faults: attacks of 3 s at most, shorter settling")
     parser.add_argument("--faults", default="", help="faults: comma-separated names (default: all, in order)")
     parser.add_argument("--attacks", default="", help="costs: comma-separated names (default: all, in order)")
@@ -214,6 +217,10 @@ def main() -> None:
         from benchmarks.chaos_heal import heal_campaign
 
         sys.exit(heal_campaign(args.rounds))
+    if args.mode == "busy":
+        from benchmarks.chaos_busy import busy_campaign
+
+        sys.exit(busy_campaign(args.rounds))
     if args.mode == "heal-autostart-child":
         from benchmarks.chaos_heal import autostart_child
 

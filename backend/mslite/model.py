@@ -8,15 +8,18 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import sys
 import time
 import traceback
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
+from mslite_backend import bytes_wire
 from mslite_backend.affinity import config_with_instance, worker_index
 from mslite_backend.batching import Feeds, Result
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_resized_inputs, declared_variable_weights
+from mslite_backend.deadline import ExecuteWatch
 from mslite_backend.errors import (
     BackendError,
     ConfigError,
@@ -37,7 +40,14 @@ from mslite_backend.metrics import (
 from mslite_backend.metrics_publisher import MetricsPublisher
 from mslite_backend.mindir import onnx_source
 from mslite_backend.owned_files import close_stub_region
-from mslite_backend.protocol import FILE_PARAMETER, PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT
+from mslite_backend.protocol import (
+    DEADLINE_EXIT_CODE,
+    DEADLINE_PASSED,
+    FILE_PARAMETER,
+    PROOF_PARAMETER,
+    UPDATE_PARAMETER,
+    WEIGHTS_INPUT,
+)
 from mslite_backend.runtime import ModelRuntime
 from mslite_backend.update_auth import UpdateGuard
 
@@ -50,6 +60,16 @@ _ERROR_CODES = {
 
 
 _ERROR_KINDS = {RequestError: "invalid_input", InferenceFailure: "inference"}
+
+
+def _faster_bytes_wire() -> None:
+    """Put `bytes_wire`'s conversions of BYTES tensors in place of the stub module's own (see `bytes_wire`).
+
+    Triton's stub looks both up on its module at each call, so this worker's requests use them from here on.
+    """
+    if hasattr(pb_utils, "serialize_byte_tensor") and hasattr(pb_utils, "deserialize_bytes_tensor"):
+        pb_utils.serialize_byte_tensor = bytes_wire.serializer(pb_utils.serialize_byte_tensor)
+        pb_utils.deserialize_bytes_tensor = bytes_wire.deserialize
 
 
 def _log() -> Any:
@@ -99,6 +119,8 @@ class TritonPythonModel:
         self.metrics = WorkerMetrics()
         self._publisher: MetricsPublisher | None = None
         self.update_guard = UpdateGuard.from_environment()
+        self._watch: ExecuteWatch | None = None  # the execute deadline's, when the config sets one
+        self._in_flight: list[pb_utils.InferenceRequest] = []  # the requests of the `execute` watched
 
     def initialize(self, args: dict[str, str]) -> None:
         """Parse the config once, load and check the session, warm it up."""
@@ -126,6 +148,8 @@ class TritonPythonModel:
         self.output_names = sorted(t["name"] for t in model_config.get("output", []))
         self._batched = cfg.batched
         self.executor = choose_executor(runtime)
+        if cfg.execute_deadline_s:
+            self._watch = ExecuteWatch(cfg.execute_deadline_s, self._overdue).start()
         for note in runtime.notes:
             _log().log_warn(note)
         labels = worker_labels(cfg.model_name, self.instance.name, os.getpid())
@@ -163,6 +187,46 @@ class TritonPythonModel:
         _log().log_info(f"mslite: instance '{self.instance_name}' serves weights version {version}")
 
     def execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
+        """Exactly one response per request (`_execute`), within the execute deadline when the config sets one."""
+        watch = self._watch
+        if watch is None:
+            return self._execute(requests)
+        self._in_flight = requests
+        try:
+            with watch.running():
+                return self._execute(requests)
+        finally:
+            self._in_flight = []
+
+    def _overdue(self, elapsed_s: float) -> None:
+        """Past the execute deadline (called from the watch's thread): answer the requests in flight, end the worker.
+
+        The main thread is stuck inside `execute`, so the answers go through the requests' response senders;
+        the process then ends at once (no finalizer can run while `execute` holds the session), and the
+        supervisor loads the model again.
+        """
+        assert self.runtime is not None and self._watch is not None
+        message = (
+            f"model '{self.runtime.cfg.model_name}': the request {DEADLINE_PASSED} "
+            f"(execute_deadline_s {self._watch.deadline_s:g} s); the worker running it was ended and is replaced"
+        )
+        # stderr goes to the server log directly: Triton's logger would send it through the process that ends
+        sys.stderr.write(
+            f"mslite: instance '{self.instance_name}' (pid {os.getpid()}): execute still running after "
+            f"{elapsed_s:.1f} s, past execute_deadline_s {self._watch.deadline_s:g} s; ending this worker\n"
+        )
+        sys.stderr.flush()
+        for request in self._in_flight:
+            try:
+                request.get_response_sender().send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+            except Exception as e:  # noqa: BLE001 - Triton then answers it "not healthy" itself
+                sys.stderr.write(f"mslite: could not answer a request past its deadline: {e}\n")
+        os._exit(DEADLINE_EXIT_CODE)
+
+    def _execute(self, requests: list[pb_utils.InferenceRequest]) -> list[pb_utils.InferenceResponse]:
         """Exactly one response per request; a bad request fails alone.
 
         Weights updates are applied while the inputs are read, before anything runs, so the other requests
@@ -263,6 +327,9 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         """Flush the metrics, leave the weights store and drop the session (safe to call twice)."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._publisher is not None:
             self._publisher.close()
             self._publisher = None
@@ -305,3 +372,4 @@ def _neutral_file_name(cls: type, name: str = "mslite/model.py") -> None:
 
 
 _neutral_file_name(TritonPythonModel)
+_faster_bytes_wire()

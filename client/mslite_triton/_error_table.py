@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mslite_backend.protocol import DEADLINE_PASSED
 from mslite_backend.scrub import scrub
 
 from .errors import (
@@ -27,6 +28,7 @@ from .errors import (
 _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
     (set(), re.compile(r"Stub process .* is not healthy|not healthy", re.I), WorkerUnavailableError),
     ({"StatusCode.DEADLINE_EXCEEDED"}, None, ExecutionTimeoutError),
+    (set(), re.compile(re.escape(DEADLINE_PASSED)), ExecutionTimeoutError),  # a model's execute_deadline_s
     (
         {"StatusCode.UNAVAILABLE", "503"},
         re.compile(r"kLiteServiceDeny|maximum queue size|queue.*full", re.I),

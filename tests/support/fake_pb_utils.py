@@ -49,6 +49,19 @@ class Tensor:
         return self._data
 
 
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+
+class InferenceResponseSender:
+    """Keeps each (response, flags) sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[InferenceResponse | None, int]] = []
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        self.sent.append((response, flags))
+
+
 class InferenceRequest:
     """A request as Triton hands it to `execute`: input tensors, the JSON of its parameters, requested outputs."""
 
@@ -56,6 +69,10 @@ class InferenceRequest:
         self._inputs = [Tensor(name, array) for name, array in inputs.items()]
         self._parameters = parameters
         self._requested = list(requested)
+        self.sender = InferenceResponseSender()
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        return self.sender
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -320,6 +320,44 @@ def slow(rounds: int = 8, size: int = 1024) -> onnx.ModelProto:
     )
 
 
+def spin() -> onnx.ModelProto:
+    """A model that runs as long as it is asked: a ``Loop`` of ``n`` additions of 1.
+
+    Input ``n`` ``[1]`` int64 (the trip count); output ``count`` ``[1]`` float32 (``n``, for small ``n``).
+    ``n`` = 2**40 keeps a worker inside ``execute`` for good, at 100 % of a core: for tests of workers
+    that never finish (unloads, deadlines).
+    """
+    one = numpy_helper.from_array(np.array([1.0], dtype=np.float32), name="one")
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc_in", "one"], ["acc_out"]),
+        ],
+        "spin_body",
+        [
+            _vi("i", TensorProto.INT64, []),
+            _vi("cond_in", TensorProto.BOOL, []),
+            _vi("acc_in", TensorProto.FLOAT, [1]),
+        ],
+        [_vi("cond_out", TensorProto.BOOL, []), _vi("acc_out", TensorProto.FLOAT, [1])],
+        [one],
+    )
+    nodes = [
+        helper.make_node("Squeeze", ["n"], ["trips"]),
+        helper.make_node("Loop", ["trips", "go", "zero"], ["count"], body=body),
+    ]
+    return _model(
+        "spin",
+        nodes,
+        [_vi("n", TensorProto.INT64, [1])],
+        [_vi("count", TensorProto.FLOAT, [1])],
+        [
+            numpy_helper.from_array(np.array(True), name="go"),
+            numpy_helper.from_array(np.array([0.0], dtype=np.float32), name="zero"),
+        ],
+    )
+
+
 def big_weights(mb: int = 200, seed: int = 0) -> onnx.ModelProto:
     """An MLP of square fp32 layers whose weights total about ``mb`` MiB.
 

@@ -276,6 +276,7 @@ def test_every_known_key_is_accepted_without_warning() -> None:
         "bucket_sessions": "auto",
         "max_request_bytes": "1048576",
         "metrics": "0",
+        "execute_deadline_s": "30",
         "ascend_device_ids": "0,1",
         "ascend_provider": "ge",
         "ascend_precision_mode": "enforce_fp16",
@@ -345,3 +346,13 @@ def test_buckets_default_on_gpu_only_and_capped_by_max_batch_size() -> None:
     config["parameters"] = {"batch_buckets": {"string_value": "0,2"}}
     with pytest.raises(ConfigError, match="batch_buckets"):
         BackendConfig.from_model_config(config, cores=2)
+
+
+def test_the_execute_deadline_is_off_by_default_and_read_in_seconds() -> None:
+    assert _parse().execute_deadline_s == 0
+    assert _parse({"execute_deadline_s": "2.5"}).execute_deadline_s == 2.5
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_a_bad_execute_deadline_fails_the_load_naming_it(value: str) -> None:
+    assert "'execute_deadline_s'" in _error({"execute_deadline_s": value})

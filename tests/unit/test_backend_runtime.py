@@ -507,6 +507,26 @@ def test_strings_round_trip_byte_for_byte(tmp_path: Path, texts: list[bytes]) ->
     assert got.tolist() == sent.tolist()
 
 
+def test_many_strings_of_every_kind_round_trip(tmp_path: Path) -> None:
+    """A large request goes into ORT in bulk: the few elements holding a NUL still come back whole."""
+    runtime = _load(tmp_path, zoo.string_identity())
+    rng = np.random.default_rng(7)
+    kinds = TEXTS + NOT_UTF8 + [bytes(rng.integers(1, 256, n, dtype=np.uint8)) for n in (1, 2, 17, 300)]
+    rows = [[kinds[i] for i in rng.integers(0, len(kinds), 400)] for _ in range(50)]
+    sent = _strings(rows)
+    assert sum(b"\x00" in v for v in sent.flat) > 100
+    got = _ok(runtime.execute([{"INPUT0": sent}])[0])["OUTPUT0"]
+    assert got.shape == sent.shape and got.tolist() == sent.tolist()
+
+
+def test_a_strided_string_input_is_read_in_c_order(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.string_identity())
+    whole = _strings([[bytes([r, c]) for c in range(6)] for r in range(4)])
+    for view in (whole[:, ::-2], whole.T, whole[1:3, 1:]):
+        got = _ok(runtime.execute([{"INPUT0": view}])[0])["OUTPUT0"]
+        assert got.tolist() == view.tolist()
+
+
 def test_merged_string_requests_are_split_back(tmp_path: Path) -> None:
     runtime = _load(tmp_path, zoo.string_identity(), merge_requests="true")
     texts = TEXTS[:2] + NOT_UTF8[:2]

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from mslite_backend.protocol import DEADLINE_PASSED
 from mslite_triton._model_config import (
     WorkerPlan,
     build_model_config,
@@ -19,9 +20,10 @@ from mslite_triton._model_config import (
     plan_workers,
 )
 from mslite_triton._remote import detect_format, model_name, read_model_files
-from mslite_triton._transport import Transport, _Connection, classify, clean_message
+from mslite_triton._transport import RETRYABLE, Transport, _Connection, classify, clean_message
 from mslite_triton.context import Context
 from mslite_triton.errors import (
+    ExecutionTimeoutError,
     InferenceError,
     InvalidInputError,
     ModelLoadError,
@@ -259,6 +261,17 @@ def test_invalid_argument_is_invalid_input(status: str) -> None:
     assert type(error) is InvalidInputError
     assert isinstance(error, ValueError)
     assert str(error) == "model 'm', input 'a': shape expected [-1, 3], got [2, 4]"
+
+
+@pytest.mark.parametrize("status", ["StatusCode.INTERNAL", "500"])
+def test_a_request_past_the_models_execute_deadline_is_a_timeout_not_retried(status: str) -> None:
+    text = (
+        f"model 'spin': the request {DEADLINE_PASSED} (execute_deadline_s 3 s); the worker running it was ended "
+        "and is replaced"
+    )
+    error = _classify(text, status)
+    assert type(error) is ExecutionTimeoutError and error.status == "kLiteTimeout"
+    assert not isinstance(error, RETRYABLE) and "execute_deadline_s 3 s" in str(error)
 
 
 @pytest.mark.parametrize("status", ["StatusCode.PERMISSION_DENIED", "403"])

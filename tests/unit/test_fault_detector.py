@@ -13,10 +13,12 @@ from mslite_triton.server.fault_detector import (
     ServerDown,
     WorkersChanged,
     WorkersLost,
+    WorkersOrphaned,
 )
 from mslite_triton.server.workers import Worker
 
 HANG_S = 10.0
+GRACE_S = 15.0
 CATALOG = {"tiny": {"tiny_0"}, "big": {"big_0", "big_1"}}
 
 
@@ -32,6 +34,7 @@ class Seen:
     gateway_letter: str = "S"
     gateway_live: bool = True
     procs: list[Worker] = field(default_factory=list)
+    ready: set[str] | None = field(default_factory=lambda: set(CATALOG))
     asked: list[str] = field(default_factory=list)
 
     def now(self) -> float:
@@ -61,9 +64,13 @@ class Seen:
         self.asked.append("workers")
         return list(self.procs)
 
+    def ready_models(self) -> set[str] | None:
+        self.asked.append("ready_models")
+        return None if self.ready is None else set(self.ready)
 
-def alive(pid: int, instance: str, state: str = "S") -> Worker:
-    return Worker(pid, state, instance, "/repo/" + instance.rsplit("_", 1)[0])
+
+def alive(pid: int, instance: str, state: str = "S", started: int = 0) -> Worker:
+    return Worker(pid, state, instance, "/repo/" + instance.rsplit("_", 1)[0], started=started)
 
 
 def zombie(pid: int, status: int | None = signal.SIGKILL) -> Worker:
@@ -255,3 +262,114 @@ def test_a_worker_heal_resets_what_new_workers_make_stale_and_keeps_the_other_mo
     lost = [e for e in events if isinstance(e, WorkersLost)]
     assert len(lost) == 1 and lost[0].stopped == {22} and 21 not in lost[0].dead  # a retired pid is no loss
     assert lost[0].short == {"big"}  # short of big_0 two polls in a row (the count started over at the heal)
+
+
+def orphaned(events: list[Event]) -> list[WorkersOrphaned]:
+    return [e for e in events if isinstance(e, WorkersOrphaned)]
+
+
+def test_a_worker_still_running_grace_s_after_its_model_was_unloaded_is_orphaned_once():
+    detector, seen = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S), Seen(procs=all_alive())
+    settled(detector, seen)
+    seen.ready = {"big"}  # tiny unloaded; its worker 11 runs on (inside a request that never ends)
+    assert orphaned(look(detector, seen)) == []  # the grace starts
+    seen.t = GRACE_S - 1
+    assert orphaned(look(detector, seen)) == []
+    seen.t = GRACE_S
+    [event] = orphaned(look(detector, seen))
+    assert event.orphans == {11: "tiny_0"}
+    assert "model 'tiny' was unloaded" in event.why and "15 s later" in event.why
+    seen.procs = [zombie(11), alive(21, "big_0"), alive(22, "big_1")]  # killed: its death is no loss
+    for _ in range(3):
+        events = look(detector, seen)
+        assert orphaned(events) == [] and not [e.dead for e in events if isinstance(e, WorkersLost) and e.dead]
+
+
+def test_the_older_of_two_workers_of_one_instance_is_orphaned_after_the_grace():
+    # a reload: Triton started a new tiny_0 (12) and ends the old one (11) only once its execute returns
+    detector, seen = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S), Seen(procs=all_alive())
+    settled(detector, seen)
+    seen.procs = [alive(11, "tiny_0", "R", started=100), alive(12, "tiny_0", started=900)] + all_alive()[1:]
+    assert orphaned(look(detector, seen)) == []
+    seen.t = GRACE_S
+    [event] = orphaned(look(detector, seen))
+    assert event.orphans == {11: "tiny_0"} and "model 'tiny' was loaded again" in event.why
+
+
+def test_an_orphan_whose_model_is_ready_again_starts_its_grace_over():
+    detector, seen = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S), Seen(procs=all_alive())
+    settled(detector, seen)
+    seen.ready = {"big"}
+    look(detector, seen)
+    seen.t, seen.ready = GRACE_S - 1, set(CATALOG)  # loaded again, the same worker serving (no new one)
+    assert orphaned(look(detector, seen)) == []
+    seen.t, seen.ready = GRACE_S + 1, {"big"}
+    assert orphaned(look(detector, seen)) == []  # a new grace from here
+    seen.t = 2 * GRACE_S + 1
+    assert [e.orphans for e in orphaned(look(detector, seen))] == [{11: "tiny_0"}]
+
+
+def test_an_unanswered_question_leaves_the_grace_running_and_decides_nothing():
+    detector, seen = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S), Seen(procs=all_alive())
+    settled(detector, seen)
+    seen.ready = {"big"}
+    look(detector, seen)
+    seen.t, seen.ready = GRACE_S, None
+    assert orphaned(look(detector, seen)) == []
+    seen.ready = {"big"}
+    assert [e.orphans for e in orphaned(look(detector, seen))] == [{11: "tiny_0"}]
+
+
+def test_a_worker_is_judged_by_the_model_it_was_seen_with_after_the_catalog_forgets_it():
+    detector, seen = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S), Seen(procs=all_alive())
+    settled(detector, seen)
+    seen.ready = {"big"}
+    catalog = {"big": CATALOG["big"]}  # refreshed after the unload: tiny is gone from it
+    list(detector.look(seen, catalog))
+    seen.t = GRACE_S
+    assert [e.orphans for e in orphaned(list(detector.look(seen, catalog)))] == [{11: "tiny_0"}]
+
+
+def test_uploaded_models_sharing_instance_names_are_never_judged():
+    catalog = {"a": {"g_0"}, "b": {"g_0"}}  # instance groups named alike in two uploaded models
+    detector = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S)
+    procs = [
+        Worker(11, "S", "g_0", "/tmp/folderAAAAAA", started=1),
+        Worker(12, "S", "g_0", "/tmp/folderBBBBBB", started=2),
+    ]
+    seen = Seen(procs=procs, ready={"a"})
+    for t in (0, GRACE_S, 2 * GRACE_S):
+        seen.t = t
+        assert orphaned(list(detector.look(seen, catalog))) == []
+    assert "ready_models" not in seen.asked  # nothing to judge: Triton is not even asked
+
+
+def test_repository_models_sharing_instance_names_are_told_apart_by_their_folders():
+    catalog = {"a": {"g_0"}, "b": {"g_0"}}
+    detector = FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S)
+    procs = [Worker(11, "S", "g_0", "/repo/a", started=1), Worker(12, "S", "g_0", "/repo/b", started=2)]
+    seen = Seen(procs=procs, ready={"a", "b"})
+    for t in (0, GRACE_S, 2 * GRACE_S):
+        seen.t = t
+        assert orphaned(list(detector.look(seen, catalog))) == []  # b's younger worker replaces nothing of a's
+    seen.ready, seen.t = {"b"}, 3 * GRACE_S  # a unloaded
+    look(detector, seen, catalog)
+    seen.t = 4 * GRACE_S
+    assert [e.orphans for e in orphaned(look(detector, seen, catalog))] == [{11: "g_0"}]
+
+
+def test_a_worker_of_a_model_never_yet_ready_is_not_judged():
+    # a first load: its worker runs (loading, warming up) before Triton lists the model; the catalog knows nothing
+    detector, seen = (
+        FaultDetector(hang_s=HANG_S, orphan_grace_s=GRACE_S),
+        Seen(procs=[alive(11, "tiny_0")], ready=set()),
+    )
+    for t in (0, GRACE_S, 5 * GRACE_S):
+        seen.t = t
+        assert orphaned(look(detector, seen, {})) == []
+    seen.ready = {"tiny"}  # loaded; then unloaded while its worker runs on
+    look(detector, seen, {})
+    seen.ready = set()
+    look(detector, seen, {})
+    seen.t = 6 * GRACE_S
+    assert [e.orphans for e in orphaned(look(detector, seen, {}))] == [{11: "tiny_0"}]

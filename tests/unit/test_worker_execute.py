@@ -7,6 +7,8 @@ a bad request failing alone, outputs in name order, strings, weights updates see
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from mslite_backend.errors import InferenceFailure
 from mslite_backend.graph import plan_auto_complete, read_graph_io
-from mslite_backend.protocol import UPDATE_PARAMETER, WEIGHTS_INPUT
+from mslite_backend.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED, UPDATE_PARAMETER, WEIGHTS_INPUT
 from mslite_backend.update_auth import UpdateGuard
 from tests.support import fake_pb_utils as pb
 from tests.support import model_zoo as zoo
@@ -197,3 +200,34 @@ def test_a_bug_of_ours_answers_every_request_without_internals(load: Any) -> Non
     responses = worker.execute([_request(a=a, b=a), _request(a=a, b=a)])
     assert [_error(r) for r in responses] == [(pb.TritonError.INTERNAL, "internal error in the mslite backend")] * 2
     assert any(level == "error" and "/opt/secret/path" in line for level, line in pb.Logger.lines)
+
+
+def test_a_request_past_the_execute_deadline_is_answered_through_its_sender_then_the_worker_ends(
+    load: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = load(zoo.multi_io(), execute_deadline_s="0.2")
+    ended, codes = threading.Event(), []
+
+    def _exit(code: int) -> None:  # the real one ends the process, which this test runs in
+        codes.append(code)
+        ended.set()
+
+    monkeypatch.setattr(os, "_exit", _exit)
+    worker.executor = lambda feeds: [InferenceFailure("unused")] * len(feeds) if ended.wait(60) else []  # stuck
+    feeds = {"a": np.ones((1, 3), np.float32), "b": np.ones((1, 3), np.float32)}
+    requests = [_request(**feeds), _request(**feeds)]
+    worker.execute(requests)
+    assert codes == [DEADLINE_EXIT_CODE]
+    for request in requests:
+        [(response, flags)] = request.sender.sent
+        assert flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        code, message = _error(response)
+        assert code == pb.TritonError.INTERNAL
+        assert message.startswith(f"model 'm': the request {DEADLINE_PASSED} (execute_deadline_s 0.2 s)")
+
+
+def test_without_a_deadline_nothing_watches_execute(load: Any) -> None:
+    worker = load(zoo.multi_io())
+    assert worker._watch is None
+    feeds = {"a": np.ones((1, 3), np.float32), "b": np.ones((1, 3), np.float32)}
+    assert not worker.execute([_request(**feeds)])[0].has_error()

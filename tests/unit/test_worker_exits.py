@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from mslite_backend.protocol import DEADLINE_EXIT_CODE
 from mslite_triton.server.workers import _children, describe_exit
 
 
@@ -40,3 +41,11 @@ def test_a_worker_that_exited_says_its_code() -> None:
 
 def test_unknown_status() -> None:
     assert describe_exit(None) == "exit status unknown"
+
+
+def test_a_worker_that_ended_itself_at_its_execute_deadline_says_so() -> None:
+    status = _zombie_status(["sh", "-c", f"exit {DEADLINE_EXIT_CODE}"], kill=False)
+    assert (
+        describe_exit(status)
+        == f"exited with code {DEADLINE_EXIT_CODE} (its execute ran past the model's execute_deadline_s)"
+    )

@@ -44,6 +44,7 @@ _SINGLE_KEYS = (
     "bucket_sessions",
     "max_request_bytes",
     "metrics",
+    "execute_deadline_s",
     "ascend_device_ids",
     "ascend_provider",
     "ascend_precision_mode",
@@ -120,6 +121,9 @@ class BackendConfig:
     bucket_sessions: str = "auto"
     max_request_bytes: int = MODEL_MAX_REQUEST_BYTES
     metrics: bool = True
+    # a worker whose one `execute` runs longer than this ends itself, and the supervisor starts a new one
+    # (`deadline.ExecuteWatch`); 0: no deadline
+    execute_deadline_s: float = 0.0
     device_params: tuple[tuple[str, str], ...] = ()  # ascend_* keys, for the provider choice
     resized_inputs: Shapes = ()  # inputs whose fixed dims the load makes symbolic (resized.free_dims)
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -133,6 +137,8 @@ class BackendConfig:
             raise ConfigError(self._msg("inter_op_thread_count", ">= 1", self.inter_op_threads))
         if self.thread_affinity_mode not in (0, 1, 2):
             raise ConfigError(self._msg("thread_affinity_mode", "0, 1 or 2", self.thread_affinity_mode))
+        if not 0 <= self.execute_deadline_s < float("inf"):  # NaN fails this too
+            raise ConfigError(self._msg("execute_deadline_s", "a number of seconds >= 0", self.execute_deadline_s))
 
     def _msg(self, key: str, expected: str, actual: object) -> str:
         return f"model '{self.model_name}': parameter '{key}' must be {expected}, got {actual!r}"
@@ -204,6 +210,7 @@ class BackendConfig:
             bucket_sessions=get.one("bucket_sessions", _bucket_sessions, "auto"),
             max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
             metrics=get.one("metrics", _boolean, True),
+            execute_deadline_s=get.one("execute_deadline_s", float, 0.0),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
             resized_inputs=declared_resized(name, params.get(RESIZED_INPUTS_PARAMETER)),
             warnings=warnings,

@@ -7,6 +7,11 @@ explicit length, NULs and any byte included. This module calls it with `ctypes`,
 table of function pointers that `OrtGetApiBase()->GetApi(version)` returns. The table only ever grows at
 its end, so a member's index is fixed for good: `_INDEX` holds the few used here (from the C header,
 `onnxruntime_c_api.h`, of API version 19). Only models with string tensors pay for this path.
+
+A request may carry millions of strings, so nothing here calls into C once per element: the inputs go in
+with one `FillStringTensor` call over an array of pointers to the `bytes` objects' own buffers (which
+CPython ends with a NUL), and only elements holding a NUL of their own, which that call cuts short, are
+written again at their full length; the outputs come out with one `GetStringTensorContent` call.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ _INDEX = {
     "CreateTensorAsOrtValue": 48,
     "CreateTensorWithDataAsOrtValue": 49,
     "GetTensorMutableData": 51,
+    "FillStringTensor": 52,
     "GetStringTensorDataLength": 53,
     "GetStringTensorContent": 54,
     "GetTensorElementType": 60,
@@ -82,8 +88,9 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "CreateTensorAsOrtValue": (_P, (_P, _I64P, _SIZE, ctypes.c_int, _PP)),
     "CreateTensorWithDataAsOrtValue": (_P, (_P, _P, _SIZE, _I64P, _SIZE, ctypes.c_int, _PP)),
     "GetTensorMutableData": (_P, (_P, _PP)),
+    "FillStringTensor": (_P, (_P, _P, _SIZE)),
     "GetStringTensorDataLength": (_P, (_P, ctypes.POINTER(_SIZE))),
-    "GetStringTensorContent": (_P, (_P, _P, _SIZE, ctypes.POINTER(_SIZE), _SIZE)),
+    "GetStringTensorContent": (_P, (_P, _P, _SIZE, _P, _SIZE)),
     "GetTensorElementType": (_P, (_P, ctypes.POINTER(ctypes.c_int))),
     "GetDimensionsCount": (_P, (_P, ctypes.POINTER(_SIZE))),
     "GetDimensions": (_P, (_P, _I64P, _SIZE)),
@@ -153,6 +160,9 @@ class _Api:
         allocator = _P()
         self.check(self.GetAllocatorWithDefaultOptions(ctypes.byref(allocator)), OSError)
         self.allocator = allocator
+        probe = b"probe\x00\xff"
+        if ctypes.string_at(_data_address(probe), len(probe) + 1) != probe + b"\x00":
+            raise OSError("bytes objects do not keep their data where this module expects it")
 
     def __getattr__(self, name: str) -> Any:
         """Only reached for a member not in `_INDEX` (the members are set in `__init__`); typed for mypy."""
@@ -178,6 +188,15 @@ class _Api:
 
 
 _api: _Api | None = None
+
+# Where a bytes object's data starts, from the object's address (its `id` in CPython): `ob_sval` is the
+# last member of the struct, and the type's basic size counts one byte of it (the terminating NUL).
+_BYTES_DATA_OFFSET = bytes.__basicsize__ - 1
+
+
+def _data_address(value: bytes) -> int:
+    """The address of `value`'s bytes, which CPython follows with a NUL (checked once, in `_Api`)."""
+    return id(value) + _BYTES_DATA_OFFSET
 
 
 def api() -> _Api:
@@ -245,12 +264,20 @@ class CStringSession:
             inputs = (_P * len(feeds))(*(self._tensor(name, array, made, keep) for name, array in feeds.items()))
             in_names, out_names = self._names(tuple(feeds)), self._names(tuple(output_names))
             status = a.Run(self._session, None, in_names, inputs, len(feeds), out_names, len(output_names), outputs)
+            # the inputs' copies go before the outputs are copied out: a big string request holds one at a time
+            _release(a, made)
             made.extend(_P(v) for v in outputs if v)
             a.check(status)
-            return [self._array(_P(v)) for v in outputs]
+            results = []
+            while made:  # each output's native copy goes as soon as numpy holds it
+                value = made.pop(0)
+                try:
+                    results.append(self._array(value))
+                finally:
+                    a.ReleaseValue(value)
+            return results
         finally:
-            for value in made:
-                a.ReleaseValue(value)
+            _release(a, made)
 
     def _names(self, names: tuple[str, ...]) -> Any:
         """The C array of `names`, made once per set of names (a model has few: its inputs, its outputs)."""
@@ -269,22 +296,19 @@ class CStringSession:
         self.close()
 
     def _tensor(self, name: str, array: np.ndarray, made: list[_P], keep: list[np.ndarray]) -> _P:
-        """An OrtValue of `array` (appended to `made`): strings copied element by element, numbers in place."""
+        """An OrtValue of `array` (appended to `made`): strings copied, numbers read in place."""
         a = self._api
         shape = (ctypes.c_int64 * array.ndim)(*array.shape)
         value = _P()
         if array.dtype == np.object_:
+            elements = array.ravel().tolist()  # references, in C order: they keep every buffer alive below
+            if set(map(type, elements)) - {bytes}:
+                index, kind = next((i, type(e).__name__) for i, e in enumerate(elements) if type(e) is not bytes)
+                raise RequestError(f"{self._where}input '{name}': element {index} is {kind}, not bytes")
             a.check(a.CreateTensorAsOrtValue(a.allocator, shape, array.ndim, _STRING, ctypes.byref(value)))
             made.append(value)
-            buffer = ctypes.c_char_p()
-            for index, element in enumerate(array.flat):
-                if not isinstance(element, bytes):
-                    kind = type(element).__name__
-                    raise RequestError(f"{self._where}input '{name}': element {index} is {kind}, not bytes")
-                # a buffer of exactly this length: no terminating NUL counts, so any byte goes through
-                a.check(a.GetResizedStringTensorElementBuffer(value, index, len(element), ctypes.byref(buffer)))
-                if element:
-                    ctypes.memmove(buffer, element, len(element))
+            if elements:
+                self._fill(value, elements)
             return value
         code = _TYPE_OF.get(array.dtype)
         if code is None:
@@ -297,6 +321,24 @@ class CStringSession:
         a.check(status)
         made.append(value)
         return value
+
+    def _fill(self, value: _P, elements: list[bytes]) -> None:
+        """Copy `elements` (all `bytes`, at least one) into the string tensor `value`, byte for byte."""
+        a = self._api
+        pointers = np.fromiter(map(id, elements), dtype=np.uintp, count=len(elements))
+        pointers += _BYTES_DATA_OFFSET
+        a.check(a.FillStringTensor(value, pointers.ctypes.data, len(elements)))
+        del pointers
+        stored = _SIZE()
+        a.check(a.GetStringTensorDataLength(value, ctypes.byref(stored)))
+        if stored.value == sum(map(len, elements)):
+            return
+        # FillStringTensor read each string up to its first NUL: those holding one are written again in full
+        buffer = ctypes.c_char_p()
+        for index, element in enumerate(elements):
+            if b"\0" in element:
+                a.check(a.GetResizedStringTensorElementBuffer(value, index, len(element), ctypes.byref(buffer)))
+                ctypes.memmove(buffer, element, len(element))
 
     def _array(self, value: _P) -> np.ndarray:
         """A numpy copy of an output OrtValue: an object array of `bytes` for strings."""
@@ -318,13 +360,15 @@ class CStringSession:
             total = _SIZE()
             a.check(a.GetStringTensorDataLength(value, ctypes.byref(total)))
             content = ctypes.create_string_buffer(max(total.value, 1))
-            offsets = (_SIZE * max(n, 1))()
-            a.check(a.GetStringTensorContent(value, content, total.value, offsets, n))
-            raw = content.raw[: total.value]
-            ends = [*offsets[1:n], total.value]
-            out = np.empty(n, dtype=object)
-            for i in range(n):
-                out[i] = raw[offsets[i] : ends[i]]
+            bounds = np.empty(n + 1, dtype=np.uintp)  # where each string starts, then where the last one ends
+            a.check(a.GetStringTensorContent(value, content, total.value, bounds.ctypes.data, n))
+            bounds[n] = total.value
+            raw = ctypes.string_at(content, total.value)
+            del content
+            # one slice of `raw` per element, made by `map` in C rather than a Python loop; a memoryview
+            # yields its numbers one at a time, where a list of them would cost 40 bytes per element at once
+            edges = bounds.data
+            out = np.fromiter(map(raw.__getitem__, map(slice, edges[:n], edges[1:])), dtype=object, count=n)
             return out.reshape(shape)
         dtype = _ELEMENT_TYPES.get(code.value)
         if dtype is None:
@@ -335,3 +379,9 @@ class CStringSession:
         if out.nbytes:
             ctypes.memmove(out.ctypes.data, data, out.nbytes)
         return out
+
+
+def _release(a: _Api, values: list[_P]) -> None:
+    """Release every OrtValue in `values`, emptying it (so a later release skips them)."""
+    while values:
+        a.ReleaseValue(values.pop())

@@ -17,6 +17,10 @@ from .settings import WEIGHTS_OWNER_ENV as WEIGHTS_OWNER_ENV
 
 BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "mslite"`) and its folder in Triton's
 
+# -- a model's execute deadline (`execute_deadline_s`, `deadline.ExecuteWatch`) --------------------------
+DEADLINE_EXIT_CODE = 86  # how a worker that ended itself at its deadline exits: the supervisor's log says why
+DEADLINE_PASSED = "ran past the model's execute deadline"  # in the request's error: the client's timeout error
+
 # -- the dynamic batcher ------------------------------------------------------------------------------
 DEFAULT_MAX_BATCH_SIZE = 64  # auto-complete's max_batch_size for models whose tensors all have a dynamic first dim
 CPU_PREFERRED_BATCH = (2,)  # requests Triton hands a CPU worker per `execute` (each still runs alone)

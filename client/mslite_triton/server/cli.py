@@ -45,6 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
         restrict_admin=not args.no_admin_key,
         supervise=not args.no_supervisor,
         hang_s=args.hang_s,
+        orphan_grace_s=args.orphan_grace_s,
         gateway=not args.no_gateway,
         max_request_bytes=args.max_request_mib << 20,
         max_inflight_per_model=args.max_inflight_per_model,
@@ -196,6 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=ServerConfig.hang_s,
         help="the supervisor kills and replaces a gateway or worker process stopped or not answering for this "
         "long (default %(default)s)",
+    )
+    serve.add_argument(
+        "--orphan-grace-s",
+        type=_positive_float,
+        default=ServerConfig.orphan_grace_s,
+        help="the supervisor kills a worker still running this long after its model was unloaded or loaded again "
+        "(a request that never ends keeps it in execute; default %(default)s)",
     )
     serve.add_argument(
         "--no-gateway",

@@ -16,6 +16,10 @@ from mslite_backend.settings import (
 )
 from mslite_triton.server.ports import LOOPBACK
 
+# Long enough for a reload's new instances to load before the old ones they replace, still serving, are
+# taken for orphans (see `FaultDetector`); short enough that an unloaded model's busy worker is gone in 30 s.
+ORPHAN_GRACE_S = 15.0
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -37,6 +41,9 @@ class ServerConfig:
     # A gateway or worker process stopped (state T) or failing its liveness probe this long is killed and
     # replaced: a stopped worker let run again can crash tritonserver, and a hung gateway serves nothing.
     hang_s: float = 10.0
+    # A worker still running this long after its model was unloaded or loaded again (its instance replaced)
+    # is killed: Triton ends it only once its `execute` returns, which one request can put off for good.
+    orphan_grace_s: float = ORPHAN_GRACE_S
     # A validating front on the public ports (Triton on private Unix sockets): malformed requests get a 4xx
     # naming the problem, requests over max_request_bytes are refused before they reach Triton (`mslite_gateway`).
     gateway: bool = False

@@ -15,16 +15,22 @@ The rules, in the order of one poll (the first that finds tritonserver gone or h
 - a model in the catalog is short of one of its instances two polls in a row: a worker that died before
   a poll ever saw it alive (e.g. while a heal was loading its model) leaves no other trace.
 - the set of live workers changed since the catalog last learnt it (a model was loaded or unloaded).
+- a live worker is an orphan for `orphan_grace_s` in a row: its model, once seen ready in its lifetime, is
+  no longer ready (unloaded), or a younger live worker of that model has its instance name (the model was
+  loaded again). Triton ends such a worker only once its `execute` returns, which a request may keep it
+  from doing for good.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from mslite_triton.server.workers import Worker, describe_exit
+from mslite_triton.server.config import ORPHAN_GRACE_S
+from mslite_triton.server.workers import Worker, describe_exit, upload_copies
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,9 @@ class Observer(Protocol):
 
     def workers(self) -> list[Worker]:
         """The worker processes of tritonserver, zombies included."""
+
+    def ready_models(self) -> set[str] | None:
+        """The models with a version ready to serve; None when tritonserver did not say."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +116,18 @@ class WorkersChanged:
     instances: frozenset[str]
 
 
-Event = ServerDown | GatewayDown | WorkersLost | WorkersChanged
+@dataclass(frozen=True)
+class WorkersOrphaned:
+    """Live workers of instances Triton no longer serves, still running after the grace: kill them.
+
+    `orphans` maps each pid to its instance name; `why` says what became of their models, for the log.
+    """
+
+    orphans: Mapping[int, str]
+    why: str
+
+
+Event = ServerDown | GatewayDown | WorkersLost | WorkersChanged | WorkersOrphaned
 
 
 @dataclass
@@ -120,14 +140,18 @@ class _Memory:
     suspects: frozenset[int] = frozenset()  # workers seen as zombies at the last poll
     short: frozenset[str] = frozenset()  # catalog models short of a live instance at the last poll
     learnt: frozenset[int] = frozenset()  # the live workers the catalog last learnt
+    owner: dict[int, str] = field(default_factory=dict)  # pid of a live worker -> its model, once known
+    was_ready: set[int] = field(default_factory=set)  # live workers whose model was seen ready in their lifetime
+    orphaned_since: dict[int, float] = field(default_factory=dict)  # pid of an orphan -> since when
 
 
 class FaultDetector:
     """Finds dead and hung processes of one embedded server, poll by poll (see the module docstring)."""
 
-    def __init__(self, *, live_failures: int = 3, hang_s: float = 10.0) -> None:
+    def __init__(self, *, live_failures: int = 3, hang_s: float = 10.0, orphan_grace_s: float = ORPHAN_GRACE_S) -> None:
         self.live_failures = live_failures
         self.hang_s = hang_s
+        self.orphan_grace_s = orphan_grace_s
         self._memory = _Memory()
 
     @property
@@ -201,6 +225,62 @@ class FaultDetector:
         alive = frozenset(w.pid for w in live)
         if alive != m.learnt:
             yield WorkersChanged(alive, instances)
+        orphaned = self._orphans(seen, catalog, live, now)
+        if orphaned is not None:
+            yield orphaned
+
+    def _orphans(
+        self, seen: Observer, catalog: Mapping[str, set[str]], live: list[Worker], now: float
+    ) -> WorkersOrphaned | None:
+        """The live workers that have been orphans for `orphan_grace_s` (see the module docstring).
+
+        Each worker's model is learnt once: from the catalog, by an instance name that one catalog model
+        alone has (another model's instance group of the same name would make a worker of either look
+        replaced), else from the folder it runs from, for a model of the server's repository (whose folder
+        bears its name). A worker is judged only once its model was seen ready in its lifetime: the workers
+        of a model's first load run before it is ready.
+        """
+        m = self._memory
+        owners: dict[str, str] = {}
+        for model, names in catalog.items():
+            for name in names:
+                owners[name] = "" if name in owners else model
+        for w in live:
+            model = owners.get(w.instance) or _repository_model(w)
+            if model:
+                m.owner.setdefault(w.pid, model)
+        m.owner = {w.pid: m.owner[w.pid] for w in live if w.pid in m.owner}  # the dead are forgotten
+        ready = seen.ready_models() if m.owner else set()
+        if ready is None:  # no answer this time: the timers go on from what was seen before
+            return None
+        m.was_ready = {pid for pid, model in m.owner.items() if pid in m.was_ready or model in ready}
+        judged = [w for w in live if w.pid in m.was_ready]
+        youngest: dict[tuple[str, str], int] = {}
+        for w in judged:
+            key = (m.owner[w.pid], w.instance)
+            youngest[key] = max(youngest.get(key, 0), w.started)
+        why = {}
+        for w in judged:
+            model = m.owner[w.pid]
+            if model not in ready:
+                why[w.pid] = f"model '{model}' was unloaded"
+            elif w.started < youngest[(model, w.instance)]:
+                why[w.pid] = f"model '{model}' was loaded again"
+        since = m.orphaned_since
+        for pid in set(since) - set(why):
+            del since[pid]  # it ended, or its model is ready again
+        due = {
+            w.pid: w.instance
+            for w in judged
+            if w.pid in why and now - since.setdefault(w.pid, now) >= self.orphan_grace_s
+        }
+        if not due:
+            return None
+        for pid in due:
+            del since[pid]
+            m.serving.pop(pid, None)  # its death is no loss: the detector must not heal it
+        reasons = "; ".join(sorted({why[pid] for pid in due}))
+        return WorkersOrphaned(due, f"{reasons}, and its worker was still running {self.orphan_grace_s:.0f} s later")
 
     def _hung_too_long(self, pid: int, hung: bool, now: float) -> bool:
         """Note whether `pid` is hung now; True once it has been for `hang_s` in a row (then forgotten: it goes)."""
@@ -231,3 +311,10 @@ class FaultDetector:
             m = self._memory
             serving = {pid: name for pid, name in m.serving.items() if pid not in retired}
             self._memory = replace(m, serving=serving, short=frozenset(), learnt=frozenset())
+
+
+def _repository_model(worker: Worker) -> str:
+    """The model of a worker that runs from the server's repository (`<repository>/<model>/<version>`), else ""."""
+    if not worker.model_dir or upload_copies([worker.model_dir]):
+        return ""
+    return os.path.basename(worker.model_dir)

@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -98,6 +99,18 @@ class Healer:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 self.leaked += 1
+
+    def end_orphans(self, orphans: Mapping[int, str], why: str) -> None:
+        """Kill workers of instances Triton no longer serves (`FaultDetector` found them still running).
+
+        A request it was running fails with Triton's "Stub process ... is not healthy"; Triton keeps the
+        dead instance registered, as after any killed worker, so each counts as a leaked one.
+        """
+        for pid, instance in sorted(orphans.items()):
+            log.warning("worker '%s' (pid %d): %s; killing it", instance, pid, why)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.leaked += 1
 
     def heal_server(self, cause: str) -> Heal | None:
         """Kill tritonserver and its workers, start it again on the same ports, load the catalog's models.

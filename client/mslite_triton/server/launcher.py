@@ -147,7 +147,7 @@ class EmbeddedServer:
         if cfg.supervise:  # its thread starts the processes of every heal (see `_child_dies_with_me`)
             from mslite_triton.server.supervisor import Supervisor
 
-            self._supervisor = Supervisor(self, hang_s=cfg.hang_s)
+            self._supervisor = Supervisor(self, hang_s=cfg.hang_s, orphan_grace_s=cfg.orphan_grace_s)
             self._supervisor.start()
         return self
 

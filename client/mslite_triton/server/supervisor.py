@@ -20,6 +20,8 @@ import logging
 import threading
 import time
 
+from mslite_triton.errors import ServerUnavailableError
+from mslite_triton.server.config import ORPHAN_GRACE_S
 from mslite_triton.server.fault_detector import (
     Event,
     FaultDetector,
@@ -28,6 +30,7 @@ from mslite_triton.server.fault_detector import (
     ServerDown,
     WorkersChanged,
     WorkersLost,
+    WorkersOrphaned,
 )
 from mslite_triton.server.healer import Heal, Healer, kill_hung
 from mslite_triton.server.model_catalog import ModelCatalog, Snapshot
@@ -90,6 +93,14 @@ class ServerLook:
         self.catalog.note_workers(workers)
         return workers
 
+    def ready_models(self) -> set[str] | None:
+        """The models Triton's statistics list: those with a version ready (an unloading one is not listed)."""
+        try:
+            stats = self.server.http_json("GET", "/v2/models/stats", None, timeout_s=self.live_timeout_s) or {}
+        except ServerUnavailableError:
+            return None
+        return {str(m.get("name")) for m in stats.get("model_stats", [])}
+
 
 class Supervisor(threading.Thread):
     """Watches the server's processes and heals them (see the module docstring)."""
@@ -103,13 +114,14 @@ class Supervisor(threading.Thread):
         live_failures: int = 3,
         max_leaked: int = 8,
         hang_s: float = 10.0,
+        orphan_grace_s: float = ORPHAN_GRACE_S,
     ) -> None:
         super().__init__(name="mslite-supervisor", daemon=True)
         self.server = server
         self.interval_s = interval_s
         self.hang_s = hang_s
         self.client_regions = ClientRegionSweep(server)  # shm registrations of clients that died
-        self.detector = FaultDetector(live_failures=live_failures, hang_s=hang_s)
+        self.detector = FaultDetector(live_failures=live_failures, hang_s=hang_s, orphan_grace_s=orphan_grace_s)
         self._catalog = ModelCatalog(server)
         self._look = ServerLook(server, self._catalog, live_timeout_s)
         self._halt = threading.Event()
@@ -203,6 +215,9 @@ class Supervisor(threading.Thread):
             return False
         if isinstance(event, WorkersLost):
             return self._heal_workers(event)
+        if isinstance(event, WorkersOrphaned):
+            self.healer.end_orphans(event.orphans, event.why)
+            return False
         if isinstance(event, WorkersChanged) and self._catalog.refresh(set(event.instances)):
             self.detector.learnt(event.alive)
         return False

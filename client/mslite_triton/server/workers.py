@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mslite_backend.protocol import DEADLINE_EXIT_CODE
+
 _UPLOAD_COPY = re.compile(r"/tmp/folder[A-Za-z0-9]{6}")  # libtritonserver's mkdtemp template (not $TMPDIR)
 
 _STUB = "triton_python_backend_stub"
@@ -32,6 +34,7 @@ class Worker:
     instance: str  # empty for a zombie: its command line is gone
     model_dir: str
     exit_status: int | None = None  # a zombie's wait status (what its parent will reap): see `describe_exit`
+    started: int = 0  # when it started, in clock ticks since boot: of two workers, the greater is the younger
 
     @property
     def model(self) -> str:
@@ -47,6 +50,7 @@ class _Process:
     parent: int
     args: list[bytes]
     exit_status: int | None = None
+    started: int = 0
 
 
 def _children(parent: int) -> list[_Process]:
@@ -66,7 +70,8 @@ def _children(parent: int) -> list[_Process]:
         # /proc/<pid>/stat field 52 (Linux >= 3.5): the wait status of a zombie, which says how it died
         status = int(rest[49]) if rest[0] == "Z" and len(rest) > 49 else None
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        found.append(_Process(int(entry.name), comm, rest[0], parent, args, status))
+        # field 22: the start time (clock ticks after boot)
+        found.append(_Process(int(entry.name), comm, rest[0], parent, args, status, int(rest[19])))
     return found
 
 
@@ -98,7 +103,7 @@ def workers_of(server_pid: int) -> list[Worker]:
         # argv: stub, <model dir>/<version>/model.py, shm region, ..., instance name (8), runtime dir
         instance = p.args[8].decode() if len(p.args) > 8 else ""
         model_dir = os.path.dirname(os.path.dirname(p.args[1].decode())) if len(p.args) > 1 else ""
-        found.append(Worker(p.pid, p.state, instance, model_dir, p.exit_status))
+        found.append(Worker(p.pid, p.state, instance, model_dir, p.exit_status, p.started))
     return found
 
 
@@ -132,7 +137,10 @@ def describe_exit(status: int | None) -> str:
         return f"killed by {name}" + (
             " (the kernel's OOM killer sends it, as does kill -9)" if name == "SIGKILL" else ""
         )
-    return f"exited with code {os.WEXITSTATUS(status)}"
+    code = os.WEXITSTATUS(status)
+    if code == DEADLINE_EXIT_CODE:
+        return f"exited with code {code} (its execute ran past the model's execute_deadline_s)"
+    return f"exited with code {code}"
 
 
 def upload_copies(model_dirs: Iterable[str]) -> set[str]:
