@@ -106,12 +106,14 @@ soak: $(STAMP) models
 	$(PY) -m benchmarks.soak $(SOAK_ARGS)
 	$(PY) -m benchmarks.badinput $(CAMPAIGN_ARGS)
 
-## Healing under predicting clients (not part of `make test`; ~3 min, CHAOS_ARGS=--rounds 3 for more):
-## SIGKILL of a worker, the gateway, tritonserver, and a hung tritonserver under `serve`; the auto-started server.
+## Healing under predicting clients (not part of `make test`; CHAOS_ARGS=--quick for a shorter faults run):
+## process faults and client attacks under `serve` (faults), requests that cost everyone else (costs), and
+## workers kept inside execute for good (busy).
 .PHONY: chaos
 chaos: $(STAMP) models
 	$(PY) -m benchmarks.chaos faults $(CHAOS_ARGS)
 	$(PY) -m benchmarks.chaos costs
+	$(PY) -m benchmarks.chaos busy
 
 .PHONY: chaos-heal
 chaos-heal: $(STAMP) models
