@@ -56,7 +56,7 @@ from mslite_gateway.grpc_stream_state import (
 )
 from mslite_gateway.grpc_streams import inflate
 from mslite_gateway.model_batching import ModelBatching
-from mslite_gateway.rules import Refusal, check_batches, empty_batches
+from mslite_gateway.rules import Refusal, check_batches, empty_batch_refusal, empty_batches
 from mslite_gateway.staging import Staging
 
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
@@ -389,8 +389,6 @@ def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.Model
         if size is not None:
             check_batches(model, empty, size)
         return
-    name, shape = empty[0]
-    raise Refusal(
-        f"inference request batch-size must be >= 1 for '{model[:200]}': input '{name[:200]}' has shape "
-        f"{list(shape)}, a batch of 0, which a stream takes only for a model known not to batch (send it as ModelInfer)"
+    raise empty_batch_refusal(
+        model, empty, "a stream takes one only for a model known not to batch: send it as ModelInfer"
     )

@@ -193,11 +193,16 @@ def check_batches(model: str, empty: Sequence[tuple[str, Sequence[int]]], max_ba
         Refusal: `max_batch_size` > 0 and an input in `empty` (`empty_batches`).
     """
     if max_batch_size > 0 and empty:
-        name, shape = empty[0]
-        raise Refusal(
-            f"inference request batch-size must be >= 1 for '{model[:200]}': input '{name[:200]}' has shape "
-            f"{list(shape)}, a batch of 0 (the model batches up to {max_batch_size})"
-        )
+        raise empty_batch_refusal(model, empty, f"the model batches up to {max_batch_size}")
+
+
+def empty_batch_refusal(model: str, empty: Sequence[tuple[str, Sequence[int]]], why: str) -> Refusal:
+    """The refusal of a request of batch size 0 (`empty`: its inputs whose first dim is 0), in Triton's words."""
+    name, shape = empty[0]
+    return Refusal(
+        f"inference request batch-size must be >= 1 for '{model[:200]}': input '{name[:200]}' has shape "
+        f"{list(shape)}, a batch of 0 ({why})"
+    )
 
 
 def no_answer(timeout_s: float) -> str:
