@@ -61,11 +61,6 @@ def session_per_bucket(kind: str, buckets: tuple[int, ...]) -> bool:
     return kind == "GPU" and len(buckets) > 1
 
 
-def warm_shapes(buckets: tuple[int, ...]) -> tuple[int, ...]:
-    """The batch sizes to run once before the model reports ready: every bucket."""
-    return buckets
-
-
 def _pad(a: np.ndarray, size: int) -> np.ndarray:
     if a.shape[0] == size:
         return a
