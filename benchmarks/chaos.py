@@ -53,19 +53,12 @@ import mslite_triton as mslite  # noqa: E402
 from mslite_triton.errors import ServiceDenyError  # noqa: E402
 from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
 from mslite_triton.server.workers import workers_of  # noqa: E402
+from tests.support.badinput.memory import rss_kib  # noqa: E402
 from tests.support.repository import GEN as generate_models  # noqa: E402
 
 
 def _rss_kib(pid: int) -> int:
-    total = 0
-    for p in [pid, *(w.pid for w in workers_of(pid))]:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return sum(rss_kib(p) or 0 for p in [pid, *(w.pid for w in workers_of(pid))])
 
 
 def _runner(url: str, path: str, workers: int, config_info: dict | None = None) -> mslite.ModelParallelRunner:

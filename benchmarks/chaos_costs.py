@@ -34,6 +34,7 @@ import tritonclient.http as httpclient
 from mslite_triton.server import EmbeddedServer, ServerConfig
 from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo
+from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
 
@@ -41,15 +42,7 @@ ATTACKS = ("zero-batch", "strings", "gzip-bomb")
 
 
 def _rss_mib(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
+    return sum(rss_kib(pid) or 0 for pid in pids) / 1024
 
 
 def _post(port: int, model: str, body: bytes, *, headers: str = "", timeout_s: float) -> tuple[int, bytes]:

@@ -19,14 +19,18 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+def rss_kib(pid: int) -> int | None:
+    """VmRSS of `pid` in KiB; None when it has gone (or, a zombie, has none)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def tree_rss_kb(pid: int) -> dict[int, int]:
     """VmRSS in KiB of `pid` and of each descendant (the server and its python-backend workers)."""
-    rss = {}
-    for p in process_tree(pid):
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss[p] = int(line.split()[1])
-        except OSError:
-            pass
-    return rss
+    rss = {p: rss_kib(p) for p in process_tree(pid)}
+    return {p: kib for p, kib in rss.items() if kib is not None}
