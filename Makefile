@@ -38,7 +38,7 @@ demo: models
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy client/mslite_triton client/mslite_gateway backend/mslite/mslite_backend
+	$(PY) -m mypy client/mslite_triton server/mslite_server server/mslite_gateway contract/mslite_contract backend/mslite/mslite_backend
 	@# model.py imports the package beside it by the name Triton's stub gives it, from backend/mslite
 	cd backend/mslite && $(abspath $(PY)) -m mypy --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache model.py
 

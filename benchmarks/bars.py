@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mslite_backend.settings import SHM_ENV
+from mslite_contract.settings import SHM_ENV
 
 from . import paired
 from .paired import Round

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.http as httpclient
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.workers import workers_of
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 

@@ -31,8 +31,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.workers import workers_of
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model

@@ -43,10 +43,10 @@ import onnx
 import tritonclient.http as httpclient
 
 import mslite_triton as mslite
-from mslite_backend.protocol import CLIENT_REGION_PREFIX
-from mslite_backend.settings import KEY_DIR_ENV
-from mslite_triton.server.ports import pick_ports
-from mslite_triton.server.workers import children_of, state_of, workers_of
+from mslite_contract.protocol import CLIENT_REGION_PREFIX
+from mslite_contract.settings import KEY_DIR_ENV
+from mslite_server.ports import pick_ports
+from mslite_server.workers import children_of, state_of, workers_of
 from tests.support.repository import GEN as generate_models
 from tests.support.traffic import Loops
 from tests.support.updatable import build_updated
@@ -478,7 +478,7 @@ def _start_stack(work: Path, quick: bool) -> Stack:
     log_path = work / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
+            [sys.executable, "-m", "mslite_server.cli", "serve", "--model-repository", str(repo),
              "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
              "--exit-timeout-s", "5"],
             env=env, stdout=subprocess.PIPE, stderr=log, text=True,

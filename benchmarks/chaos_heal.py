@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 import mslite_triton as mslite
-from mslite_backend.settings import KEY_DIR_ENV
-from mslite_triton.server.ports import pick_ports
-from mslite_triton.server.workers import children_of, workers_of
+from mslite_contract.settings import KEY_DIR_ENV
+from mslite_server.ports import pick_ports
+from mslite_server.workers import children_of, workers_of
 from tests.support.updatable import build_updated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ def _serve_rows(rounds: int, work: Path) -> list[Row]:
     log_path = work / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mslite_triton.server.cli", "serve",
+            [sys.executable, "-m", "mslite_server.cli", "serve",
              "--model-repository", str(ROOT / "model_repository"),
              "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
             env=env, stdout=subprocess.PIPE, stderr=log, text=True,

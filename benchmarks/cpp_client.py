@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from mslite_triton.server.perf_analyzer import PerfRun, run_relaxing
+from tests.support.perf_analyzer import PerfRun, run_relaxing
 from tests.support.tools import Tools, ensure_tools
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--model", default="mobilenetv2")
     a = p.parse_args()
-    from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_server import EmbeddedServer, ServerConfig
 
     image = ROOT / "model_repository" / a.model / "input.bin"
     if not (ROOT / "model_repository" / a.model / "1" / "model.onnx").exists() or not image.exists():

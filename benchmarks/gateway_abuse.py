@@ -28,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 from mslite_gateway.grpc_frames import ENHANCE_YOUR_CALM  # noqa: E402
-from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
-from mslite_triton.server.gateway_process import GatewayProcess  # noqa: E402
+from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server.gateway_process import GatewayProcess  # noqa: E402
 from tests.support.processes import free_port  # noqa: E402
 from tests.support.raw_h2 import announce, goaway_code, rapid_reset, stall_streams  # noqa: E402
 

@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mslite_triton.server.perf_analyzer import PerfResult, PerfRun, run_relaxing
+from tests.support.perf_analyzer import PerfResult, PerfRun, run_relaxing
 
 from . import passthrough_relay
 from .serving import process_cpu_s
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.streaming and args.protocols != ["grpc"]:
         ap.error("--streaming applies to gRPC only: add --protocols grpc")
-    from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_server import EmbeddedServer, ServerConfig
     from tests.support.tools import ensure_tools
 
     for model in args.models:
@@ -160,8 +160,8 @@ def _gateway_on_tcp(srv: Any, workdir: Path, *, staging: bool) -> tuple[Any, dic
 
     Returns the started gateway and its address per protocol.
     """
-    from mslite_triton.server.gateway_process import GatewayProcess
-    from mslite_triton.server.ports import pick_ports
+    from mslite_server.gateway_process import GatewayProcess
+    from mslite_server.ports import pick_ports
 
     http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])
     gateway = GatewayProcess(
@@ -181,7 +181,7 @@ def _gateway_on_tcp(srv: Any, workdir: Path, *, staging: bool) -> tuple[Any, dic
 
 def _passthrough_relay(srv: Any) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """`benchmarks.passthrough_relay` on free ports in front of `srv`'s Triton; its address per protocol."""
-    from mslite_triton.server.ports import pick_ports
+    from mslite_server.ports import pick_ports
 
     http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])
     routes = [f"{http_port}:{srv.triton.http_address}", f"{grpc_port}:{srv.triton.grpc_address}"]
@@ -190,7 +190,7 @@ def _passthrough_relay(srv: Any) -> tuple[subprocess.Popen[str], dict[str, str]]
 
 def _serving_cpu_s(pids: list[int]) -> float:
     """CPU seconds of these processes and their children (tritonserver with its workers, a gateway)."""
-    from mslite_triton.server.workers import children_of
+    from mslite_server.workers import children_of
 
     return sum(process_cpu_s(pid) + sum(process_cpu_s(child) for child, _ in children_of(pid)) for pid in pids)
 

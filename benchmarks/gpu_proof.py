@@ -168,7 +168,7 @@ def inprocess_throughput(path: str, device: str, callers: int, seconds: float) -
 
 def config_text(name: str, device: str, batcher: str | None, backend: str, params: str) -> str:
     """One variant's config.pbtxt: 2 workers on the device, max_batch_size 64, FP32 on both backends."""
-    from mslite_backend.protocol import GPU_MAX_QUEUE_DELAY_US
+    from mslite_contract.protocol import GPU_MAX_QUEUE_DELAY_US
 
     kind = "KIND_GPU" if device == "gpu" else "KIND_CPU"
     gpus = " gpus: [ 0 ]" if device == "gpu" else ""
@@ -277,7 +277,7 @@ def perf_analyzer(
     pa: Path, env: dict[str, str], url: str, concurrency: int, shm: bool, interval_ms: int, model: str = MODEL
 ) -> dict:
     """One perf_analyzer point over gRPC; if its windows never agree, once more accepting any three."""
-    from mslite_triton.server.perf_analyzer import PerfRun, run_relaxing
+    from tests.support.perf_analyzer import PerfRun, run_relaxing
 
     spec = PerfRun(
         pa,
@@ -433,7 +433,7 @@ def _one_device_parallel_predict() -> Any:
 
 def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
     """The sample's master and one child process per device (here: two on the one GPU), over pipes."""
-    from mslite_backend.settings import URL_ENV
+    from mslite_contract.settings import URL_ENV
 
     os.environ[URL_ENV] = url
     x = images(2, seed=3)
@@ -697,8 +697,8 @@ def main() -> None:
     proof.step("inprocess_graphs_c8", inprocess_bound, args.model, args.device, 8, args.seconds)
     proof.step("inprocess_c1", inprocess_c1, args.model, args.device, args.seconds)
 
-    from mslite_triton.server import EmbeddedServer, ServerConfig
-    from mslite_triton.server.perf_analyzer import perf_env
+    from mslite_server import EmbeddedServer, ServerConfig
+    from tests.support.perf_analyzer import perf_env
 
     served = {k: v for k, v in SERVED.items() if k != "cpp_peer" or args.peer_backend is not None}
     delays = tuple(int(d) for d in args.sweep_delays.split(",") if d.strip())

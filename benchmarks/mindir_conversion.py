@@ -1,7 +1,7 @@
 """How long converting a MindIR MobileNetV2 to ONNX takes, and its peak memory (the child process's).
 
 Builds a MobileNetV2 (1.0, 224 x 224, random weights) in MindSpore, exports it as MindIR, converts it
-the way the server does (`mslite_backend.mindir.run_converter`: a child process) --rounds times, and
+the way the server does (`mslite_contract.mindir.run_converter`: a child process) --rounds times, and
 compares ONNX Runtime's outputs with MindSpore's on a batch of 4. Needs the [mindir] extra.
 
     .venv/bin/python -m benchmarks.mindir_conversion [--rounds 3]
@@ -73,7 +73,7 @@ np.savez(f"{out}/reference.npz", x=x, y=net(Tensor(x)).asnumpy())
 
 ROUND = r"""
 import json, resource, sys, time
-from mslite_backend import mindir
+from mslite_contract import mindir
 start = time.perf_counter()
 mindir.run_converter(sys.argv[1], sys.argv[2])
 print(json.dumps([time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mslite_triton.server.perf_analyzer import PerfRun, run_relaxing
+from tests.support.perf_analyzer import PerfRun, run_relaxing
 from tests.support.tools import Tools
 
 from .serving import BenchServer

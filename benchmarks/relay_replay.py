@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.relay_replay [--model tiny] [--concurrency 8] [--chunks 40000] [--profile]
     .venv/bin/python -m benchmarks.relay_replay --replay tests/support/relay_traffic/perf_analyzer_tiny.reads \
-        --against /tmp/base/client   # another version's gateway (e.g. `git archive BASE client | tar -x`)
+        --against /tmp/base/server   # another version's gateway (e.g. `git archive BASE server | tar -x`)
 
 Starts the embedded server (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
@@ -154,9 +154,9 @@ def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str
     """perf_analyzer (or tritonclient: `driver`) through a recording pass-through relay, until `path` holds
     `chunks` reads."""
     from benchmarks import passthrough_relay
-    from mslite_triton.server import EmbeddedServer, ServerConfig
-    from mslite_triton.server.perf_analyzer import PerfAnalyzerError, PerfRun, run
-    from mslite_triton.server.ports import pick_ports
+    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server.ports import pick_ports
+    from tests.support.perf_analyzer import PerfAnalyzerError, PerfRun, run
 
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=(model,), gateway=False)
     with EmbeddedServer(config) as srv:

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from benchmarks import bars, paired  # noqa: E402
 from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
 from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402
-from mslite_backend.settings import SHM_ENV  # noqa: E402
+from mslite_contract.settings import SHM_ENV  # noqa: E402
 from tests.support.tools import ToolsError, ensure_tools  # noqa: E402
 
 

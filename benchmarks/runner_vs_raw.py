@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--model", default="mobilenetv2")
     a = p.parse_args()
-    from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_server import EmbeddedServer, ServerConfig
 
     if not (ROOT / "model_repository" / a.model / "1" / "model.onnx").exists():
         sys.exit("run `make models` first")

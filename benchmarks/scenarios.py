@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mslite_backend.settings import SHM_ENV
+from mslite_contract.settings import SHM_ENV
 from mslite_triton._model_config import local_cores, plan_workers
 from tests.support.processes import model_worker_pids
 from tests.support.tools import Tools

@@ -19,7 +19,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support.processes import model_worker_pids
 
 NAIVE_MODEL_PY = Path(__file__).parent / "naive_backend" / "model.py"

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (ROOT / "model_repository" / MODEL / "1" / "model.onnx").exists():
             print("model_repository/mobilenetv2/1/model.onnx is missing: run `make models` first", file=sys.stderr)
             return 2
-        from mslite_triton.server import EmbeddedServer, ServerConfig
+        from mslite_server import EmbeddedServer, ServerConfig
 
         server = EmbeddedServer(ServerConfig(model_repository=ROOT / "model_repository", load_models=(MODEL,)))
         server.start()

@@ -17,7 +17,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 import mslite_triton as mslite  # noqa: E402
-from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
 from tests.support.repository import GEN as generate_models  # noqa: E402
 
 

@@ -36,7 +36,7 @@ from onnx import numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 import mslite_triton as mslite  # noqa: E402
-from mslite_triton.server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
 from tests.support import model_zoo  # noqa: E402
 from tests.support.processes import worker_pids  # noqa: E402
 

@@ -27,7 +27,6 @@ from mslite_backend.errors import (
     ModelLoadError,
     RequestError,
     UpdateDenied,
-    client_message,
 )
 from mslite_backend.executors import Executor, choose_executor
 from mslite_backend.graph import plan_auto_complete, read_graph_io
@@ -38,9 +37,11 @@ from mslite_backend.metrics import (
     worker_labels,
 )
 from mslite_backend.metrics_publisher import MetricsPublisher
-from mslite_backend.mindir import onnx_source
-from mslite_backend.owned_files import close_stub_region
-from mslite_backend.protocol import (
+from mslite_backend.model_source import onnx_source
+from mslite_backend.runtime import ModelRuntime
+from mslite_backend.update_auth import UpdateGuard
+from mslite_contract.owned_files import close_stub_region
+from mslite_contract.protocol import (
     DEADLINE_EXIT_CODE,
     DEADLINE_PASSED,
     FILE_PARAMETER,
@@ -48,8 +49,7 @@ from mslite_backend.protocol import (
     UPDATE_PARAMETER,
     WEIGHTS_INPUT,
 )
-from mslite_backend.runtime import ModelRuntime
-from mslite_backend.update_auth import UpdateGuard
+from mslite_contract.scrub import client_message
 
 # exception class -> Triton error code name (pb_utils fills TritonError in only after this module is imported)
 _ERROR_CODES = {

@@ -48,7 +48,7 @@ def start_server(*, gateway: bool = False) -> Served:
     """
     import tempfile
 
-    from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_server import EmbeddedServer, ServerConfig
     from tests.support.repository import build_repository  # the same models the test suite serves
 
     tmp = tempfile.TemporaryDirectory(prefix="mslite-badinput-")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import gpu_proof
-from mslite_backend.protocol import GPU_MAX_QUEUE_DELAY_US
+from mslite_contract.protocol import GPU_MAX_QUEUE_DELAY_US
 
 
 def test_the_shipped_gpu_variant_leaves_the_batcher_to_auto_complete() -> None:

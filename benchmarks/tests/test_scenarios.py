@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.scenarios import MOBILENET, Bench, make_plan, model_specs
-from mslite_triton.server.workers import workers_of
+from mslite_server.workers import workers_of
 from tests.support.processes import model_worker_pids
 from tests.support.tools import ToolsError, ensure_tools
 

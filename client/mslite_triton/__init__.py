@@ -5,7 +5,7 @@
 
 import logging as _logging
 
-from mslite_backend import settings as _settings
+from mslite_contract import settings as _settings
 
 from .context import Context
 from .converter import Converter, FmkType

@@ -13,8 +13,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
-from mslite_backend import settings
-from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
+from mslite_contract import settings
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 
 HEADER = ADMIN_KEY_HEADER  # the header on HTTP; as gRPC metadata, Triton adds its own prefix:
 GRPC_HEADER = ADMIN_KEY_GRPC_HEADER

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from mslite_backend.scrub import load_reason
+from mslite_contract.scrub import load_reason
 
 from ._checkparam import check_isinstance, missing_file
 from ._model_config import merge_sections, parse_config_file

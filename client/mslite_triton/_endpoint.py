@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mslite_backend import settings
+from mslite_contract import settings
 
 from ._admin_key import key_for
 from ._transport import Transport
@@ -67,10 +67,8 @@ def _autostart() -> str:
             raise ServerUnavailableError(
                 "(no URL)", f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0 turns auto-start off"
             )
-        try:
-            from .server.launcher import EmbeddedServer, ServerConfig
-        except ImportError as e:  # pragma: no cover - the server module itself has no extra imports
-            raise ServerUnavailableError("(no URL)", f"cannot start an embedded server: {e}") from e
+        from mslite_server import EmbeddedServer, ServerConfig  # the launcher's public handle, loaded on demand
+
         repo = Path(tempfile.mkdtemp(prefix="mslite-triton-repo-"))
         server = EmbeddedServer(ServerConfig(model_repository=repo, load_models=()))
         try:

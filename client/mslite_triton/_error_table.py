@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mslite_backend.protocol import DEADLINE_PASSED
-from mslite_backend.scrub import scrub
+from mslite_contract.protocol import DEADLINE_PASSED
+from mslite_contract.scrub import scrub
 
 from .errors import (
     ExecutionTimeoutError,

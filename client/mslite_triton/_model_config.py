@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from mslite_backend.protocol import (
+from mslite_contract.protocol import (
     BATCHING_KEYS,
     BATCHING_SECTION,
     DEFAULT_GPU_BUCKETS,

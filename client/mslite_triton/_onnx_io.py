@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mslite_backend.protobuf_varint import read_varint
-from mslite_backend.protocol import is_light, sample_values
+from mslite_contract.protobuf_varint import read_varint
+from mslite_contract.protocol import is_light, sample_values
 
 # field numbers in onnx.proto
 _MODEL_GRAPH = 7

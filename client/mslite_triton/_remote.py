@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from mslite_backend.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
-from mslite_backend.protocol import (
+from mslite_contract.mindir import MINDIR_FILENAME, MS_FILE_MESSAGE, detect_format
+from mslite_contract.protocol import (
     BATCHING_SECTION,
     DEFAULT_MAX_BATCH_SIZE,
     MAX_BATCH_SIZE_KEY,

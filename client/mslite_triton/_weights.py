@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from mslite_backend.owned_files import sweep_dead_owners
-from mslite_backend.protocol import (
+from mslite_contract.owned_files import sweep_dead_owners
+from mslite_contract.protocol import (
     FILE_PARAMETER,
     FILE_REFUSED,
     PROOF_PARAMETER,

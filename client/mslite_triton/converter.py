@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from mslite_backend import mindir
+from mslite_contract import mindir
 
 from ._checkparam import check_isinstance, missing_file
 from .tensor import DataType, Format, ModelType, _NamedIntEnum

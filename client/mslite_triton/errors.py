@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mslite_backend.protocol import SERVICE_DENY
+from mslite_contract.protocol import SERVICE_DENY
 
 
 class MSLiteError(Exception):

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from typing import Any
 
-from mslite_backend import mindir
+from mslite_contract import mindir
 
 from ._checkparam import check_isinstance
 from .context import Context

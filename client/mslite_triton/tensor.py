@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mslite_backend.dtypes import WIRE_TO_NUMPY
+from mslite_contract.dtypes import WIRE_TO_NUMPY
 
 from ._checkparam import check_device, check_isinstance, check_shape
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support.repository import build_repository
 from tests.support.server_checks import assert_never_healed, dead_workers, health_marks
 

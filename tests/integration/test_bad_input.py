@@ -26,7 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support.badinput.bar import Outcome, Tally
 from tests.support.badinput.cases import GRPC_CATEGORIES, HTTP_CATEGORIES, Case, CaseGenerator
 from tests.support.badinput.encoding import HttpRequest, grpc_request, http_binary, http_json, make_tensor

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 from tests.support.triton_direct import grpc_address

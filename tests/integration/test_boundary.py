@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from mslite_backend.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.ports import listening_ports, listening_unix_paths
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.ports import listening_ports, listening_unix_paths
 from tests.support.repository import GEN, add_model
 from tests.support.squatter import Squatter
 

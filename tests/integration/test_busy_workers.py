@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from mslite_backend.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.workers import Worker, workers_of
+from mslite_contract.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.workers import Worker, workers_of
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 
@@ -109,7 +109,7 @@ def _load(srv: EmbeddedServer, model: str, config: dict | None = None) -> None:
 
 
 def test_an_unloaded_models_busy_worker_is_ended(server: EmbeddedServer, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="mslite_triton.server.healer")
+    caplog.set_level(logging.WARNING, logger="mslite_server.healer")
     heals = len(server._supervisor.heals)
     call, pid = _busy_worker(server, "spin")
     server.http_json("POST", "/v2/repository/models/spin/unload", {}, timeout_s=WAIT_S)

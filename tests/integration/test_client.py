@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
 from mslite_triton._transport import Transport
 from mslite_triton.errors import (
     InvalidInputError,

@@ -89,7 +89,7 @@ _FULL = textwrap.dedent(
     """
     import json, os, subprocess, sys
     from pathlib import Path
-    from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_server import EmbeddedServer, ServerConfig
     client = '''
     import sys
     import numpy as np

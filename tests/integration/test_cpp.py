@@ -29,7 +29,7 @@ import pytest
 from onnx import helper
 
 import mslite_triton as mslite
-from mslite_backend import protocol, settings
+from mslite_contract import protocol, settings
 from mslite_triton import _admin_key, _pending
 from tests.integration.test_java import unload
 from tests.support.processes import free_port, worker_pids

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from mslite_backend import settings
-from mslite_triton.server.cli import build_parser
-from mslite_triton.server.ports import pick_ports
-from mslite_triton.server.triton_process import triton_dir
+from mslite_contract import settings
+from mslite_server.cli import build_parser
+from mslite_server.ports import pick_ports
+from mslite_server.triton_process import triton_dir
 from tests.support.repository import GEN, ROOT, add_model
 
 pytestmark = pytest.mark.integration

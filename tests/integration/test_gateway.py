@@ -31,12 +31,12 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.gateway_process import GatewayProcess
+from mslite_server.ports import listening_ports, listening_unix_paths
 from mslite_triton import _admin_key
 from mslite_triton._error_table import classify
 from mslite_triton.errors import ServiceDenyError
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.gateway_process import GatewayProcess
-from mslite_triton.server.ports import listening_ports, listening_unix_paths
 from tests.support.model_zoo import run_reference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ZOO

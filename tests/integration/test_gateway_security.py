@@ -29,10 +29,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_backend.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_contract.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.gateway_process import GatewayProcess
 from mslite_triton import _admin_key
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.gateway_process import GatewayProcess
 from tests.support.model_zoo import difference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, MINIMAL, add_model

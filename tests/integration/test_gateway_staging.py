@@ -23,8 +23,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from mslite_backend.protocol import GATEWAY_REGION_PREFIX
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_contract.protocol import GATEWAY_REGION_PREFIX
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support.model_zoo import difference
 from tests.support.repository import MINIMAL, add_model
 from tests.support.triton_direct import grpc_address, http_address

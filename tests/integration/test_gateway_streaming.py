@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway, _port
 from tests.support.repository import GEN, ROOT, add_model
 

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.ports import pick_ports
+from mslite_server.workers import children_of, state_of, workers_of
 from mslite_triton.errors import ServerUnavailableError
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.ports import pick_ports
-from mslite_triton.server.workers import children_of, state_of, workers_of
 from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
 from tests.support.updatable import build_updated
@@ -333,7 +333,7 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
     ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
     env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
+        [sys.executable, "-m", "mslite_server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

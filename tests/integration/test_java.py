@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
 from tests.support.repository import GEN, ROOT
 
 pytestmark = pytest.mark.integration

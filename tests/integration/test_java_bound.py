@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
 from tests.integration.test_java import JAVA, require_jdk
 from tests.support.processes import worker_pids
 from tests.support.repository import private_tiny

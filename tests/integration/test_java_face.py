@@ -28,7 +28,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from mslite_backend import settings
+from mslite_contract import settings
 from tests.integration.test_java import JAVA, require_jdk, unload
 
 pytestmark = pytest.mark.integration

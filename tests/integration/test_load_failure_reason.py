@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import GEN, ROOT, add_model
 

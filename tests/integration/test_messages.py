@@ -20,10 +20,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
+from mslite_server import EmbeddedServer, ServerConfig
 from mslite_triton import _admin_key
 from mslite_triton.errors import InferenceError, ModelLoadError
-from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import private_shm
 from tests.support.repository import flat_tiny
 from tests.support.triton_direct import bridge, grpc_address, grpc_url, http_address
@@ -88,7 +88,7 @@ _SERVER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from mslite_triton.server import EmbeddedServer, ServerConfig
+    from mslite_server import EmbeddedServer, ServerConfig
     repo = Path(sys.argv[1])
     with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
         seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket), "prefix": s.shm_prefix}

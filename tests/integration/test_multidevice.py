@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
 from mslite_triton.parallel_predict import ParallelPredictUtils
 from tests.support.model_zoo import no_batch, run_reference
 from tests.support.repository import GEN

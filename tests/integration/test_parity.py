@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mslite_triton as mslite
+from mslite_server.workers import workers_of
 from mslite_triton.errors import InvalidInputError, ModelLoadError, ServiceDenyError
-from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration

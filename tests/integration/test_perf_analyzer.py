@@ -39,7 +39,7 @@ def test_the_runner_reads_a_real_run(server, perf_analyzer):
     """The benchmarks' and tune's runner: its command line, environment and CSV against the real binary."""
     from pathlib import Path
 
-    from mslite_triton.server.perf_analyzer import PerfRun, run
+    from tests.support.perf_analyzer import PerfRun, run
 
     url = server.grpc_url.split("://", 1)[1]
     spec = PerfRun(Path(perf_analyzer.perf_analyzer), "mobilenetv2", url, concurrency=2, interval_ms=1000,

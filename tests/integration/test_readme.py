@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mslite_backend import settings
+from mslite_contract import settings
 from tests.support.model_zoo import run_reference
 from tests.support.repository import GEN, ROOT
 

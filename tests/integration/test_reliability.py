@@ -21,11 +21,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.workers import workers_of
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.processes import free_port
 from tests.support.repository import GEN
@@ -118,7 +118,7 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
     env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     ports = [str(free_port()) for _ in range(3)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
+        [sys.executable, "-m", "mslite_server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "10"],
         env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server.workers import workers_of
 from mslite_triton import _admin_key
-from mslite_triton.server import EmbeddedServer, ServerConfig
-from mslite_triton.server.workers import workers_of
 from tests.support.repository import GEN, add_model
 from tests.support.traffic import Traffic
 from tests.support.triton_direct import http_address

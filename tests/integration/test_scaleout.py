@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import settings
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_contract import settings
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
 from tests.support.settled import settled

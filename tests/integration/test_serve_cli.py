@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mslite_backend import settings
-from mslite_triton.server.ports import pick_ports
+from mslite_contract import settings
+from mslite_server.ports import pick_ports
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ def test_serve_puts_triton_on_private_sockets_and_reports_a_sigterm(tmp_path: Pa
     ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
     env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mslite_triton.server.cli", "serve", "--model-repository", str(repo),
+        [sys.executable, "-m", "mslite_server.cli", "serve", "--model-repository", str(repo),
          "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mslite_backend import settings
+from mslite_contract import settings
+from mslite_server import EmbeddedServer, ServerConfig, ServerStartError, launcher
+from mslite_server.ports import LOOPBACK, pick_ports
+from mslite_server.workers import workers_of
 from mslite_triton._admin_key import key_path, write_key
-from mslite_triton.server import EmbeddedServer, ServerConfig, ServerStartError, launcher
-from mslite_triton.server.ports import LOOPBACK, pick_ports
-from mslite_triton.server.workers import workers_of
 
 pytestmark = pytest.mark.integration
 

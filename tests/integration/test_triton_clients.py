@@ -21,8 +21,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_server import EmbeddedServer, ServerConfig
 from mslite_triton import _admin_key
-from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 from tests.support.settled import settled

@@ -26,9 +26,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 import mslite_triton as mslite
-from mslite_backend import settings
+from mslite_contract import settings
+from mslite_server import cli
 from mslite_triton._model_config import local_cores, plan_workers
-from mslite_triton.server import cli
 from tests.integration.test_java import unload
 from tests.support.processes import worker_pids
 from tests.support.repository import GEN, ROOT, add_model

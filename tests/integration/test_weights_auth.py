@@ -16,15 +16,15 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_backend import settings
-from mslite_backend.protocol import (
+from mslite_contract import settings
+from mslite_contract.protocol import (
     PROOF_PARAMETER,
     UPDATE_PARAMETER,
     WEIGHTS_INPUT,
     sign_update,
 )
+from mslite_server import EmbeddedServer, ServerConfig
 from mslite_triton.errors import PermissionDeniedError
-from mslite_triton.server import EmbeddedServer, ServerConfig
 from tests.support.triton_direct import grpc_address, http_address
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_backend.protocol import PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT, sign_update
-from mslite_triton.server import EmbeddedServer, ServerConfig
+from mslite_contract.protocol import PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT, sign_update
+from mslite_server import EmbeddedServer, ServerConfig
 from tests.support.repository import MINIMAL, add_model
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
+    "mslite_contract": ROOT / "contract" / "mslite_contract",
     "mslite_triton": ROOT / "client" / "mslite_triton",
-    "mslite_gateway": ROOT / "client" / "mslite_gateway",
+    "mslite_server": ROOT / "server" / "mslite_server",
+    "mslite_gateway": ROOT / "server" / "mslite_gateway",
     "mslite_backend": ROOT / "backend" / "mslite" / "mslite_backend",
 }
 
@@ -55,6 +57,18 @@ def graph(*packages: str) -> dict[str, set[str]]:
     for package in packages:
         found.update(modules(package))
     return {m: (imported_names(m, p) & found.keys()) - {m} for m, p in found.items()}
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    """The modules `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = list(edges[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(edges.get(module, ()))
+    return seen
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from mslite_triton.server import EmbeddedServer
-from mslite_triton.server.workers import workers_of
+from mslite_server import EmbeddedServer
+from mslite_server.workers import workers_of
 
 
 def free_port() -> int:

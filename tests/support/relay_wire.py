@@ -5,7 +5,7 @@ from __future__ import annotations
 import mmap
 from typing import Any
 
-from mslite_backend.protocol import GATEWAY_REGION_PREFIX
+from mslite_contract.protocol import GATEWAY_REGION_PREFIX
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.staging import Region

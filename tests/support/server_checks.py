@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mslite_triton.server import EmbeddedServer
-from mslite_triton.server.workers import describe_exit, workers_of
+from mslite_server import EmbeddedServer
+from mslite_server.workers import describe_exit, workers_of
 
 # What the server log holds after a crash or a bug of ours: Triton's crash handler ("Signal (11) received"),
 # an abort, a worker found dead, a traceback from the backend, a worker's own crash (its stacks follow).

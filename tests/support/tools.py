@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mslite_triton.server.perf_analyzer import cuda_runtime_dir, perf_env
+from mslite_server.tune import cuda_runtime_dir
+from tests.support.perf_analyzer import perf_env
 
 REQUIREMENTS = (
     "tritonclient==2.40.0",

@@ -13,7 +13,7 @@ import socket
 import threading
 from pathlib import Path
 
-from mslite_triton.server import EmbeddedServer
+from mslite_server import EmbeddedServer
 
 _bridges: dict[Path, int] = {}
 _lock = threading.Lock()

@@ -22,7 +22,7 @@ from mslite_backend.graph import (
     plan_auto_complete,
     read_graph_io,
 )
-from mslite_backend.protocol import GPU_MAX_QUEUE_DELAY_US
+from mslite_contract.protocol import GPU_MAX_QUEUE_DELAY_US
 from tests.support import model_zoo as zoo
 
 

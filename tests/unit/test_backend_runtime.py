@@ -13,9 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mslite_backend.batching import run_batched, signature
 from mslite_backend.config import BackendConfig, InstanceInfo
-from mslite_backend.errors import BackendError, InferenceFailure, ModelLoadError, RequestError, client_message
+from mslite_backend.errors import BackendError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.runtime import ModelRuntime
+from mslite_contract.scrub import client_message
 from tests.support import model_zoo as zoo
 
 CPU = InstanceInfo(name="t_0", kind="CPU", device_id=0)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mslite_backend import mindir, settings
-from mslite_backend.build_cache import ensure_built, evict
+from mslite_contract import mindir, settings
+from mslite_contract.build_cache import ensure_built, evict
 
 FORK = multiprocessing.get_context("fork")
 OTHER_UID = 1001

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from mslite_backend.protocol import DEADLINE_PASSED
+from mslite_contract.protocol import DEADLINE_PASSED
 from mslite_triton._model_config import (
     WorkerPlan,
     build_model_config,
@@ -505,8 +505,8 @@ def test_model_name_of_an_odd_file_name(tmp_path: Path) -> None:
 
 
 def test_free_ports_picked_together_are_distinct() -> None:
+    from mslite_server.ports import pick_ports
     from mslite_triton.errors import ServerStartError
-    from mslite_triton.server.ports import pick_ports
 
     for _ in range(50):
         ports = pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", 0, "grpc"), ("127.0.0.1", 0, "metrics")])

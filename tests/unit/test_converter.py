@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import mindir
+from mslite_contract import mindir
 from mslite_triton._onnx_io import has_dynamic_batch
 from tests.support import model_zoo as zoo
 

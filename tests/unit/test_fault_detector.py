@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-from mslite_triton.server.fault_detector import (
+from mslite_server.fault_detector import (
     Event,
     FaultDetector,
     GatewayDown,
@@ -15,7 +15,7 @@ from mslite_triton.server.fault_detector import (
     WorkersLost,
     WorkersOrphaned,
 )
-from mslite_triton.server.workers import Worker
+from mslite_server.workers import Worker
 
 HANG_S = 10.0
 GRACE_S = 15.0

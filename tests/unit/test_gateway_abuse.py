@@ -107,8 +107,8 @@ def test_a_data_frame_counts_only_the_bytes_that_came():
 
 
 def test_the_stall_timeout_and_the_share_are_settings_down_to_the_gateway_process(tmp_path):
-    from mslite_triton.server.cli import build_parser
-    from mslite_triton.server.gateway_process import GatewayProcess
+    from mslite_server.cli import build_parser
+    from mslite_server.gateway_process import GatewayProcess
 
     args = build_parser().parse_args(
         ["serve", "--body-stall-timeout-s", "2.5", "--max-inflight-mib-per-connection", "16"]

@@ -18,7 +18,7 @@ import pytest
 
 from mslite_gateway.staging import Staging
 from mslite_gateway.upstream_address import UpstreamAddress
-from mslite_triton.server.gateway_process import GatewayError, GatewayProcess
+from mslite_server.gateway_process import GatewayError, GatewayProcess
 from tests.support.processes import free_port
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hpack
 
-from mslite_backend.scrub import scrub
+from mslite_contract.scrub import scrub
 from mslite_gateway.grpc_trailers import scrub_grpc_message
 
 MESSAGE = (

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mslite_triton.server.cli import build_parser
-from mslite_triton.server.config import ServerConfig
-from mslite_triton.server.workers import state_of
+from mslite_server.cli import build_parser
+from mslite_server.config import ServerConfig
+from mslite_server.workers import state_of
 
 
 def test_a_stopped_process_reads_as_state_t_and_a_reaped_one_as_gone():

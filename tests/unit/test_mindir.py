@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from mslite_backend import mindir, settings
+from mslite_backend import model_source
 from mslite_backend.errors import ModelLoadError
+from mslite_contract import mindir, settings
 from tests.support import model_zoo as zoo
 
 MINDIR_HEAD = b"\x0a\x031.1\x12\x09MindSpore"
@@ -40,13 +41,13 @@ def test_onnx_is_loaded_where_it_is(tmp_path: Path) -> None:
 def test_ms_file_is_refused_saying_what_to_serve(tmp_path: Path) -> None:
     version = _version(tmp_path, "model.onnx", MS_HEAD + bytes(32))
     with pytest.raises(ModelLoadError, match=r"kLiteNotSupport: MindSpore Lite's \.ms format cannot be served"):
-        mindir.onnx_source(version, "model.onnx")
+        model_source.onnx_source(version, "model.onnx")  # the worker's load error
 
 
 def test_mindir_without_mindspore_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     version = _version(tmp_path, "model.mindir", MINDIR_HEAD)
     monkeypatch.setattr(mindir.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ModelLoadError) as info:
+    with pytest.raises(mindir.ModelFileError) as info:
         mindir.onnx_source(version, "model.onnx")  # the default name: model.mindir is found instead
     assert "kLiteNotSupport" in str(info.value) and "the [mindir] extra: pip install mindspore==" in str(info.value)
     pinned = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())

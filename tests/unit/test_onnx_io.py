@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import mslite_triton as mslite
-from mslite_backend import protocol
 from mslite_backend.graph import is_light, read_graph_io
+from mslite_contract import protocol
 from mslite_triton._model_config import WorkerPlan, build_model_config
 from mslite_triton._onnx_io import has_dynamic_batch, is_light_model
 from tests.support import model_zoo

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from mslite_triton.server import triton_process
-from mslite_triton.server.parent_death import dies_with_parent
+from mslite_server import triton_process
+from mslite_server.parent_death import dies_with_parent
 
 STARTS = 150
 
@@ -25,7 +25,7 @@ _STARTS_BESIDE_GRPC = """
 import socket, subprocess, sys
 from collections import Counter
 import grpc
-from mslite_triton.server import triton_process
+from mslite_server import triton_process
 
 listener = socket.socket()
 listener.bind(("127.0.0.1", 0))

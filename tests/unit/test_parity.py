@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_backend.scrub import scrub_json_error
+from mslite_contract.scrub import scrub_json_error
 from mslite_triton._build import build_failed
 from mslite_triton._error_table import classify
 from mslite_triton._model_config import parse_config_file, plan_workers

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from mslite_triton.server.perf_analyzer import (
+from mslite_server.tune import cuda_runtime_dir
+from tests.support.perf_analyzer import (
     UNSTABLE,
     PerfAnalyzerError,
     PerfRun,
-    cuda_runtime_dir,
     parse_csv,
     perf_env,
     run,

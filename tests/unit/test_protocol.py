@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_backend import protocol, settings
+from mslite_contract import protocol, settings
 
 JAVA_SOURCES = Path(__file__).resolve().parents[2] / "client" / "java" / "src" / "mslite" / "triton"
 JAVA_CONFIGS = JAVA_SOURCES / "ModelConfigs.java"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mslite_backend.scrub import scrub, scrub_json_error
+from mslite_contract.scrub import scrub, scrub_json_error
 from mslite_triton._error_table import clean_message
 
 POOL = (

@@ -11,8 +11,8 @@ import threading
 import pytest
 
 import mslite_triton as mslite
+from mslite_server.cli import _stop_at_eof, build_parser
 from mslite_triton._model_config import plan_workers
-from mslite_triton.server.cli import _stop_at_eof, build_parser
 
 
 def test_serve_help_explains_every_port_and_the_log_level(capsys: pytest.CaptureFixture[str]) -> None:

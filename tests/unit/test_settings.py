@@ -1,4 +1,4 @@
-"""The one configuration surface: every variable defined, read and documented in `mslite_backend.settings`."""
+"""The one configuration surface: every variable defined, read and documented in `mslite_contract.settings`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_backend import settings
+from mslite_contract import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "MSLITE_TRITON_"
@@ -54,7 +54,7 @@ def test_no_other_module_spells_a_variable() -> None:
         for path in sorted((ROOT / folder).rglob("*.py")):
             if path.resolve() not in own and PREFIX in path.read_text():
                 offenders.append(str(path.relative_to(ROOT)))
-    assert not offenders, f"import the names from mslite_backend.settings instead: {offenders}"
+    assert not offenders, f"import the names from mslite_contract.settings instead: {offenders}"
 
 
 def test_readers_defaults_and_values() -> None:

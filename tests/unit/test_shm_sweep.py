@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from mslite_backend.owned_files import process_alive, remove_prefixed, sweep_dead_owners
+from mslite_contract.owned_files import process_alive, remove_prefixed, sweep_dead_owners
 from mslite_triton._transport import region_owner
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mslite_gateway.upstream_address import UpstreamAddress
+from mslite_server.ports import holder_of, listening_ports, listening_unix_paths
+from mslite_server.triton_endpoints import TritonEndpoints, is_private_dir, make_socket_dir
 from mslite_triton._transport import Transport
-from mslite_triton.server.ports import holder_of, listening_ports, listening_unix_paths
-from mslite_triton.server.triton_endpoints import TritonEndpoints, is_private_dir, make_socket_dir
 
 
 def test_the_socket_folder_is_private_and_named_in_triton_s_flags(tmp_path: Path) -> None:

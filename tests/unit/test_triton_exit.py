@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_triton.server.triton_process import exit_stalled
+from mslite_server.triton_process import exit_stalled
 
 
 def _countdown(live: list[int], inflight: int = 0) -> str:

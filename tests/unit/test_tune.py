@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mslite_triton.server.tune import TuneError, Variant, _choose, _settings
+from mslite_server.tune import TuneError, Variant, _choose, _settings
 
 VARIANTS = [
     Variant("m_config_default", 1, None, 4, None, 500.0, 5.0),

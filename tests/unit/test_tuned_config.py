@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import mslite_triton as mslite
+from mslite_server.tune import TuneOptions, Variant, _write_client_config
 from mslite_triton._model_config import WorkerPlan, parse_config_file, plan_workers
 from mslite_triton._pending import runner_sizes, take_runner_section
-from mslite_triton.server.tune import TuneOptions, Variant, _write_client_config
 
 
 def _context(workers: int = 0, threads: int = 0) -> mslite.Context:

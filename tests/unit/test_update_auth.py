@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mslite_backend.errors import UpdateDenied
-from mslite_backend.protocol import parse_proof, sign_update, update_message
-from mslite_backend.settings import ADMIN_KEY_ENV
 from mslite_backend.update_auth import UpdateGuard
+from mslite_contract.protocol import parse_proof, sign_update, update_message
+from mslite_contract.settings import ADMIN_KEY_ENV
 
 KEY = "k" * 32
 MANIFEST = '[{"name": "w0", "dtype": "<f4", "shape": [4]}]'

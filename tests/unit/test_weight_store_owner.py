@@ -10,9 +10,9 @@ import pytest
 
 from mslite_backend import weight_store
 from mslite_backend.errors import ModelLoadError
-from mslite_backend.settings import WEIGHTS_OWNER_ENV
 from mslite_backend.weight_store import WeightStore
 from mslite_backend.weights import WeightSpec
+from mslite_contract.settings import WEIGHTS_OWNER_ENV
 
 SPECS = (WeightSpec("w", "<f4", (4, 4)),)
 

@@ -15,15 +15,16 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mslite_backend import settings, weight_store, weights
-from mslite_backend.build_cache import ensure_built
+from mslite_backend import weight_store, weights
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
-from mslite_backend.protocol import WEIGHTS_INPUT
 from mslite_backend.runtime import ModelRuntime
 from mslite_backend.weight_store import WeightStore, layout, parse_update, sweep_stale
 from mslite_backend.weights import WeightSpec, prepare_model
+from mslite_contract import settings
+from mslite_contract.build_cache import ensure_built
+from mslite_contract.protocol import WEIGHTS_INPUT
 from tests.support import model_zoo as zoo
 
 CPU = InstanceInfo(name="m_0", kind="CPU", device_id=0)

@@ -12,7 +12,8 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_backend.errors import UpdateDenied
-from mslite_backend.protocol import (
+from mslite_backend.update_auth import UpdateGuard
+from mslite_contract.protocol import (
     FILE_PARAMETER,
     FILE_REFUSED,
     PROOF_PARAMETER,
@@ -20,7 +21,6 @@ from mslite_backend.protocol import (
     UPLOAD_PREFIX,
     WEIGHTS_INPUT,
 )
-from mslite_backend.update_auth import UpdateGuard
 from mslite_triton import _weights
 from mslite_triton._model_config import WorkerPlan, build_model_config
 from mslite_triton._remote import RemoteModel

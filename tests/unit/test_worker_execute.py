@@ -20,8 +20,8 @@ from onnx import TensorProto, helper
 
 from mslite_backend.errors import InferenceFailure
 from mslite_backend.graph import plan_auto_complete, read_graph_io
-from mslite_backend.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED, UPDATE_PARAMETER, WEIGHTS_INPUT
 from mslite_backend.update_auth import UpdateGuard
+from mslite_contract.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED, UPDATE_PARAMETER, WEIGHTS_INPUT
 from tests.support import fake_pb_utils as pb
 from tests.support import model_zoo as zoo
 from tests.support.updatable import linear_model

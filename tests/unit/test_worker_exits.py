@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from mslite_backend.protocol import DEADLINE_EXIT_CODE
-from mslite_triton.server.workers import _children, describe_exit
+from mslite_contract.protocol import DEADLINE_EXIT_CODE
+from mslite_server.workers import _children, describe_exit
 
 
 def _zombie_status(argv: list[str], kill: bool) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mslite_triton.server.workers import model_of
+from mslite_server.workers import model_of
 
 
 @pytest.mark.parametrize(

@@ -13,16 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
-from .protocol import (
+from mslite_contract.protocol import (
     DEFAULT_GPU_BUCKETS,
     RESIZED_INPUTS_PARAMETER,
     VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
     capped_buckets,
 )
+from mslite_contract.settings import MODEL_MAX_REQUEST_BYTES
+
+from .errors import ConfigError
 from .resized import Shapes, declared_resized
-from .settings import MODEL_MAX_REQUEST_BYTES
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
 _ALIASES = {

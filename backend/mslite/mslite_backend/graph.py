@@ -6,13 +6,20 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mslite_contract.dtypes import short_name, triton_type_of_onnx
+from mslite_contract.protocol import (
+    BATCHING_SECTION,
+    DEFAULT_GPU_BUCKETS,
+    DEFAULT_MAX_BATCH_SIZE,
+    capped_buckets,
+    sample_values,
+)
+from mslite_contract.protocol import batcher_defaults as protocol_batcher_defaults
+from mslite_contract.protocol import is_light as protocol_is_light
+
 from .buckets import parse as parse_buckets
 from .config import BackendConfig, TensorSpec
-from .dtypes import short_name, triton_type_of_onnx
 from .errors import ConfigError, ModelLoadError
-from .protocol import BATCHING_SECTION, DEFAULT_GPU_BUCKETS, DEFAULT_MAX_BATCH_SIZE, capped_buckets, sample_values
-from .protocol import batcher_defaults as protocol_batcher_defaults
-from .protocol import is_light as protocol_is_light
 from .resized import Shapes, free_dims
 
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InferenceFailure, ModelLoadError, RequestError, client_message
+from mslite_contract.scrub import client_message
+
+from .errors import InferenceFailure, ModelLoadError, RequestError
 from .session import SessionSettings
 
 API_VERSION = 19  # every member used here exists since this version (GetResizedStringTensorElementBuffer: 16)

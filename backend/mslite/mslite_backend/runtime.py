@@ -9,15 +9,16 @@ from typing import Any
 
 import numpy as np
 
+from mslite_contract.dtypes import TRITON_TO_NUMPY, wire_name
+
 from .affinity import cores_for_worker, pin_process
 from .batching import Feeds, Result, run_batched
 from .bound import BoundBucket, Bucket, Layout, PlainBucket, check_input, differs, graph_op_types, obstacle
 from .buckets import run_in_buckets, session_per_bucket
 from .config import BackendConfig, InstanceInfo, TensorSpec
-from .dtypes import TRITON_TO_NUMPY, wire_name
 from .errors import BackendError, ModelLoadError, RequestError
 from .graph import GraphIO, check_config_against_graph, read_graph_io
-from .mindir import resolve
+from .model_source import resolve
 from .ort_c_strings import CStringSession
 from .providers import apply_env
 from .session import OrtSession, providers_for, session_settings

@@ -7,8 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from mslite_contract.scrub import client_message
+
 from .config import BackendConfig, InstanceInfo
-from .errors import ConfigError, InferenceFailure, ModelLoadError, RequestError, client_message
+from .errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
 from .providers import ProviderChoice, check_available, choose
 
 

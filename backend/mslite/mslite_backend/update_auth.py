@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from mslite_contract.protocol import PROOF_PARAMETER, PROOF_WINDOW_S, parse_proof, payload_digest, update_mac
+from mslite_contract.settings import ADMIN_KEY_ENV, admin_key
+
 from .errors import UpdateDenied
-from .protocol import PROOF_PARAMETER, PROOF_WINDOW_S, parse_proof, payload_digest, update_mac
-from .settings import ADMIN_KEY_ENV, admin_key
 
 MAX_NONCES = 100_000  # proofs remembered for replay checks; older ones age out of the window first
 

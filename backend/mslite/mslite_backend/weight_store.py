@@ -40,11 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import wire_name
+from mslite_contract.dtypes import wire_name
+from mslite_contract.owned_files import sweep_dead_owners
+from mslite_contract.protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_STORE_PREFIX
+from mslite_contract.settings import weights_owner
+
 from .errors import InferenceFailure, ModelLoadError, RequestError
-from .owned_files import sweep_dead_owners
-from .protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_STORE_PREFIX
-from .settings import weights_owner
 from .weights import WeightSpec
 
 ALIGN = UPDATE_ALIGN

@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from .build_cache import ensure_built
+from mslite_contract.build_cache import ensure_built
+from mslite_contract.settings import shared_cache_root, weights_cache
+
 from .config import BackendConfig, InstanceInfo
 from .errors import ModelLoadError
 from .graph import GraphIO, GraphTensor, read_graph_io
 from .resized import free_dims
-from .settings import shared_cache_root, weights_cache
 
 MIN_SHARED_BYTES = 1 << 20  # below this, per-worker copies cost less than the optimized file's load
 CACHE_DIR_NAME = ".mslite-cache"

@@ -5,7 +5,7 @@
 namespace mslite_triton {
 namespace protocol {
 
-// Copies of the wire contract's names (mslite_backend/protocol.py, settings.py); a test checks they match.
+// Copies of the wire contract's names (mslite_contract/protocol.py, settings.py); a test checks they match.
 inline constexpr char BATCHING_SECTION[] = "dynamic_batching";
 inline constexpr char MAX_BATCH_SIZE_KEY[] = "max_batch_size";
 inline constexpr char MAX_QUEUE_DELAY_KEY[] = "max_queue_delay_microseconds";

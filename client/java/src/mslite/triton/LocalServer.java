@@ -30,7 +30,7 @@ final class LocalServer {
     private static final long START_TIMEOUT_S = 300; // tritonserver's start on a loaded two-core machine, with room
     private static final long STOP_TIMEOUT_S = 60;
     private static final String EXIT_TIMEOUT_S = "5"; // how long a stop waits for requests: none of ours are in flight
-    // the lines `mslite-triton serve` prints once it serves (client/mslite_triton/server/cli.py)
+    // the lines `mslite-triton serve` prints once it serves (server/mslite_server/cli.py)
     private static final String HTTP_LINE = "HTTP ";
     private static final String KEY_LINE = "ADMIN KEY ";
     private static final String SERVING_LINE = "serving;";

@@ -23,7 +23,7 @@ import java.util.stream.Collectors;
  * and {@code thread_num}; values set in code win, and an unknown {@code [runner]} key is refused.
  */
 final class ModelConfigs {
-    // Names of the wire contract (backend/mslite/mslite_backend/protocol.py); a unit test checks they match.
+    // Names of the wire contract (contract/mslite_contract/protocol.py); a unit test checks they match.
     static final String BATCHING_SECTION = "dynamic_batching";
     static final String MAX_BATCH_SIZE_KEY = "max_batch_size";
     static final String MAX_QUEUE_DELAY_KEY = "max_queue_delay_microseconds";

@@ -302,7 +302,7 @@ public final class ModelParallelRunner {
     /** Upload the model unless the same model + config is already loaded; returns the server-side name. */
     private static String upload(KServeHttp http, Path path, byte[] model, RunnerConfig cfg)
             throws IOException, KServeHttp.ServerError {
-        // told by content, as the Python client does (mslite_backend/mindir.py, detect_format): ONNX's
+        // told by content, as the Python client does (mslite_contract/mindir.py, detect_format): ONNX's
         // ModelProto starts with field 1 as a varint (0x08), MindIR's with a string (0x0A or 0x12); the server
         // converts MindIR (with its [mindir] extra); a .ms flatbuffer has "MSL" at offset 4
         String file = "file:1/model.onnx";

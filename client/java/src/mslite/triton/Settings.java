@@ -1,7 +1,7 @@
 package mslite.triton;
 
 /**
- * The environment variables this client reads: the names of {@code mslite_backend/settings.py}, where each is
+ * The environment variables this client reads: the names of {@code mslite_contract/settings.py}, where each is
  * defined and documented (docs/configuration.md); a unit test checks the copies here match.
  */
 final class Settings {

@@ -1,0 +1,243 @@
+"""The gateway's gRPC front: asyncio adapters around the socket-free relay core (`grpc_core`).
+
+Each client connection gets its own connection to Triton's gRPC port. Both protocols below only move bytes:
+what one side reads goes to the connection's `RelayCore`, and what it returns is written (`apply`). Back
+pressure stays here: when one side's writes pile up, the other side is not read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
+from mslite_gateway.admission import Admission
+from mslite_gateway.grpc_calls import Later
+from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
+from mslite_gateway.grpc_frames import write
+from mslite_gateway.load_failures import LoadFailures
+from mslite_gateway.model_batching import ModelBatching
+from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
+
+log = logging.getLogger(__name__)
+_SWEEPS_PER_STALL = 5  # the stall timeout is checked this often per timeout: a stream goes within 1.2 times it
+_LINGER_S = 2.0  # how long a closed connection's last bytes may take to reach the client
+_CONNECT_TIMEOUT_S = 10.0
+
+
+class GrpcRelay:
+    """Accepts client connections (`factory` for loop.create_server) and relays them to Triton's gRPC port."""
+
+    def __init__(self, upstream: UpstreamAddress, rules: RelayRules) -> None:
+        self.upstream = upstream
+        self.rules = rules
+        self.connections: set[_ClientProtocol] = set()
+        self.sweeper: asyncio.TimerHandle | None = None
+
+    @property
+    def refused(self) -> int:
+        """Calls answered by the gateway itself."""
+        return self.rules.refused
+
+    def factory(self) -> asyncio.Protocol:
+        """A protocol instance for one accepted client connection."""
+        return _ClientProtocol(self)
+
+    def watch(self) -> None:
+        """Start the sweep (once, with the first connection)."""
+        if self.sweeper is None:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.sweeper = loop.call_later(self.rules.admission.stall_s / _SWEEPS_PER_STALL, self.sweep)
+
+    def sweep(self) -> None:
+        """The deadlines of every connection (`RelayCore.tick`)."""
+        now = asyncio.get_running_loop().time()
+        for conn in list(self.connections):
+            conn.apply(conn.core.tick(now))
+        if not self.rules.closing:
+            self._schedule()
+
+    def inflight(self) -> int:
+        """Checked streams not answered yet, over all connections."""
+        return sum(c.core.inflight for c in self.connections)
+
+    async def drain_and_close(self, grace_s: float) -> None:
+        """Wait up to `grace_s` for checked streams in progress, then close every connection."""
+        self.rules.closing = True
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self.inflight() and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.apply(conn.core.closed(CLIENT))
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """The client's connection: its bytes to the core, and the core's writes to both connections."""
+
+    def __init__(self, relay: GrpcRelay) -> None:
+        self.relay = relay
+        self.core = RelayCore(relay.rules)
+        self.transport: asyncio.Transport | None = None
+        self.upstream: _TritonProtocol | None = None
+        self.connecting: asyncio.Task[None] | None = None  # kept: the loop holds only a weak reference to a task
+        self.lingering = False  # the core closed the connection: written, write side shut, closing soon
+        self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc_calls.Later`)
+        self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.relay.connections.add(self)
+        self.relay.watch()
+        self.connecting = self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            _, proto = await asyncio.wait_for(
+                self.relay.upstream.create_connection(lambda: _TritonProtocol(self)), _CONNECT_TIMEOUT_S
+            )
+        except (OSError, asyncio.TimeoutError):
+            reachable = False
+        else:
+            self.upstream = proto  # type: ignore[assignment]
+            reachable = True
+        if self.transport is None or self.transport.is_closing():
+            self.apply(self.core.closed(CLIENT))
+            return
+        self.apply(self.core.opened(reachable, self.loop.time()))
+
+    def apply(self, writes: Writes) -> None:
+        """Do what the core asked: write to each side, then pause or close."""
+        client = self.transport
+        triton = self.upstream.transport if self.upstream is not None else None
+        if writes.to_client and client is not None and not client.is_closing():
+            write(client, writes.to_client)
+        if writes.to_triton and triton is not None and not triton.is_closing():
+            write(triton, writes.to_triton)
+        if writes.pause_client and client is not None:
+            client.pause_reading()
+        if writes.wake_s:
+            self.loop.call_later(writes.wake_s, lambda: self.apply(self.core.tick(self.loop.time())))
+        for sid, job in writes.later:
+            task = self.loop.create_task(self._run_later(sid, job))
+            self.tasks.add(task)  # kept: the loop holds only a weak reference to a task
+            task.add_done_callback(self.tasks.discard)
+        if writes.close:
+            if triton is not None:
+                triton.close()
+            if client is not None:
+                self._close_after_writes(client)
+
+    async def _run_later(self, sid: int, job: Later) -> None:
+        """Run a stream's work off the loop (a thread, or a reading from Triton), then hand the core its outcome."""
+        value, error = None, None
+        try:
+            value = await (asyncio.to_thread(job.run) if job.in_thread else job.run())
+        except Exception as e:  # the core decides what it means for the stream
+            error = e
+        self.apply(self.core.resolved(sid, job, value, error, self.loop.time()))
+
+    def _close_after_writes(self, client: asyncio.Transport) -> None:
+        """Close the client's connection so that what was written to it (a GOAWAY, a refusal) reaches it.
+
+        Closing a socket that still holds unread bytes sends a reset, and a reset drops what is not sent yet:
+        a client that keeps sending (rapid reset) would never see its GOAWAY. So the write side is shut first
+        (FIN after the last byte), what the client still sends is read and dropped, and the connection is
+        closed `_LINGER_S` later, or sooner when the client closes it.
+        """
+        if client.is_closing() or self.lingering:
+            return
+        if not client.can_write_eof():
+            client.close()
+            return
+        self.lingering = True
+        client.write_eof()
+        client.resume_reading()  # a paused connection would keep its unread bytes
+        self.loop.call_later(_LINGER_S, client.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            return  # closing: what the client still sends is dropped
+        self.apply(self.core.feed(CLIENT, data, self.loop.time()))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.relay.connections.discard(self)
+        self.apply(self.core.closed(CLIENT))
+        self.transport = None
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.resume_reading()
+
+
+class _TritonProtocol(asyncio.Protocol):
+    """Triton's connection for one client's: its bytes to the client's core."""
+
+    def __init__(self, client: _ClientProtocol) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        client.apply(client.core.feed(TRITON, data, client.loop.time()))
+
+    def pause_writing(self) -> None:
+        """Triton reads slower than the client sends: stop reading the client."""
+        if self.client.transport is not None:
+            self.client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        """Triton caught up: read the client again."""
+        if self.client.transport is not None:
+            self.client.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Triton hung up: so does the client's connection (clients see UNAVAILABLE and retry)."""
+        self.client.apply(self.client.core.closed(TRITON))
+
+
+async def start_relay(
+    host: str,
+    port: int,
+    upstream: UpstreamAddress,
+    *,
+    max_request_bytes: int,
+    admission: Admission,
+    staging: Staging | None,
+    admin_key: str | None = None,
+    failures: LoadFailures | None = None,
+    batching: ModelBatching | None = None,
+    max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
+    upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
+) -> tuple[asyncio.AbstractServer, GrpcRelay]:
+    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint).
+
+    Raises:
+        OSError: the port could not be bound.
+    """
+    rules = RelayRules(
+        max_request_bytes=max_request_bytes,
+        admission=admission,
+        staging=staging,
+        admin_key=admin_key,
+        failures=failures,
+        batching=batching,
+        max_strings=max_strings,
+        upstream_timeout_s=upstream_timeout_s,
+    )
+    relay = GrpcRelay(upstream, rules)
+    server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
+    return server, relay

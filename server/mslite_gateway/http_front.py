@@ -1,0 +1,470 @@
+"""The gateway's HTTP proxy: one asyncio task per client connection, pooled keep-alive connections to Triton.
+
+Framing and checks live in `http_framing`; this module only moves bytes. Requests on one connection are
+served in order (pipelining works, one at a time). A refused body is read and dropped for a few seconds
+after the answer ("lingering close"), so a client still sending it sees the 413 instead of a reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mslite_contract.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
+from mslite_contract.scrub import json_error, scrub_json_error
+from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_RETRY_S
+from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.deadlines import within
+from mslite_gateway.http_framing import (
+    GENERATE_ROUTE,
+    INFER_ROUTE,
+    LINGER_BYTES,
+    LINGER_S,
+    HttpError,
+    Request,
+    check_infer,
+    check_infer_elsewhere,
+    check_json_body,
+    check_region_call,
+    client_head,
+    error_response,
+    infer_empty_batches,
+    needs_offload,
+    parse_head,
+    read_body,
+    read_head,
+    remap_parse_500,
+    stage_body,
+    upstream_head,
+    work_bytes,
+)
+from mslite_gateway.load_failures import LoadFailures
+from mslite_gateway.model_batching import ModelBatching
+from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
+from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
+from mslite_gateway.rules import Refusal, holds_key, no_answer
+from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
+from mslite_gateway.server_metadata import served_json
+from mslite_gateway.staging import Staging
+from mslite_gateway.upstream_address import UpstreamAddress
+
+log = logging.getLogger(__name__)
+
+_INFER_PREFIX = b"/v2/models/"
+_MODEL_ROUTE = re.compile(rb"/v2/models/([^/?]+)")  # any call naming a model: ready, metadata, infer, ...
+_KEY_HEADER = ADMIN_HEADER.encode()
+# While requests wait for Triton, their clients' connections are looked at this often: one that hung up has its
+# request's upstream connection closed (all HTTP allows to cancel it) and its admission slot given back.
+CLIENT_WATCH_S = 1.0
+
+
+@dataclass
+class Response:
+    """Triton's answer, read whole."""
+
+    status_line: bytes
+    headers: list[tuple[bytes, bytes]]  # (lower-case name, raw line)
+    body: bytes
+    reusable: bool
+
+
+async def read_response(reader: asyncio.StreamReader) -> Response:
+    """One HTTP/1.1 response (interim 1xx answers skipped), body framed by Content-Length, chunks or EOF."""
+    while True:
+        lines = (await reader.readuntil(b"\r\n\r\n"))[:-4].split(b"\r\n")
+        code = int(lines[0].split(b" ", 2)[1])
+        if not 100 <= code < 200:
+            break
+    headers = [(line.partition(b":")[0].strip().lower(), line) for line in lines[1:]]
+    values = {name: line.partition(b":")[2].strip().lower() for name, line in headers}
+    reusable = lines[0].startswith(b"HTTP/1.1") and values.get(b"connection") != b"close"
+    if code in (204, 304):
+        body = b""
+    elif values.get(b"transfer-encoding") == b"chunked":
+        parts = []
+        while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16):
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        while await reader.readuntil(b"\r\n") != b"\r\n":
+            pass
+        body = b"".join(parts)
+    elif b"content-length" in values:
+        body = await reader.readexactly(int(values[b"content-length"]))
+    else:
+        body, reusable = await reader.read(), False
+    return Response(lines[0], headers, body, reusable)
+
+
+class _Unanswered(Exception):
+    """Triton gave no answer: `sent` when the request may have reached it."""
+
+    def __init__(self, status: int, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.sent = sent
+
+
+class Upstream:
+    """Keep-alive connections to Triton's HTTP endpoint, reused by whichever request comes next."""
+
+    def __init__(
+        self,
+        address: UpstreamAddress,
+        *,
+        timeout_s: float,
+        retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
+        max_idle: int = 64,
+    ) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.max_idle = max_idle
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def exchange(
+        self, head: bytes, body: bytes, *, idempotent: bool, prepare: Callable[[], Awaitable[bool]] | None = None
+    ) -> Response:
+        """Send one request and read its answer.
+
+        While Triton is away (the supervisor restarts it in a few seconds), the request waits and is sent
+        again for up to `retry_s`: always when it could not be delivered, and when Triton dropped it
+        unanswered only if it is `idempotent` (GET, inference), which is what a direct client would retry.
+        A request that is not goes on a new connection of its own: on a pooled one, a connection the server
+        dropped while idle and a server that died of the request look the same, and only the first may be
+        sent again. On a new connection `prepare` runs first (a staged request's region registered with this
+        Triton).
+
+        Raises:
+            HttpError: 503 when Triton cannot be reached, 502 when it breaks off, 504 past the timeout.
+        """
+        deadline, delay = time.monotonic() + self.retry_s, 0.05
+        while True:
+            try:
+                return await self._attempt(head, body, prepare, idempotent)
+            except _Unanswered as e:
+                if (e.sent and not idempotent) or time.monotonic() + delay > deadline:
+                    raise HttpError(e.status, e.message) from None
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    async def _attempt(
+        self, head: bytes, body: bytes, prepare: Callable[[], Awaitable[bool]] | None, idempotent: bool
+    ) -> Response:
+        for _ in range(2):
+            fresh = not self._idle or not idempotent
+            if fresh:
+                try:
+                    conn = await asyncio.wait_for(self.address.open_connection(limit=1 << 20), 10)
+                except (OSError, asyncio.TimeoutError) as e:
+                    raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
+                if prepare is not None and not await prepare():
+                    conn[1].close()
+                    raise _Unanswered(503, "the inference server is not ready for this request (restarting?)", False)
+            else:
+                conn = self._idle.pop()
+            reader, writer = conn
+            try:
+                writer.writelines((head, body))  # one writev: no copy of the body, one segment for a small one
+                await writer.drain()
+                resp = await within(read_response(reader), self.timeout_s)
+            except (ConnectionError, asyncio.IncompleteReadError) as e:
+                writer.close()
+                if fresh or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
+                    raise _Unanswered(
+                        502, "the inference server closed the connection without an answer", True
+                    ) from None
+                continue  # an idle keep-alive connection the server had closed: once more on a fresh one
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+                writer.close()
+                raise HttpError(504, no_answer(self.timeout_s)) from None
+            except asyncio.CancelledError:  # the client hung up: its answer must never reach the next request
+                writer.close()
+                raise
+            if resp.reusable and len(self._idle) < self.max_idle:
+                self._idle.append(conn)
+            else:
+                writer.close()
+            return resp
+        raise _Unanswered(502, "the inference server closed the connection without an answer", True)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        while self._idle:
+            self._idle.pop()[1].close()
+
+
+class HttpFront:
+    """Serves client connections: `handle` is the asyncio.start_server callback."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        *,
+        max_request_bytes: int,
+        admission: Admission,
+        staging: Staging | None = None,
+        idle_timeout_s: float = 75.0,
+        admin_key: str | None = None,
+        offload: Offload | None = None,
+        failures: LoadFailures | None = None,
+        batching: ModelBatching | None = None,
+        max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
+    ) -> None:
+        self.upstream = upstream
+        self.batching = batching
+        self.max_strings = max_strings
+        self.gone = 0  # requests whose client hung up while Triton had them
+        # requests waiting for Triton (their tasks) and their clients' connections, looked at by `_sweep`
+        self.waiting: dict[asyncio.Task[Any], asyncio.StreamReader] = {}
+        self.sweeper: asyncio.TimerHandle | None = None
+        self.failures = failures
+        self.staging = staging
+        self.admin_key = admin_key
+        self.offload = offload
+        self.cap = max_request_bytes
+        self.admission = admission
+        self.idle_timeout_s = idle_timeout_s
+        self.body_timeout_s = 60.0
+        self.inflight = 0
+        self.closing = False
+        self.refused = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one client connection until it closes, errs, idles out, or the gateway stops."""
+        self._writers.add(writer)
+        account = Account()  # the bytes this connection's request holds (one at a time: HTTP/1.1)
+        try:
+            while not self.closing:
+                req = None
+                try:
+                    head = await read_head(reader, self.idle_timeout_s)
+                    if head is None:
+                        return
+                    req = parse_head(head)
+                    await read_body(req, reader, writer, self.cap, self.body_timeout_s, self.admission, account)
+                    self.inflight += 1
+                    try:
+                        keep = await self._serve(req, reader, writer)
+                    finally:
+                        self.inflight -= 1
+                except HttpError as e:
+                    self._release(req, account)  # before lingering: the dropped rest of the body is not held
+                    await self._refuse(reader, writer, e)
+                    return
+                finally:
+                    self._release(req, account)
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            # The gateway stops and what the grace period left is cancelled (a request waiting for Triton in
+            # the upstream's retry sleep), or the client hung up while Triton had its request (`_sweep`): ended
+            # quietly. Left cancelled, the stream server's done-callback (Python 3.11) asks the task for its
+            # exception, which raises and is logged as an ERROR with a traceback.
+            if not (self.closing or reader.at_eof()):
+                raise
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    def _release(self, req: Request | None, account: Account) -> None:
+        if req is not None and req.charged:
+            self.admission.give_bytes(req.charged, account)
+            req.charged = 0
+
+    def _watch(self, reader: asyncio.StreamReader) -> asyncio.Task[Any]:
+        """Have `_sweep` look at this request's client while Triton has the request; returns the request's task.
+
+        One timer for all requests (a timer each cost 5 us a request, a tenth of a small one's whole cost).
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self.waiting[task] = reader
+        if self.sweeper is None:
+            self.sweeper = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._sweep)
+        return task
+
+    def _sweep(self) -> None:
+        """Cancel each waiting request whose client hung up (FIN or reset; pipelined bytes unread keep it: rare).
+
+        A cancelled request's upstream connection is closed (`Upstream`), its slot given back (`_serve`).
+        """
+        self.sweeper = None
+        for task, reader in list(self.waiting.items()):
+            if reader.at_eof():
+                self.gone += 1
+                task.cancel()
+        if self.waiting:
+            self.sweeper = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._sweep)
+
+    async def _serve(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Check, forward and answer one request; False when the connection must close afterwards."""
+        try:
+            connection = (req.header(b"connection") or b"").lower()
+            close = connection == b"close" or (req.version == b"HTTP/1.0" and connection != b"keep-alive")
+            if req.method == b"HEAD":
+                raise HttpError(405, "method HEAD is not served; use GET")
+            match = infer = None
+            empty: list[tuple[str, list[int]]] = []  # inputs of batch size 0
+            doc: dict[str, Any] | None = None
+            payload: memoryview | None = None
+            if req.method == b"POST" and req.target.startswith(_INFER_PREFIX):
+                path = req.target.split(b"?", 1)[0]
+                match = infer = INFER_ROUTE.fullmatch(path)
+                if infer:
+                    keyed = holds_key(req.header(_KEY_HEADER), self.admin_key)
+                    args = (req, infer.group(1), infer.group(2), self.cap, keyed, self.max_strings)
+                    if self._offloaded(req):  # checked elsewhere; sent to Triton as it came
+                        empty = await self._check_off_loop(req, check_infer_elsewhere, *args)
+                    else:
+                        doc, payload = check_infer(*args)
+                        empty = infer_empty_batches(doc)
+                else:
+                    match = GENERATE_ROUTE.fullmatch(path)
+            if infer is None and (match is not None or req.body):  # every other body Triton parses
+                version = match.group(2) if match else None
+                if self._offloaded(req, infer=False):
+                    await self._check_off_loop(req, check_json_body, req, version, self.cap, infer=False)
+                else:
+                    check_json_body(req, version, self.cap)
+            if match is None:
+                resp = await self._relay(req)
+            else:
+                model = urllib.parse.unquote(match.group(1).decode("latin-1"))
+                self.admission.enter(model)
+                task = self._watch(reader)
+                try:
+                    if empty and self.batching is not None:
+                        await self.batching.check(model, empty)
+                    if doc is None:  # generate, or checked off the loop
+                        resp = await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+                    else:
+                        resp = await self._infer(req, doc, payload)
+                finally:
+                    del self.waiting[task]
+                    self.admission.leave(model)
+        except Overloaded as e:
+            self.refused += 1
+            writer.write(error_response(503, e.message, close=False))
+            await writer.drain()
+            return True
+        except Refusal as e:
+            self.refused += 1
+            writer.write(error_response(e.status, e.message, close=False))
+            await writer.drain()
+            return True
+        except HttpError as e:
+            self.refused += 1
+            writer.write(error_response(e.status, e.message, close=e.close))
+            await writer.drain()
+            return not e.close
+        status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
+        # an error answer loses what only the server should know (paths, tracebacks, internal region names)
+        body, is_json = resp.body, False
+        if status_line[9:10] in (b"4", b"5"):
+            body = scrub_json_error(body)
+            if self.failures is not None and (named := _MODEL_ROUTE.match(req.target)):  # why it did not load
+                body = await self.failures.explain_json(urllib.parse.unquote(named.group(1).decode("latin-1")), body)
+            is_json = json_error(body) is not None
+        elif req.method == b"GET" and req.target.split(b"?", 1)[0] == METADATA_PATH:
+            body = served_json(body)  # the extensions this server serves
+        writer.writelines((client_head(status_line, resp.headers, len(body), close, json_body=is_json), body))
+        await writer.drain()
+        return not close
+
+    def _offloaded(self, req: Request, *, infer: bool = True) -> bool:
+        return self.offload is not None and needs_offload(req, OFFLOAD_BYTES, infer=infer)
+
+    async def _check_off_loop(self, req: Request, check: Callable[..., Any], *args: Any, infer: bool = True) -> Any:
+        """`check(*args)` in the offload lane for `req`'s JSON (a compressed body measured in a thread first)."""
+        assert self.offload is not None
+        if req.header(b"content-encoding"):  # inflated to count it: in a thread
+            work = await asyncio.to_thread(work_bytes, req, SMALL_LANE_BYTES, infer=infer)
+        else:
+            work = work_bytes(req, SMALL_LANE_BYTES, infer=infer)
+        return await self.offload.check(check, *args, work_bytes=work)
+
+    async def _relay(self, req: Request) -> Response:
+        """Any request but inference: relayed as it is, but for shared-memory calls and load overrides.
+
+        A load override that names no backend gets ours, and a load naming a file path Triton cannot create is
+        refused (`model_control`).
+
+        After a keyed unregister call (without a name: every region, the gateway's too) staging checks its
+        registrations again before it next uses one; a call that changes state is never sent twice.
+        """
+        unregister = check_region_call(req) and holds_key(req.header(_KEY_HEADER), self.admin_key)
+        if unregister and self.staging is not None:
+            self.staging.recheck()
+        head, body = upstream_head(req), req.body
+        if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
+            # a file path Triton cannot create aborts it: refused here (`model_control`), a large body off the loop
+            if self.offload is not None and (len(req.body) > OFFLOAD_BYTES or req.header(b"content-encoding")):
+                await self._check_off_loop(req, check_http_load, req, self.cap, infer=False)
+            else:
+                check_http_load(req, self.cap)
+            rewritten = http_load_body(req.body)  # an override that names no backend keeps ours
+            if rewritten is not None:
+                head, body = upstream_head(req, rewritten), rewritten
+        try:
+            return await self.upstream.exchange(head, body, idempotent=req.method == b"GET")
+        finally:
+            if unregister and self.staging is not None:
+                self.staging.recheck()  # again: a staged request may have checked them in between
+
+    async def _infer(self, req: Request, doc: dict[str, Any], payload: memoryview | None) -> Response:
+        """Forward a checked inference request: its tensor data through shared memory when large (`staging`)."""
+        staging = self.staging
+        if staging is None or payload is None or not staging.wants(len(payload)):
+            return await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+        region = await staging.lend(len(payload))
+        if region is None:
+            return await self.upstream.exchange(upstream_head(req), req.body, idempotent=True)
+        region.view[: len(payload)] = payload
+        body = stage_body(doc, region.name, 0)
+        try:
+            resp = await self.upstream.exchange(
+                upstream_head(req, body), body, idempotent=True, prepare=lambda: staging.ready(region)
+            )
+        except BaseException:
+            staging.abandon(region)  # no answer: Triton may still read the region
+            raise
+        staging.give_back(region)
+        return resp
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, e: HttpError) -> None:
+        """Answer a framing error, then (lingering close) drop what the client still sends, for a while."""
+        self.refused += 1
+        writer.write(error_response(e.status, e.message, close=True))
+        await writer.drain()
+        if not e.linger:
+            return
+        writer.write_eof()
+        deadline, dropped = time.monotonic() + LINGER_S, 0
+        while dropped < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+            try:
+                chunk = await asyncio.wait_for(reader.read(1 << 20), left)
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+                return
+            if not chunk:
+                return
+            dropped += len(chunk)
+
+    async def drain_and_close(self, grace_s: float) -> None:
+        """Stop taking requests, wait up to `grace_s` for those in progress, then close every connection."""
+        self.closing = True
+        deadline = time.monotonic() + grace_s
+        while self.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for writer in list(self._writers):
+            writer.close()
+        self.upstream.close()

@@ -1,0 +1,276 @@
+"""`mslite-triton`: serve a model repository with the embedded Triton server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from mslite_contract import settings
+from mslite_contract.settings import (
+    GATEWAY_BODY_STALL_TIMEOUT_S,
+    GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+    GATEWAY_MAX_INFLIGHT_PER_MODEL,
+    GATEWAY_MAX_REQUEST_BYTES,
+)
+from mslite_server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
+from mslite_server.tune import add_command as add_tune_command
+
+# Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
+_GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    gone = [f"--{name.replace('_', '-')}" for name in _GONE_OPTIONS if getattr(args, name) is not None]
+    if gone:
+        sys.stderr.write(
+            f"mslite-triton: {' and '.join(gone)}: no such option any more; behind the gateway tritonserver listens on "
+            "Unix sockets that only this user can reach, not on TCP ports; with --no-gateway it serves "
+            "--http-port and --grpc-port itself\n"
+        )
+        return 2
+    config = ServerConfig(
+        model_repository=Path(args.model_repository),
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        load_models=tuple(args.model) or ("*",),
+        exit_timeout_s=args.exit_timeout_s,
+        log_verbose=args.log_verbose,
+        restrict_admin=not args.no_admin_key,
+        supervise=not args.no_supervisor,
+        hang_s=args.hang_s,
+        orphan_grace_s=args.orphan_grace_s,
+        gateway=not args.no_gateway,
+        max_request_bytes=args.max_request_mib << 20,
+        max_inflight_per_model=args.max_inflight_per_model,
+        max_inflight_bytes=args.max_inflight_mib << 20,
+        max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
+        body_stall_timeout_s=args.body_stall_timeout_s,
+        upstream_timeout_s=args.upstream_timeout_s,
+        max_string_elements=args.max_string_elements,
+        tritonserver=args.tritonserver,
+        admin_key=settings.admin_key(),
+    )
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    if args.stop_on_stdin_close:
+        threading.Thread(target=_stop_at_eof, args=(stop, received), name="stdin-watch", daemon=True).start()
+    server = EmbeddedServer(config)
+    try:
+        server.start()
+    except ServerStartError as e:
+        sys.stderr.write(f"mslite-triton: {e}\n")
+        return 2
+    out = sys.stdout
+    out.write(f"HTTP    {server.http_url}\nGRPC    {server.grpc_url}\nMETRICS {server.metrics_url}\n")
+    out.write(f"LOG     {server.log_path}\n")
+    if server.gateway is not None:
+        out.write(
+            f"GATEWAY on the ports above, requests up to {args.max_request_mib} MiB, at most "
+            f"{args.max_inflight_per_model} in flight per model and {args.max_inflight_mib} MiB in flight in all "
+            f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on Unix sockets in "
+            f"{server.triton.socket_dir}/ (mode 0700: this user only; gRPC: {server.triton.grpc_address})\n"
+        )
+    if server.admin_key and config.admin_key:  # the deployment's: not written into its logs
+        out.write(f"ADMIN KEY from {settings.ADMIN_KEY_ENV}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+    elif server.admin_key:
+        out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+    else:
+        out.write(
+            "ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models "
+            "and update weights\n"
+        )
+    for m in server.model_states():
+        reason = f"  ({m.reason.splitlines()[0]})" if m.reason and not m.ready else ""
+        out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")
+    out.write("serving; Ctrl-C or SIGTERM stops\n")
+    out.flush()
+    while not stop.wait(0.5):
+        if not server.is_serving():  # with the supervisor: only once it could not start tritonserver again
+            sys.stderr.write(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
+            server.stop()
+            return 1
+    sys.stderr.write(
+        f"mslite-triton: {received[0] if received else 'stop'} received: stopping (requests in flight get up to "
+        f"{args.exit_timeout_s} s)\n"
+    )
+    sys.stderr.flush()
+    code = server.stop()
+    server.remove_workspace()
+    sys.stderr.write(f"mslite-triton: stopped (tritonserver exit code {code})\n")
+    return 0 if code in (0, None) else 1
+
+
+def _stop_at_eof(stop: threading.Event, received: list[str]) -> None:
+    """Set `stop` once standard input ends.
+
+    The process holding its other end (a C++ or Java client that started this server) has then ended, however
+    it ended (a signal it could not catch included).
+    """
+    while sys.stdin.buffer.read(4096):
+        pass
+    received.append("end of standard input")
+    stop.set()
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="mslite-triton", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="start the embedded Triton server on a model repository")
+    serve.add_argument("--model-repository", default="model_repository", help="model repository directory")
+    serve.add_argument("--host", default=LOOPBACK, help="address to bind (default: loopback only)")
+    serve.add_argument(
+        "--http-port", type=int, default=8000, help="KServe v2 HTTP/REST port; 0: a free one (default %(default)s)"
+    )
+    serve.add_argument(
+        "--grpc-port", type=int, default=8001, help="KServe v2 gRPC port; 0: a free one (default %(default)s)"
+    )
+    serve.add_argument(
+        "--metrics-port", type=int, default=8002, help="Prometheus metrics port; 0: a free one (default %(default)s)"
+    )
+    for name in _GONE_OPTIONS:  # refused with a reason (`_serve`), not as an unknown option
+        serve.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument(
+        "--tritonserver",
+        type=Path,
+        default=settings.server_bin(),
+        help=f"the tritonserver binary to start, with its installation's python backend beside it (the Triton "
+        f"image's /opt/tritonserver/bin/tritonserver); default: {settings.SERVER_BIN_ENV}, else the nvidia-pytriton "
+        "wheel's",
+    )
+    serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
+    serve.add_argument(
+        "--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests (default %(default)s)"
+    )
+    serve.add_argument(
+        "--log-verbose",
+        type=int,
+        default=0,
+        help="tritonserver's --log-verbose level into the LOG file; 1 logs each model load and request "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--no-admin-key",
+        action="store_true",
+        help="leave model control, shared memory, logging, trace and weights updates open (local benchmarking: "
+        f"perf_analyzer cannot send the key over gRPC); by default they need the key {settings.ADMIN_KEY_ENV} "
+        "names, or else a new one made at start",
+    )
+    serve.add_argument("--no-supervisor", action="store_true", help="do not restart the server when a worker dies")
+    serve.add_argument(
+        "--stop-on-stdin-close",
+        action="store_true",
+        help="stop when standard input ends: a program that starts this server as its child keeps the other end "
+        "open, so the server stops when that program ends, however it ends",
+    )
+    serve.add_argument(
+        "--hang-s",
+        type=_positive_float,
+        default=ServerConfig.hang_s,
+        help="the supervisor kills and replaces a gateway or worker process stopped or not answering for this "
+        "long (default %(default)s)",
+    )
+    serve.add_argument(
+        "--orphan-grace-s",
+        type=_positive_float,
+        default=ServerConfig.orphan_grace_s,
+        help="the supervisor kills a worker still running this long after its model was unloaded or loaded again "
+        "(a request that never ends keeps it in execute; default %(default)s)",
+    )
+    serve.add_argument(
+        "--no-gateway",
+        action="store_true",
+        help="serve tritonserver directly on the ports, without the validating gateway (which answers malformed "
+        "requests with a 4xx naming the problem, refuses oversized ones before they reach Triton and bounds "
+        "what is in flight; it costs about 0.4 ms of CPU per 600 KB request, 0.05 ms per small one)",
+    )
+    serve.add_argument(
+        "--max-request-mib",
+        type=_positive,
+        default=GATEWAY_MAX_REQUEST_BYTES >> 20,
+        help="the largest request the gateway accepts; larger ones get 413 / RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-per-model",
+        type=_positive,
+        default=GATEWAY_MAX_INFLIGHT_PER_MODEL,
+        help="gateway admission control: inference requests one model may have in flight (sent on to Triton, "
+        "not yet answered); more are refused at once with 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-mib",
+        type=_positive,
+        default=GATEWAY_MAX_INFLIGHT_BYTES >> 20,
+        help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
+        "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-inflight-mib-per-connection",
+        type=_positive,
+        default=GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION >> 20,
+        help="gateway admission control: the same bytes, for one client connection (a gRPC connection carries "
+        "many calls); one request alone always fits; beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
+    )
+    serve.add_argument(
+        "--body-stall-timeout-s",
+        type=_positive_float,
+        default=GATEWAY_BODY_STALL_TIMEOUT_S,
+        help="gateway: a request body (HTTP) or message (gRPC) that brings no new byte for this long is dropped, "
+        "with 408 / DEADLINE_EXCEEDED, and what it held is given back (default %(default)s)",
+    )
+    serve.add_argument(
+        "--upstream-timeout-s",
+        type=_positive_float,
+        default=ServerConfig.upstream_timeout_s,
+        help="gateway: how long it waits for tritonserver's answer to one request; then 504 / DEADLINE_EXCEEDED, "
+        "and the request's place under --max-inflight-per-model is free again (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-string-elements",
+        type=_positive,
+        default=ServerConfig.max_string_elements,
+        help="gateway: string (BYTES) elements one request may declare over all its inputs; more are refused "
+        "with 413 / RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    serve.set_defaults(func=_serve)
+    add_tune_command(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

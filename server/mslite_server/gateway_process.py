@@ -1,0 +1,139 @@
+"""The launcher's handle of the gateway process (`mslite_gateway`): start it, watch it, stop it.
+
+The gateway is a package of its own, run as `python -m mslite_gateway` in a child process; this module only
+builds its command line and environment and never imports it, so the launcher does not load uvloop, hpack or
+the relay.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mslite_contract.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
+from mslite_contract.settings import (
+    ADMIN_KEY_ENV,
+    GATEWAY_BODY_STALL_TIMEOUT_S,
+    GATEWAY_GRACE_S,
+    GATEWAY_MAX_INFLIGHT_BYTES,
+    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+    GATEWAY_MAX_INFLIGHT_PER_MODEL,
+    GATEWAY_MAX_REQUEST_BYTES,
+    GATEWAY_MAX_STRING_ELEMENTS,
+    GATEWAY_UPSTREAM_RETRY_S,
+    GATEWAY_UPSTREAM_TIMEOUT_S,
+)
+from mslite_server.parent_death import dies_with_parent
+
+__all__ = ["GatewayError", "GatewayProcess"]
+
+
+class GatewayError(RuntimeError):
+    """The gateway process could not start (a port in use, or it died)."""
+
+
+class GatewayProcess:
+    """A gateway child process in front of one Triton server; `stop()` is safe to call twice."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        http_port: int,
+        grpc_port: int,
+        upstream_http: str,
+        upstream_grpc: str,
+        max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES,
+        max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL,
+        max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES,
+        max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
+        body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S,
+        upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
+        max_string_elements: int = GATEWAY_MAX_STRING_ELEMENTS,
+        grace_s: float = GATEWAY_GRACE_S,
+        upstream_retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
+        admin_key: str | None = None,
+        log_path: Path,
+    ) -> None:
+        self.args = [
+            f"--host={host}",
+            f"--http-port={http_port}",
+            f"--grpc-port={grpc_port}",
+            f"--upstream-http={upstream_http}",
+            f"--upstream-grpc={upstream_grpc}",
+            f"--max-request-bytes={max_request_bytes}",
+            f"--max-inflight-per-model={max_inflight_per_model}",
+            f"--max-inflight-bytes={max_inflight_bytes}",
+            f"--max-inflight-bytes-per-connection={max_inflight_bytes_per_connection}",
+            f"--body-stall-timeout-s={body_stall_timeout_s}",
+            f"--upstream-timeout-s={upstream_timeout_s}",
+            f"--max-string-elements={max_string_elements}",
+            f"--grace-s={grace_s}",
+            f"--upstream-retry-s={upstream_retry_s}",
+        ]
+        # The key registers the gateway's staging regions (`staging`); passed in the environment, not argv.
+        self.env = {k: v for k, v in os.environ.items() if k != ADMIN_KEY_ENV}
+        if admin_key:
+            self.env[ADMIN_KEY_ENV] = admin_key
+        self.grace_s = grace_s
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, timeout_s: float = 30.0, die_with_parent: bool = False) -> None:
+        """Start the process and wait for its `ready` line.
+
+        With `die_with_parent`, it gets SIGTERM when the calling thread ends (`parent_death`).
+
+        Raises:
+            GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
+        """
+        with open(self.log_path, "ab") as logf:
+            args = [sys.executable, "-m", GATEWAY_MODULE, *self.args]
+            self.process = subprocess.Popen(
+                dies_with_parent(args) if die_with_parent else args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=logf,
+                env=self.env,
+                start_new_session=True,  # Ctrl-C in the launcher's terminal goes to the launcher, which stops us
+            )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        line = b""
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if select.select([self.process.stdout], [], [], 0.2)[0]:
+                line = self.process.stdout.readline()
+                break
+        if line.strip() != GATEWAY_READY_LINE.encode():
+            self.stop(timeout_s=1)
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-8:]
+            raise GatewayError("the gateway did not start:\n" + "\n".join(tail))
+
+    def is_running(self) -> bool:
+        """True while the process is alive."""
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The process id, while started."""
+        return None if self.process is None else self.process.pid
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """SIGTERM (requests in progress finish), then SIGKILL after the grace period."""
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.grace_s + 5 if timeout_s is None else timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
