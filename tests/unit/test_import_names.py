@@ -9,7 +9,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import mslite_backend
+import mslite_contract
 import mslite_gateway
+import mslite_server
 import mslite_triton
 
 RUNTIME_DIR = Path(mslite_backend.__file__).resolve().parent
@@ -21,10 +23,9 @@ def _import_all(package: object) -> None:
 
 
 def test_runtime_is_imported_under_one_name_only() -> None:
-    # Everything the client, launcher and gateway import, and the backend's own modules.
-    _import_all(mslite_triton)
-    _import_all(mslite_gateway)
-    _import_all(mslite_backend)
+    # Everything the client, launcher, gateway and contract import, and the backend's own modules.
+    for package in (mslite_contract, mslite_triton, mslite_server, mslite_gateway, mslite_backend):
+        _import_all(package)
     names: dict[Path, list[str]] = defaultdict(list)
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
