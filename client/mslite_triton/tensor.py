@@ -128,18 +128,6 @@ def from_numpy_dtype(dtype: npt.DTypeLike) -> DataType:
     return found
 
 
-def to_triton_dtype(dtype: DataType) -> str:
-    """Return the Triton datatype string ("FP32", "INT64", ...) of a DataType.
-
-    Raises:
-        TypeError: ``dtype`` has no Triton equivalent (UNKNOWN, INVALID).
-    """
-    try:
-        return _TO_TRITON[dtype]
-    except KeyError:
-        raise TypeError(f"Unsupported DataType {dtype}.") from None
-
-
 def from_triton_dtype(name: str) -> DataType:
     """Return the DataType of a Triton datatype string.
 
