@@ -2,12 +2,17 @@
 
 Users port code (and tests) written against ``mindspore_lite``; those tests assert on
 ``TypeError`` vs ``ValueError`` and on message text, so every wording here follows
-``mindspore_lite/_checkparam.py`` character for character.
+``mindspore_lite/_checkparam.py`` character for character. ``Checked`` makes a property of a ``Check``, so each
+checked setting of ``Context`` and ``Tensor`` is one declaration.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
+
+T = TypeVar("T")
 
 
 def check_isinstance(arg_name: str, arg_value: Any, classes: type, enable_none: bool = False) -> Any:
@@ -138,3 +143,87 @@ def missing_file(who: str, arg_name: str, path: str) -> str:
     the path after it (in the words of its ``str()``, ``"model_path: <path>"``) says which file was looked for.
     """
     return f"{who}, {arg_name} does not exist! {arg_name}: {path}"
+
+
+@dataclass(frozen=True)
+class Check(Generic[T]):
+    """How one setting is checked.
+
+    Attributes:
+        run: ``run(arg_name, value)`` raises MindSpore Lite's exception for a bad value, naming it ``arg_name``,
+            and returns the value to store.
+        raises: The lines of the ``Raises:`` section of the property's docstring.
+    """
+
+    run: Callable[[str, Any], T]
+    raises: tuple[str, ...]
+
+
+class Checked(Generic[T]):
+    """A property whose setter runs a ``Check`` and stores what it returns in ``_<attribute name>``.
+
+    The owner's ``__init__`` sets that attribute to the default, as it would for a hand-written property.
+    A list is copied on the way out: editing the list read must not change the setting behind the check.
+
+    Args:
+        arg_name: The name MindSpore Lite's messages give the value (e.g. ``cpu_thread_num``).
+        check: The check; its ``raises`` lines end the docstring.
+        doc: The property's docstring, without its ``Raises:`` section.
+    """
+
+    def __init__(self, arg_name: str, check: Check[T], doc: str) -> None:
+        self._arg_name = arg_name
+        self._check = check.run
+        self._slot = ""
+        self.__doc__ = doc + "\n\nRaises:\n" + "".join(f"    {line}\n" for line in check.raises)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Checked[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = getattr(obj, self._slot)
+        return list(value) if isinstance(value, list) else value
+
+    def __set__(self, obj: object, value: T) -> None:
+        setattr(obj, self._slot, self._check(self._arg_name, value))
+
+
+def instance_of(classes: type[T]) -> Check[T]:
+    """Accept an instance of ``classes`` (``check_isinstance``)."""
+    return Check(
+        lambda arg_name, value: check_isinstance(arg_name, value, classes), (f"TypeError: not a {classes.__name__}.",)
+    )
+
+
+def non_negative_int(message: str | None = None) -> Check[int]:
+    """Accept an ``int`` >= 0 (``check_non_negative_int``); ``message`` replaces the ValueError's text."""
+    return Check(
+        lambda arg_name, value: check_non_negative_int(arg_name, value, message),
+        ("TypeError: not an int.", "ValueError: negative."),
+    )
+
+
+def list_of(element: type[T]) -> Check[list[T]]:
+    """Accept a list of ``element`` instances (``check_list_of_element``); a copy is stored."""
+    return Check(
+        lambda arg_name, value: list(check_list_of_element(arg_name, value, element)),
+        (f"TypeError: not a list of {element.__name__}.",),
+    )
+
+
+def one_of(choices: Sequence[str]) -> Check[str]:
+    """Accept a str among ``choices``; the ValueError's message lists them."""
+
+    def run(arg_name: str, value: Any) -> str:
+        check_isinstance(arg_name, value, str)
+        if value not in choices:
+            raise ValueError(f"{arg_name} must be in [{', '.join(choices)}], but got {value}.")
+        return value
+
+    return Check(run, ("TypeError: not a str.", f"ValueError: not one of {', '.join(choices)}."))

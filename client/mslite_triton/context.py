@@ -9,8 +9,19 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
-from ._checkparam import check_isinstance, check_list_of_element, check_non_negative_int, missing_file
+from ._checkparam import (
+    Check,
+    Checked,
+    check_isinstance,
+    check_list_of_element,
+    instance_of,
+    list_of,
+    missing_file,
+    non_negative_int,
+    one_of,
+)
 
 __all__ = ["Context"]
 
@@ -18,6 +29,7 @@ _LOG = logging.getLogger(__name__)
 
 _TARGETS = ["cpu", "gpu", "ascend"]
 _FP_MODES = ["enforce_fp32", "preferred_fp16"]
+_FP_MODE_DOC = 'str: ``"enforce_fp32"`` (default) or ``"preferred_fp16"``.'
 _ASCEND_MODES = ["enforce_fp32", "preferred_fp32", "enforce_fp16", "enforce_origin", "preferred_optimal"]
 _URL_SCHEMES = ["grpc://", "http://", "https://"]
 # RunnerConfig::SetConfigInfo limits: past these a section is dropped with an error log.
@@ -26,8 +38,37 @@ _MAX_SECTION_ENTRIES = 1000
 _WARNED: set[str] = set()  # settings already reported as having no effect (once per process)
 
 
+def _affinity_mode(arg_name: str, value: Any) -> int:
+    # MindSpore Lite's native Context falls back to no binding rather than refusing the value.
+    check_isinstance(arg_name, value, int)
+    if value not in (0, 1, 2):
+        _LOG.warning("Invalid thread affinity mode %s, changed to 0 (no bind).", value)
+        return 0
+    return int(value)
+
+
 class _CPU:
     """CPU options. Thread settings are shared by all devices of the Context, as natively."""
+
+    precision_mode = Checked("cpu_precision_mode", one_of(_FP_MODES), _FP_MODE_DOC)
+    thread_num = Checked(
+        "cpu_thread_num", non_negative_int(), "int: Threads per worker; 0 (default) chooses automatically."
+    )
+    inter_op_parallel_num = Checked(
+        "cpu_inter_op_parallel_num",
+        non_negative_int(),
+        "int: Operators run in parallel; 0 (default) chooses automatically.",
+    )
+    thread_affinity_mode = Checked(
+        "cpu_thread_affinity_mode",
+        Check(_affinity_mode, ("TypeError: not an int.",)),
+        "int: 0 no binding (default), 1 big cores first, 2 middle cores first; other values become 0, with a warning.",
+    )
+    thread_affinity_core_list = Checked(
+        "cpu_thread_affinity_core_list",
+        list_of(int),
+        "list[int]: Cores to bind threads to; overrides the mode when non-empty. Default ``[]``.",
+    )
 
     def __init__(self) -> None:
         self._precision_mode = "enforce_fp32"
@@ -46,89 +87,12 @@ class _CPU:
             f"thread_affinity_core_list: {self.thread_affinity_core_list}."
         )
 
-    @property
-    def precision_mode(self) -> str:
-        """str: ``"enforce_fp32"`` (default) or ``"preferred_fp16"``.
-
-        Raises:
-            TypeError: not a str.
-            ValueError: not one of the two modes.
-        """
-        return self._precision_mode
-
-    @precision_mode.setter
-    def precision_mode(self, cpu_precision_mode: str) -> None:
-        check_isinstance("cpu_precision_mode", cpu_precision_mode, str)
-        if cpu_precision_mode not in _FP_MODES:
-            raise ValueError(
-                f"cpu_precision_mode must be in [enforce_fp32, preferred_fp16], but got {cpu_precision_mode}."
-            )
-        self._precision_mode = cpu_precision_mode
-
-    @property
-    def thread_num(self) -> int:
-        """int: Threads per worker; 0 (default) chooses automatically.
-
-        Raises:
-            TypeError: not an int.
-            ValueError: negative.
-        """
-        return self._thread_num
-
-    @thread_num.setter
-    def thread_num(self, cpu_thread_num: int) -> None:
-        self._thread_num = check_non_negative_int("cpu_thread_num", cpu_thread_num)
-
-    @property
-    def inter_op_parallel_num(self) -> int:
-        """int: Operators run in parallel; 0 (default) chooses automatically.
-
-        Raises:
-            TypeError: not an int.
-            ValueError: negative.
-        """
-        return self._inter_op_parallel_num
-
-    @inter_op_parallel_num.setter
-    def inter_op_parallel_num(self, cpu_inter_op_parallel_num: int) -> None:
-        self._inter_op_parallel_num = check_non_negative_int("cpu_inter_op_parallel_num", cpu_inter_op_parallel_num)
-
-    @property
-    def thread_affinity_mode(self) -> int:
-        """int: 0 no binding (default), 1 big cores first, 2 middle cores first.
-
-        Other values become 0 with a warning, as in MindSpore Lite's native Context.
-
-        Raises:
-            TypeError: not an int.
-        """
-        return self._thread_affinity_mode
-
-    @thread_affinity_mode.setter
-    def thread_affinity_mode(self, cpu_thread_affinity_mode: int) -> None:
-        check_isinstance("cpu_thread_affinity_mode", cpu_thread_affinity_mode, int)
-        if cpu_thread_affinity_mode not in (0, 1, 2):
-            _LOG.warning("Invalid thread affinity mode %s, changed to 0 (no bind).", cpu_thread_affinity_mode)
-            cpu_thread_affinity_mode = 0
-        self._thread_affinity_mode = int(cpu_thread_affinity_mode)
-
-    @property
-    def thread_affinity_core_list(self) -> list[int]:
-        """list[int]: Cores to bind threads to; overrides the mode when non-empty. Default ``[]``.
-
-        Raises:
-            TypeError: not a list of int.
-        """
-        return list(self._thread_affinity_core_list)
-
-    @thread_affinity_core_list.setter
-    def thread_affinity_core_list(self, cpu_thread_affinity_core_list: list[int]) -> None:
-        check_list_of_element("cpu_thread_affinity_core_list", cpu_thread_affinity_core_list, int)
-        self._thread_affinity_core_list = list(cpu_thread_affinity_core_list)
-
 
 class _GPU:
     """GPU options."""
+
+    precision_mode = Checked("gpu_precision_mode", one_of(_FP_MODES), _FP_MODE_DOC)
+    device_id = Checked("gpu_device_id", non_negative_int(), "int: GPU index, default 0.")
 
     def __init__(self) -> None:
         self._precision_mode = "enforce_fp32"
@@ -144,39 +108,6 @@ class _GPU:
         )
 
     @property
-    def precision_mode(self) -> str:
-        """str: ``"enforce_fp32"`` (default) or ``"preferred_fp16"``.
-
-        Raises:
-            TypeError: not a str.
-            ValueError: not one of the two modes.
-        """
-        return self._precision_mode
-
-    @precision_mode.setter
-    def precision_mode(self, gpu_precision_mode: str) -> None:
-        check_isinstance("gpu_precision_mode", gpu_precision_mode, str)
-        if gpu_precision_mode not in _FP_MODES:
-            raise ValueError(
-                f"gpu_precision_mode must be in [enforce_fp32, preferred_fp16], but got {gpu_precision_mode}."
-            )
-        self._precision_mode = gpu_precision_mode
-
-    @property
-    def device_id(self) -> int:
-        """int: GPU index, default 0.
-
-        Raises:
-            TypeError: not an int.
-            ValueError: negative.
-        """
-        return self._device_id
-
-    @device_id.setter
-    def device_id(self, gpu_device_id: int) -> None:
-        self._device_id = check_non_negative_int("gpu_device_id", gpu_device_id)
-
-    @property
     def rank_id(self) -> int:
         """int: Rank of this device in the cluster (read-only, 0)."""
         return 0
@@ -189,6 +120,17 @@ class _GPU:
 
 class _Ascend:
     """Ascend options."""
+
+    precision_mode = Checked(
+        "ascend_precision_mode", one_of(_ASCEND_MODES), 'str: Precision mode; default ``""`` (unset).'
+    )
+    device_id = Checked("ascend_device_id", non_negative_int(), "int: Device index, default 0.")
+    rank_id = Checked("ascend_rank_id", non_negative_int(), "int: Rank of this device in the cluster, default 0.")
+    provider = Checked(
+        "ascend_provider",
+        instance_of(str),
+        'str: ``""`` (default) or ``"ge"``; not checked further, as in MindSpore Lite.',
+    )
 
     def __init__(self) -> None:
         self._precision_mode = ""
@@ -206,72 +148,27 @@ class _Ascend:
             f"rank_id: {self.rank_id}."
         )
 
-    @property
-    def precision_mode(self) -> str:
-        """str: One of enforce_fp32, preferred_fp32, enforce_fp16, enforce_origin, preferred_optimal.
 
-        Default ``""`` (unset).
-
-        Raises:
-            TypeError: not a str.
-            ValueError: not one of the five modes.
-        """
-        return self._precision_mode
-
-    @precision_mode.setter
-    def precision_mode(self, ascend_precision_mode: str) -> None:
-        check_isinstance("ascend_precision_mode", ascend_precision_mode, str)
-        if ascend_precision_mode not in _ASCEND_MODES:
-            raise ValueError(
-                f"ascend_precision_mode must be in [enforce_fp32, preferred_fp32, enforce_fp16, "
-                f"enforce_origin, preferred_optimal], but got {ascend_precision_mode}."
-            )
-        self._precision_mode = ascend_precision_mode
-
-    @property
-    def device_id(self) -> int:
-        """int: Device index, default 0.
-
-        Raises:
-            TypeError: not an int.
-            ValueError: negative.
-        """
-        return self._device_id
-
-    @device_id.setter
-    def device_id(self, ascend_device_id: int) -> None:
-        self._device_id = check_non_negative_int("ascend_device_id", ascend_device_id)
-
-    @property
-    def rank_id(self) -> int:
-        """int: Rank of this device in the cluster, default 0.
-
-        Raises:
-            TypeError: not an int.
-            ValueError: negative.
-        """
-        return self._rank_id
-
-    @rank_id.setter
-    def rank_id(self, ascend_rank_id: int) -> None:
-        self._rank_id = check_non_negative_int("ascend_rank_id", ascend_rank_id)
-
-    @property
-    def provider(self) -> str:
-        """str: ``""`` (default) or ``"ge"``; not checked further, as in MindSpore Lite.
-
-        Raises:
-            TypeError: not a str.
-        """
-        return self._provider
-
-    @provider.setter
-    def provider(self, ascend_provider: str) -> None:
-        self._provider = check_isinstance("ascend_provider", ascend_provider, str)
+def _device_ids(arg_name: str, value: Any) -> list[int]:
+    check_list_of_element(arg_name, value, int)
+    if any(d < 0 for d in value):
+        raise ValueError("Set parallel failed, device_ids contain a negative number.")
+    return list(value)
 
 
 class _Parallel:
     """ModelParallelRunner options (MindSpore Lite's RunnerConfig)."""
+
+    workers_num = Checked(
+        "workers_num",
+        non_negative_int("Set parallel failed, workers_num must be a non-negative int."),
+        "int: Number of workers; 0 (default) chooses automatically.",
+    )
+    device_ids = Checked(
+        "device_ids",
+        Check(_device_ids, ("TypeError: not a list of int.", "ValueError: an id is negative.")),
+        "list[int]: Worker i uses ``device_ids[i % len(device_ids)]``. Default ``[]``.",
+    )
 
     def __init__(self) -> None:
         self._workers_num = 0
@@ -281,22 +178,6 @@ class _Parallel:
 
     def __str__(self) -> str:
         return f"workers num: {self.workers_num},\nconfig info: {self.config_info},\nconfig file: {self.config_path}."
-
-    @property
-    def workers_num(self) -> int:
-        """int: Number of workers; 0 (default) chooses automatically.
-
-        Raises:
-            TypeError: not an int.
-            ValueError: negative.
-        """
-        return self._workers_num
-
-    @workers_num.setter
-    def workers_num(self, workers_num: int) -> None:
-        self._workers_num = check_non_negative_int(
-            "workers_num", workers_num, "Set parallel failed, workers_num must be a non-negative int."
-        )
 
     @property
     def config_info(self) -> str:
@@ -349,22 +230,21 @@ class _Parallel:
                 raise ValueError(missing_file("Set parallel failed", "config_path", config_path))
             self._config_path = config_path
 
-    @property
-    def device_ids(self) -> list[int]:
-        """list[int]: Worker i uses ``device_ids[i % len(device_ids)]``. Default ``[]``.
 
-        Raises:
-            TypeError: not a list of int.
-            ValueError: an id is negative.
-        """
-        return list(self._device_ids)
+def _targets(arg_name: str, value: Any) -> list[str]:
+    value = ["cpu"] if not value else value
+    check_list_of_element(arg_name, value, str)
+    for element in value:
+        if element.lower() not in _TARGETS:
+            raise ValueError(f"target elements must be in ['cpu', 'gpu', 'ascend'], but got {element.lower()}.")
+    return [element.lower() for element in value]
 
-    @device_ids.setter
-    def device_ids(self, device_ids: list[int]) -> None:
-        check_list_of_element("device_ids", device_ids, int)
-        if any(d < 0 for d in device_ids):
-            raise ValueError("Set parallel failed, device_ids contain a negative number.")
-        self._device_ids = list(device_ids)
+
+def _server_url(arg_name: str, value: Any) -> str | None:
+    check_isinstance(arg_name, value, str, True)
+    if value is not None and not value.startswith(tuple(_URL_SCHEMES)):
+        raise ValueError(f"server_url must start with one of {_URL_SCHEMES}, but got {value}.")
+    return value
 
 
 class Context:
@@ -379,6 +259,30 @@ class Context:
             ``device_ids``).
     """
 
+    target = Checked(
+        "target",
+        Check(
+            _targets,
+            ("TypeError: not a list, or an element is not a str.", "ValueError: an element is not a known device."),
+        ),
+        'list[str]: Devices in order of preference, among "cpu", "gpu", "ascend".\n\n'
+        'Case-insensitive, stored lower-case; an empty (or falsy) value means ``["cpu"]``.',
+    )
+    group_info_file = Checked(
+        "group_info_file", instance_of(str), 'str: Communication group file for distributed inference. Default ``""``.'
+    )
+    server_url = Checked(
+        "server_url",
+        Check(
+            _server_url,
+            (
+                "TypeError: neither a str nor None.",
+                "ValueError: the URL does not start with grpc://, http:// or https://.",
+            ),
+        ),
+        'Optional[str]: Triton server to use, e.g. ``"grpc://127.0.0.1:8001"``. Default ``None``.',
+    )
+
     def __init__(self) -> None:
         self.cpu = _CPU()
         self.gpu = _GPU()
@@ -390,27 +294,6 @@ class Context:
 
     def __str__(self) -> str:
         return f"target: {self.target}."
-
-    @property
-    def target(self) -> list[str]:
-        """list[str]: Devices in order of preference, among "cpu", "gpu", "ascend".
-
-        Case-insensitive, stored lower-case; an empty (or falsy) value means ``["cpu"]``.
-
-        Raises:
-            TypeError: not a list, or an element is not a str.
-            ValueError: an element is not a known device.
-        """
-        return list(self._target)
-
-    @target.setter
-    def target(self, target: list[str]) -> None:
-        target = ["cpu"] if not target else target
-        check_list_of_element("target", target, str)
-        for element in target:
-            if element.lower() not in _TARGETS:
-                raise ValueError(f"target elements must be in ['cpu', 'gpu', 'ascend'], but got {element.lower()}.")
-        self._target = [element.lower() for element in target]
 
     def _warn_unused_settings(self) -> None:
         """Log once per process each setting that a build accepts but that does nothing on this server."""
@@ -430,33 +313,3 @@ class Context:
         if "gpu" in devices or "ascend" in devices:
             devices.append("cpu")
         return devices
-
-    @property
-    def group_info_file(self) -> str:
-        """str: Communication group file for distributed inference. Default ``""``.
-
-        Raises:
-            TypeError: not a str.
-        """
-        return self._group_info_file
-
-    @group_info_file.setter
-    def group_info_file(self, group_info_file: str) -> None:
-        self._group_info_file = check_isinstance("group_info_file", group_info_file, str)
-
-    @property
-    def server_url(self) -> str | None:
-        """Optional[str]: Triton server to use, e.g. ``"grpc://127.0.0.1:8001"``. Default ``None``.
-
-        Raises:
-            TypeError: neither a str nor None.
-            ValueError: the URL does not start with grpc://, http:// or https://.
-        """
-        return self._server_url
-
-    @server_url.setter
-    def server_url(self, server_url: str | None) -> None:
-        check_isinstance("server_url", server_url, str, True)
-        if server_url is not None and not server_url.startswith(tuple(_URL_SCHEMES)):
-            raise ValueError(f"server_url must start with one of {_URL_SCHEMES}, but got {server_url}.")
-        self._server_url = server_url

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from mslite_contract.dtypes import WIRE_TO_NUMPY
 
-from ._checkparam import check_device, check_isinstance, check_shape
+from ._checkparam import Checked, check_device, check_isinstance, check_shape, instance_of
 
 # MindSpore Lite's `mindspore_lite.tensor` names; ModelType is defined here but exported by `.model`, as there.
 __all__ = ["DataType", "Format", "Tensor", "TensorMeta"]
@@ -128,18 +128,6 @@ def from_numpy_dtype(dtype: npt.DTypeLike) -> DataType:
     return found
 
 
-def to_triton_dtype(dtype: DataType) -> str:
-    """Return the Triton datatype string ("FP32", "INT64", ...) of a DataType.
-
-    Raises:
-        TypeError: ``dtype`` has no Triton equivalent (UNKNOWN, INVALID).
-    """
-    try:
-        return _TO_TRITON[dtype]
-    except KeyError:
-        raise TypeError(f"Unsupported DataType {dtype}.") from None
-
-
 def from_triton_dtype(name: str) -> DataType:
     """Return the DataType of a Triton datatype string.
 
@@ -204,6 +192,9 @@ class Tensor:
             ``dtype`` is not a DataType, ``tensor`` has an unsupported type or numpy dtype, or
             ``shape``/``dtype`` disagree with ``tensor``.
     """
+
+    name = Checked("name", instance_of(str), "str: Name of the tensor.")
+    format = Checked("format", instance_of(Format), "Format: Memory layout tag (not interpreted by this library).")
 
     def __init__(
         self,
@@ -291,21 +282,6 @@ class Tensor:
         )
 
     @property
-    def name(self) -> str:
-        """str: Name of the tensor.
-
-        Raises:
-            TypeError: set to something other than a str.
-        """
-        return self._name
-
-    @name.setter
-    def name(self, name: str) -> None:
-        if not isinstance(name, str):
-            raise TypeError(f"name must be str, but got {type(name)}.")
-        self._name = name
-
-    @property
     def dtype(self) -> DataType:
         """DataType: Data type. Changing it drops data of another type.
 
@@ -316,8 +292,7 @@ class Tensor:
 
     @dtype.setter
     def dtype(self, dtype: DataType) -> None:
-        if not isinstance(dtype, DataType):
-            raise TypeError(f"dtype must be DataType, but got {type(dtype)}.")
+        check_isinstance("dtype", dtype, DataType)
         if dtype != self._dtype:
             self._data = None
         self._dtype = dtype
@@ -339,21 +314,6 @@ class Tensor:
         if self._data is not None and self._data.size != _element_num(new_shape):
             self._data = None
         self._shape = new_shape
-
-    @property
-    def format(self) -> Format:
-        """Format: Memory layout tag (not interpreted by this library).
-
-        Raises:
-            TypeError: set to something other than a Format.
-        """
-        return self._format
-
-    @format.setter
-    def format(self, tensor_format: Format) -> None:
-        if not isinstance(tensor_format, Format):
-            raise TypeError(f"format must be Format, but got {type(tensor_format)}.")
-        self._format = tensor_format
 
     @property
     def element_num(self) -> int:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
 import pytest
 
+from mslite_triton._checkparam import Checked
 from mslite_triton.context import Context
 
 
@@ -410,3 +412,21 @@ def test_contexts_are_independent() -> None:
     a.parallel.config_info = {"s": {"k": "v"}}
     assert b.cpu.thread_num == 0
     assert b.parallel.config_info == ""
+
+
+def test_checked_settings_document_what_they_raise() -> None:
+    ctx = Context()
+    thread_num = inspect.getdoc(type(ctx.cpu).thread_num)
+    assert thread_num == (
+        "int: Threads per worker; 0 (default) chooses automatically.\n\n"
+        "Raises:\n    TypeError: not an int.\n    ValueError: negative."
+    )
+    modes = inspect.getdoc(type(ctx.ascend).precision_mode) or ""
+    assert modes.endswith(
+        "ValueError: not one of enforce_fp32, preferred_fp32, enforce_fp16, enforce_origin, preferred_optimal."
+    )
+    for settings in (ctx, ctx.cpu, ctx.gpu, ctx.ascend, ctx.parallel):
+        for name in (n for n in dir(type(settings)) if not n.startswith("_")):
+            attr = getattr(type(settings), name)
+            if isinstance(attr, Checked) or getattr(attr, "fset", None):  # checked or hand-written setters
+                assert "\nRaises:\n" in (inspect.getdoc(attr) or ""), f"{type(settings).__name__}.{name}"

@@ -12,7 +12,6 @@ from mslite_triton.tensor import (
     from_numpy_dtype,
     from_triton_dtype,
     to_numpy_dtype,
-    to_triton_dtype,
 )
 
 ALL_DTYPES = [
@@ -69,7 +68,6 @@ def test_dtype_mappings_round_trip(dt: DataType, np_type: type, triton: str) -> 
     assert to_numpy_dtype(dt) == np.dtype(np_type)
     assert from_numpy_dtype(np_type) is dt
     assert from_numpy_dtype(np.dtype(np_type)) is dt
-    assert to_triton_dtype(dt) == triton
     assert from_triton_dtype(triton) is dt
 
 
@@ -89,8 +87,6 @@ def test_from_numpy_dtype_unsupported(bad: object) -> None:
 def test_unmapped_datatypes(dt: DataType) -> None:
     with pytest.raises(TypeError, match=f"^Unsupported DataType {dt}.$"):
         to_numpy_dtype(dt)
-    with pytest.raises(TypeError, match=f"^Unsupported DataType {dt}.$"):
-        to_triton_dtype(dt)
 
 
 @pytest.mark.parametrize("name", ["BYTES", "BF16", "fp32", ""])
@@ -524,7 +520,6 @@ def test_all_dtypes_round_trip(dt: DataType, np_type: type, triton: str) -> None
     wrapped = Tensor(arr)
     assert wrapped.dtype is dt
     assert wrapped.data_size == arr.nbytes
-    assert to_triton_dtype(wrapped.dtype) == triton
     out = wrapped.get_data_to_numpy()
     assert out.dtype == np.dtype(np_type)
     assert np.array_equal(out, arr)
