@@ -263,7 +263,8 @@ class Model(GroupMember):
             for t in check_weights(weights):
                 if t.name not in self._weight_aliases and not t.name.endswith(("weight", "alpha")):
                     raise RuntimeError("variable is not norm name, now only support **weight")
-        send_weights(self._remote, weights, self._weight_aliases, "the model is not built; call build_from_file first")
+        # MindSpore Lite's words for an update before build (its unit tests look for them)
+        send_weights(self._remote, weights, self._weight_aliases, "Session is null, please build model first!")
 
     def get_model_info(self, key: str) -> str:
         """Model information by key (`current_pid`, `input_shape`, ...); unknown keys give "" and a warning.
