@@ -86,7 +86,8 @@ class Proof:
     def __init__(self, out: Path, device: str) -> None:
         self.out = out
         self.device = device
-        name = _device_name() if device == "gpu" else "cpu (dry run: its figures say nothing about a GPU)"
+        dry = "cpu (dry run: its figures say nothing about a GPU)"
+        name = _smi("--query-gpu=name", "--format=csv,noheader") if device == "gpu" else dry
         self.results: dict[str, Any] = {"device": name, "device_kind": device, "steps": {}, "errors": {}}
 
     def save(self) -> None:
@@ -132,14 +133,20 @@ def images(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1.0, 1.0, size=(n, 3, 224, 224)).astype(np.float32)
 
 
+def one_at_a_time(s: Any, x: np.ndarray) -> np.ndarray:
+    """The outputs of session `s` for every image of `x` run alone (batch 1), in order."""
+    name = s.get_inputs()[0].name
+    return np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(len(x))])
+
+
 def references(path: str, device: str, x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     """Batch-1 in-process outputs of every image, and how far a batch-8 run's rows are from them."""
     s = session(path, device)
     name = s.get_inputs()[0].name
-    ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(len(x))])
+    ref = one_at_a_time(s, x)
     batch8 = s.run(None, {name: x[:8]})[0]
     tf32 = session(path, device, "preferred_fp16")  # the CUDA provider's default: TF32 allowed
-    tf32_1 = np.concatenate([tf32.run(None, {name: x[i : i + 1]})[0] for i in range(8)])
+    tf32_1 = one_at_a_time(tf32, x[:8])
     info = {
         "images": len(x),
         "providers": str(providers(device)),
@@ -375,9 +382,7 @@ def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str,
         return r
 
     x = images(2, seed=2)
-    s = session(model_bs1, device)
-    name = s.get_inputs()[0].name
-    ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(2)])
+    ref = one_at_a_time(session(model_bs1, device), x)
     t0 = time.perf_counter()
     split, single = runner(2), runner(1)
     build_s = time.perf_counter() - t0
@@ -437,9 +442,7 @@ def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[s
 
     os.environ[URL_ENV] = url
     x = images(2, seed=3)
-    s = session(model_bs1, device)
-    name = s.get_inputs()[0].name
-    ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(2)])
+    ref = one_at_a_time(session(model_bs1, device), x)
     utils = _one_device_parallel_predict()(model_bs1, device_num=2, target="gpu" if device == "gpu" else "cpu")
     t0 = time.perf_counter()
     utils.build_model()
@@ -468,15 +471,15 @@ def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[s
 # --- main ------------------------------------------------------------------------------------------------
 
 
-def gpu_memory() -> str:
+def _smi(*args: str) -> str | None:
+    """What `nvidia-smi ARGS` prints; None when it prints nothing or the machine has none."""
     if not shutil.which("nvidia-smi"):
-        return "no nvidia-smi"
-    out = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip()
+        return None
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True).stdout.strip() or None
+
+
+def gpu_memory() -> str:
+    return _smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv") or "no nvidia-smi"
 
 
 def worker_pids(log: Path, model: str) -> list[int]:
@@ -487,13 +490,9 @@ def worker_pids(log: Path, model: str) -> list[int]:
 
 def gpu_mem_per_worker_gb(pids: list[int]) -> float | None:
     """nvidia-smi's memory figure of the largest of `pids`, in GB (10^9 bytes); None without nvidia-smi."""
-    if not shutil.which("nvidia-smi") or not pids:
+    out = _smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+    if out is None or not pids:
         return None
-    out = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-    ).stdout
     used = {int(p): float(m) for p, m in (line.split(",") for line in out.strip().splitlines() if "," in line)}
     mib = [used[p] for p in pids if p in used]
     return max(mib) * 2**20 / 1e9 if mib else None
@@ -678,7 +677,7 @@ def main() -> None:
     r = proof.results
     r["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     r["python"] = sys.version.split()[0]
-    r["driver"] = _driver()
+    r["driver"] = _smi("--query-gpu=name,driver_version", "--format=csv,noheader")
     import onnxruntime as ort
 
     r["onnxruntime"] = f"{ort.__version__} {ort.get_available_providers()}"
@@ -790,22 +789,6 @@ def main() -> None:
     print(f"run took {r['run_s']:.0f} s", flush=True)
     if r["errors"]:
         print(f"errors: {json.dumps(r['errors'], indent=1)}", flush=True)
-
-
-def _device_name() -> str | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
-    return out.stdout.strip() or None
-
-
-def _driver() -> str | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
-    )
-    return out.stdout.strip() or None
 
 
 if __name__ == "__main__":
