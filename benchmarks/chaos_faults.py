@@ -6,10 +6,11 @@ The stack is `mslite-triton serve` as shipped (gateway, admin key, supervisor) o
 `tritonclient` HTTP (no key, as any client) calling `tiny` with random inputs; every answer is checked.
 
 Faults: the process faults the supervisor heals (SIGKILL of a worker, the gateway or tritonserver, SIGSTOP
-of tritonserver, the gateway or a worker, tritonserver killed again while a heal loads the models), and attacks made as
-a client would make them: naming another client's shared-memory regions, deeply nested JSON to
-`/generate`, idle HTTP bodies and stalled gRPC messages announcing 64 MiB / 16 MiB, a gzip body inflating
-to 30 MiB of JSON, a request that crashes tritonserver followed by its restart, and HTTP/2 rapid reset.
+of tritonserver, the gateway or a worker, tritonserver killed again while a heal loads the models), and
+attacks made as a client would make them: naming another client's shared-memory regions, deeply nested
+JSON to `/generate`, idle HTTP bodies and stalled gRPC messages announcing 64 MiB / 16 MiB, a gzip body
+inflating to 30 MiB of JSON, a request that crashes tritonserver followed by its restart, and HTTP/2
+rapid reset.
 
 Per fault and per kind of client: the outage (the longest time no request of that kind was answered,
 from the fault until the service was back), answers ok, failed and wrong; and a note on what the fault
