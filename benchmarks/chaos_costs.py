@@ -37,6 +37,7 @@ from tests.support import model_zoo
 from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
+from tests.support.traffic import Loops
 
 ATTACKS = ("zero-batch", "strings", "gzip-bomb")
 
@@ -58,7 +59,7 @@ def _post(port: int, model: str, body: bytes, *, headers: str = "", timeout_s: f
     return (int(head_.split(b" ", 2)[1]) if head_.startswith(b"HTTP/") else 0), rest
 
 
-class _Other:
+class _Other(Loops):
     """Another client: calls `predict` in a loop until stopped; counts ok, failures and the longest wait."""
 
     def __init__(self, predict: Callable[[], bool]) -> None:
@@ -66,9 +67,7 @@ class _Other:
         self.ok = self.failed = 0
         self.waits: list[float] = []
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop)
-        self._thread.start()
+        super().__init__([self._loop], join_s=60)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -79,15 +78,8 @@ class _Other:
                 good = False
                 self.errors.append(repr(e)[:200])
             self.waits.append(time.monotonic() - started)
-            if good:
-                self.ok += 1
-            else:
-                self.failed += 1
+            self.ok, self.failed = self.ok + good, self.failed + (not good)
             time.sleep(0.02)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
 
 
 def zero_batch(server: EmbeddedServer) -> str:
@@ -134,16 +126,15 @@ def zero_batch(server: EmbeddedServer) -> str:
 
     triton_pids = [server.process.pid] if server.process else []
     rss_before = _rss_mib(triton_pids)
-    watcher = _Other(other)
-    threads = [threading.Thread(target=attack, args=(p, 50)) for p in ("json", "binary", "grpc") for _ in range(2)]
-    started = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    took = time.monotonic() - started
-    time.sleep(1)
-    watcher.stop()
+    with _Other(other) as watcher:
+        threads = [threading.Thread(target=attack, args=(p, 50)) for p in ("json", "binary", "grpc") for _ in range(2)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        took = time.monotonic() - started
+        time.sleep(1)
     rss_after = _rss_mib(triton_pids)
     refused = [a for a in answers if a[2] == "400" and a[1] <= 5]
     worst = max(a[1] for a in answers)

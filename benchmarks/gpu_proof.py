@@ -319,32 +319,17 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     """8 threads, each with its own client, timing every request (batch 1, or 1-8 chosen at random)."""
     in_name, out_name = io_names(url)
     x = images(8, seed=1)
-    records: list[list[tuple[float, int, float]]] = [[] for _ in range(8)]
-    start = threading.Barrier(9)
-    stop = threading.Event()
-
-    def loop(i: int) -> None:
-        client = grpc_client(url)
-        rng = np.random.default_rng(100 + i)
+    clients = [grpc_client(url) for _ in range(8)]
+    for client in clients:
         infer(client, x[:1], in_name, out_name)  # the connection's set-up, not timed
-        start.wait()
-        while not stop.is_set():
-            b = int(rng.integers(1, 9)) if mixed else 1
-            t0 = time.perf_counter()
-            infer(client, x[:b], in_name, out_name)
-            records[i].append((t0, b, time.perf_counter() - t0))
+    rngs = [np.random.default_rng(100 + i) for i in range(8)]
 
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(8)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t_start = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t_start
-    rows = sorted((t0 - t_start, i, b, s) for i, per in enumerate(records) for t0, b, s in per)
+    def call(i: int) -> int:
+        b = int(rngs[i].integers(1, 9)) if mixed else 1
+        infer(clients[i], x[:b], in_name, out_name)
+        return b
+
+    rows, wall = timed_threads(call, 8, seconds)
     with open(log, "a") as f:
         for t, i, b, s in rows:
             f.write(f"{'mixed' if mixed else 'batch1'},{i},{t:.4f},{b},{s * 1e3:.3f}\n")
@@ -360,6 +345,34 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     }
     print(json.dumps(result), flush=True)
     return result
+
+
+def timed_threads(call: Any, threads: int, seconds: float) -> tuple[list[tuple[float, int, Any, float]], float]:
+    """`call(i)` in a loop on threads i = 0 .. threads-1, from one start for `seconds`: every call as (its start
+    since then, i, what it returned, its seconds), in start order, and the seconds that passed in all."""
+    records: list[list[tuple[float, Any, float]]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        start.wait()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            out = call(i)
+            records[i].append((t0, out, time.perf_counter() - t0))
+
+    workers = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(threads)]
+    for w in workers:
+        w.start()
+    start.wait()
+    t_start = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t_start
+    rows = [(t0 - t_start, i, out, s) for i, per in enumerate(records) for t0, out, s in per]
+    return sorted(rows, key=lambda r: r[0]), wall
 
 
 # --- the multi-card sample's batch split ----------------------------------------------------------------------
@@ -529,28 +542,8 @@ def inprocess_c1(path: str, device: str, seconds: float) -> dict[str, Any]:
 
 
 def _callers_loop(run: Any, callers: int, seconds: float, *, sessions: int) -> dict[str, Any]:
-    lat: list[list[float]] = [[] for _ in range(callers)]
-    start = threading.Barrier(callers + 1)
-    stop = threading.Event()
-
-    def loop(i: int) -> None:
-        start.wait()
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            run(i)
-            lat[i].append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(callers)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    ms = np.array([v for per in lat for v in per]) * 1e3
+    rows, wall = timed_threads(run, callers, seconds)
+    ms = np.array([r[3] for r in rows]) * 1e3
     result = {
         "sessions": sessions,
         "callers": callers,
