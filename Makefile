@@ -62,11 +62,6 @@ serve: models
 bench: $(STAMP) models
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
-## The shared-weights benchmark: 4 workers sharing a 200 MiB model, batch-32 latency, a live update under load (~3 min).
-.PHONY: bench-weights
-bench-weights: $(STAMP)
-	$(PY) -m benchmarks.weights $(BENCH_WEIGHTS_ARGS)
-
 clean:
 	rm -rf $(VENV) examples/model model_repository/*/[0-9]* model_repository/*/input.bin
 
@@ -98,23 +93,9 @@ compose-config:
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose config -q
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose -f docker-compose.yml -f deploy/compose.gpu.yml config -q
 
-## The soak (not part of `make test`; each step starts its own loopback server, results in benchmarks/results/):
-## MobileNetV2 at 16 clients for 10 min (SOAK_ARGS, e.g. --duration-s 120), then the long bad-input campaign for
-## 5 min (CAMPAIGN_ARGS, e.g. --duration-s 60), whose last request is the one that aborts Triton 2.51.
-.PHONY: soak
-soak: $(STAMP) models
-	$(PY) -m benchmarks.soak $(SOAK_ARGS)
-	$(PY) -m benchmarks.badinput $(CAMPAIGN_ARGS)
-
 ## Healing under predicting clients (not part of `make test`; CHAOS_ARGS=--quick for a shorter faults run):
-## process faults and client attacks under `serve` (faults), requests that cost everyone else (costs), and
-## workers kept inside execute for good (busy).
+## process faults and client attacks under `serve` (faults), and requests that cost everyone else (costs).
 .PHONY: chaos
 chaos: $(STAMP) models
 	$(PY) -m benchmarks.chaos faults $(CHAOS_ARGS)
 	$(PY) -m benchmarks.chaos costs
-	$(PY) -m benchmarks.chaos busy
-
-.PHONY: chaos-heal
-chaos-heal: $(STAMP) models
-	$(PY) -m benchmarks.chaos heal $(CHAOS_HEAL_ARGS)

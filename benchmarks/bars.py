@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from mslite_contract.settings import SHM_ENV
-
 from . import paired
 from .paired import Round
 
@@ -44,11 +42,6 @@ class Bar:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _f(d: dict[str, Any] | None, key: str) -> float | None:
-    """`d[key]`, or None when the measurement is missing (its step failed or was not run)."""
-    return None if d is None or d.get(key) is None else float(d[key])
 
 
 def _get(key: str, name: str) -> Callable[[Round], float | None]:
@@ -173,8 +166,8 @@ def peer_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def information(results: dict[str, Any]) -> list[Bar]:
-    """The ratios to the in-process ceiling and the client's figures: information with their old targets, not bars."""
-    mob, cli = results["rounds"]["mobilenet"], results["rounds"]["client"]
+    """The ratios to the in-process ceiling: information with their old targets, not bars."""
+    mob = results["rounds"]["mobilenet"]
     ceiling = _get("ceiling", "img_s")
     bars = [
         _paired_bar("Worker efficiency: worker CPU/img at c=8 vs in-process CPU/img", mob,
@@ -185,20 +178,7 @@ def information(results: dict[str, Any]) -> list[Bar]:
                     _get("shm", "infer_s"), ceiling, 0.83, "img/s"),
         _paired_bar("p50 at c=1 minus in-process p50 (1 session, same threads)", mob,
                     _get("c1", "p50_ms"), _get("single", "p50_ms"), 1.5, "ms", diff=True),
-        _paired_bar("Python client (runner) vs raw tritonclient, 8 threads, batch 1", cli,
-                    _get("runner", "img_s"), _get("raw", "img_s"), 0.95, "img/s"),
-        _paired_bar("Batch-8 input via the runner: shared memory vs plain gRPC", cli,
-                    _get("batch8_shm", "img_s"), _get("batch8_plain", "img_s"), 1.2, "img/s"),
     ]  # fmt: skip
-    scale_num, scale_den = _f(results["scaling"]["2x1"], "infer_s"), _f(results["scaling"]["1x1"], "infer_s")
-    target = ">= 1.60 x"
-    if scale_num is None or not scale_den:
-        bars.append(Bar("2 workers x 1 thread vs 1 x 1, throughput at c=8", None, target, MISSING, "not measured"))
-    else:
-        r = scale_num / scale_den
-        verdict = PASS if r >= 1.6 else SHORT
-        detail = f"{scale_num:.0f} vs {scale_den:.0f} img/s (sweep)"
-        bars.append(Bar("2 workers x 1 thread vs 1 x 1, throughput at c=8", r, target, verdict, detail))
     as_information = {PASS: ABOVE, SHORT: BELOW}
     return [replace(b, verdict=as_information.get(b.verdict, b.verdict)) for b in bars]
 
@@ -209,16 +189,14 @@ def exit_status(computed: list[Bar]) -> int:
 
 
 def context_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
-    """Figures for comparison, not bars: the naive baseline in the same rounds, the runner without shm."""
-    mob, cli = results["rounds"]["mobilenet"], results["rounds"]["client"]
+    """Figures for comparison, not bars: the naive baseline in the same rounds."""
+    mob = results["rounds"]["mobilenet"]
     rows = []
     for name, rounds, num, den in (
         ("naive served gRPC, best c=4/8/16 vs ceiling", mob, _get("naive_grpc", "infer_s"), _get("ceiling", "img_s")),
         ("naive worker CPU/img (same level) vs in-process", mob,
          _get("naive_grpc", "worker_cpu_ms_per_img"), _inproc_cpu),
         ("ours worker CPU/img at c=8 vs in-process single session", mob, _c8, _get("single", "cpu_ms_per_img")),
-        (f"runner with {SHM_ENV}=0 vs raw tritonclient, 8 threads", cli,
-         _get("runner_plain", "img_s"), _get("raw", "img_s")),
     ):  # fmt: skip
         m = paired.median([a / b for a, b in paired.pairs(rounds, num, den) if b])
         if m is not None:

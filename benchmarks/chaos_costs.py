@@ -37,6 +37,7 @@ from tests.support import model_zoo
 from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
+from tests.support.traffic import Loops
 
 ATTACKS = ("zero-batch", "strings", "gzip-bomb")
 
@@ -58,7 +59,7 @@ def _post(port: int, model: str, body: bytes, *, headers: str = "", timeout_s: f
     return (int(head_.split(b" ", 2)[1]) if head_.startswith(b"HTTP/") else 0), rest
 
 
-class _Other:
+class _Other(Loops):
     """Another client: calls `predict` in a loop until stopped; counts ok, failures and the longest wait."""
 
     def __init__(self, predict: Callable[[], bool]) -> None:
@@ -66,9 +67,7 @@ class _Other:
         self.ok = self.failed = 0
         self.waits: list[float] = []
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop)
-        self._thread.start()
+        super().__init__([self._loop], join_s=60)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -79,15 +78,8 @@ class _Other:
                 good = False
                 self.errors.append(repr(e)[:200])
             self.waits.append(time.monotonic() - started)
-            if good:
-                self.ok += 1
-            else:
-                self.failed += 1
+            self.ok, self.failed = self.ok + good, self.failed + (not good)
             time.sleep(0.02)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
 
 
 def zero_batch(server: EmbeddedServer) -> str:
@@ -134,16 +126,15 @@ def zero_batch(server: EmbeddedServer) -> str:
 
     triton_pids = [server.process.pid] if server.process else []
     rss_before = _rss_mib(triton_pids)
-    watcher = _Other(other)
-    threads = [threading.Thread(target=attack, args=(p, 50)) for p in ("json", "binary", "grpc") for _ in range(2)]
-    started = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    took = time.monotonic() - started
-    time.sleep(1)
-    watcher.stop()
+    with _Other(other) as watcher:
+        threads = [threading.Thread(target=attack, args=(p, 50)) for p in ("json", "binary", "grpc") for _ in range(2)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        took = time.monotonic() - started
+        time.sleep(1)
     rss_after = _rss_mib(triton_pids)
     refused = [a for a in answers if a[2] == "400" and a[1] <= 5]
     worst = max(a[1] for a in answers)
@@ -258,114 +249,4 @@ def costs_campaign(selected: list[str]) -> int:
     with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)
-    return 0
-
-
-def zero_shapes_campaign(*, gateway: bool, timeout_s: float = 3.0) -> int:
-    """Which requests with a dim of 0 tritonserver 2.51 leaves unanswered: sent straight to it (no gateway), or
-    through the gateway (`gateway`: none should be; the gateway's refusals of a batch of 0 are counted).
-
-    Models: batching with a fixed dim (tiny), variable dims of rank 2 and 3 (seq, ident3), two inputs (pair),
-    a dynamic batcher (vbatched), strings (strings), and without batching (flat: [-1, 4]; flat3: [-1, -1, -1]).
-    Shapes: every shape of the input's rank with dims of 0, 1 and 2 and at least one 0; the data as long as
-    the shape says, and for a batch of 0 also as long as one item (as Triton reads a batch of 0). HTTP JSON,
-    HTTP binary and gRPC, each request on a connection of its own, `timeout_s` for its answer.
-    """
-    import itertools
-    from concurrent.futures import ThreadPoolExecutor
-
-    from onnx import TensorProto, helper
-
-    work = Path(tempfile.mkdtemp(prefix="zero-shapes-"))
-    repo = work / "repo"
-    repo.mkdir()
-    ident3 = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("Identity", ["x"], ["y"])],
-            "ident3",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "A", "B"])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "A", "B"])],
-        ),
-        opset_imports=[helper.make_opsetid("", model_zoo.OPSET)],
-        ir_version=model_zoo.IR_VERSION,
-    )
-    unbatched = 'backend: "mslite"\nmax_batch_size: 0\n'
-    add_model(repo, "tiny", GEN.build_tiny())
-    add_model(repo, "seq", model_zoo.variable_seq())
-    add_model(repo, "ident3", ident3)
-    add_model(repo, "pair", model_zoo.difference())
-    add_model(repo, "strings", model_zoo.string_identity())
-    add_model(
-        repo, "vbatched", model_zoo.variable_seq(), 'backend: "mslite"\nmax_batch_size: 8\ndynamic_batching { }\n'
-    )
-    add_model(
-        repo,
-        "flat",
-        GEN.build_tiny(),
-        unbatched + 'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
-        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n',
-    )
-    add_model(
-        repo,
-        "flat3",
-        ident3,
-        unbatched + 'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, -1, -1 ] } ]\n'
-        'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, -1, -1 ] } ]\n',
-    )
-    with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False, gateway=gateway)) as server:
-        http_url, grpc_url = f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"
-        configs = {}
-        for model in ("tiny", "seq", "ident3", "pair", "strings", "vbatched", "flat", "flat3"):
-            config = httpclient.InferenceServerClient(http_url).get_model_config(model)
-            configs[model] = (config.get("max_batch_size", 0), config["input"])
-
-        def send(model: str, protocol: str, shape: list[int], data_shape: list[int]) -> str:
-            module = grpcclient if protocol == "grpc" else httpclient
-            inputs = []
-            for spec in configs[model][1]:
-                strings_ = spec["data_type"] == "TYPE_STRING"
-                array = np.full(data_shape, b"ab", np.object_) if strings_ else np.ones(data_shape, np.float32)
-                inp = module.InferInput(spec["name"], data_shape, "BYTES" if strings_ else "FP32")
-                if protocol == "grpc":
-                    inp.set_data_from_numpy(array)
-                else:
-                    inp.set_data_from_numpy(array, binary_data=protocol == "binary")
-                inp.set_shape(shape)
-                inputs.append(inp)
-            try:
-                if protocol == "grpc":
-                    grpcclient.InferenceServerClient(grpc_url).infer(model, inputs, client_timeout=timeout_s)
-                else:
-                    client = httpclient.InferenceServerClient(http_url, network_timeout=timeout_s)
-                    client.infer(model, inputs)
-            except Exception as e:  # an answer with an error, or none within the time-out
-                text = str(e).lower()
-                if "batch-size must be >= 1" in text:
-                    return "refused"
-                return "UNANSWERED" if "timed out" in text or "deadline" in text or "timeout" in text else "error"
-            return "ok"
-
-        cases = []
-        for model, (max_batch_size, inputs) in configs.items():
-            rank = len(inputs[0]["dims"]) + (1 if max_batch_size else 0)
-            for shape in itertools.product([0, 1, 2], repeat=rank):
-                if 0 in shape:
-                    datas = [list(shape)] + ([list(shape[1:])] if max_batch_size and shape[0] == 0 else [])
-                    for data_shape in datas:
-                        for protocol in ("json", "binary", "grpc"):
-                            cases.append((model, protocol, list(shape), data_shape))
-        with ThreadPoolExecutor(16) as pool:
-            outcomes = list(pool.map(lambda case: send(*case), cases))
-    unanswered = sorted({(c[0], str(c[2])) for c, o in zip(cases, outcomes) if o == "UNANSWERED"})
-    answered_ok = sorted({(c[0], str(c[2])) for c, o in zip(cases, outcomes) if o == "ok"})
-    print(
-        f"{'through the gateway' if gateway else 'straight to tritonserver'}: {len(cases)} requests, "
-        f"{outcomes.count('UNANSWERED')} unanswered within {timeout_s:g} s, {outcomes.count('refused')} refused "
-        "by the gateway as a batch of 0:"
-    )
-    for model, shape in unanswered:
-        print(f"  unanswered: {model} (max_batch_size {configs[model][0]}) shape {shape}")
-    batch0_ok = [(m, s) for m, s in answered_ok if configs[m][0] and s.startswith("[0")]
-    print(f"answered ok with a batch of 0 on a batching model: {batch0_ok or 'none'}")
-    print(f"answered ok, shapes with a 0: {', '.join(f'{m} {s}' for m, s in answered_ok)}")
     return 0

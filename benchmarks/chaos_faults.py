@@ -6,10 +6,11 @@ The stack is `mslite-triton serve` as shipped (gateway, admin key, supervisor) o
 `tritonclient` HTTP (no key, as any client) calling `tiny` with random inputs; every answer is checked.
 
 Faults: the process faults the supervisor heals (SIGKILL of a worker, the gateway or tritonserver, SIGSTOP
-of the gateway or a worker, tritonserver killed again while a heal loads the models), and attacks made as
-a client would make them: naming another client's shared-memory regions, deeply nested JSON to
-`/generate`, idle HTTP bodies and stalled gRPC messages announcing 64 MiB / 16 MiB, a gzip body inflating
-to 30 MiB of JSON, a request that crashes tritonserver followed by its restart, and HTTP/2 rapid reset.
+of tritonserver, the gateway or a worker, tritonserver killed again while a heal loads the models), and
+attacks made as a client would make them: naming another client's shared-memory regions, deeply nested
+JSON to `/generate`, idle HTTP bodies and stalled gRPC messages announcing 64 MiB / 16 MiB, a gzip body
+inflating to 30 MiB of JSON, a request that crashes tritonserver followed by its restart, and HTTP/2
+rapid reset.
 
 Per fault and per kind of client: the outage (the longest time no request of that kind was answered,
 from the fault until the service was back), answers ok, failed and wrong; and a note on what the fault
@@ -45,8 +46,11 @@ import tritonclient.http as httpclient
 import mslite_triton as mslite
 from mslite_contract.protocol import CLIENT_REGION_PREFIX
 from mslite_contract.settings import KEY_DIR_ENV
+from mslite_gateway.grpc_frames import END_HEADERS, HEADERS, RST_STREAM, U32, frame
 from mslite_server.ports import pick_ports
 from mslite_server.workers import children_of, state_of, workers_of
+from tests.support.badinput.memory import rss_kib
+from tests.support.raw_h2 import MODEL_INFER, RawH2
 from tests.support.repository import GEN as generate_models
 from tests.support.traffic import Loops
 from tests.support.updatable import build_updated
@@ -180,11 +184,7 @@ class Stack:
 
 
 def _rss_mib(pid: int) -> float:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return (rss_kib(pid) or 0) / 1024
 
 
 # -- process faults --------------------------------------------------------------------------------
@@ -206,6 +206,11 @@ def gateway_kill(stack: Stack) -> str:
 
 def tritonserver_kill(stack: Stack) -> str:
     return _kill_and_heal(stack, stack.tritonserver(), signal.SIGKILL)
+
+
+def tritonserver_stop(stack: Stack) -> str:
+    """A hung tritonserver (SIGSTOP): the supervisor notices its silence and starts another."""
+    return _kill_and_heal(stack, stack.tritonserver(), signal.SIGSTOP)
 
 
 def _stop_and_heal(stack: Stack, pid: int) -> str:
@@ -344,63 +349,26 @@ def _idle_http(port: int) -> socket.socket:
     return s
 
 
-# HTTP/2 made by hand (no h2 package needed): frames, and HPACK literals without indexing, no Huffman.
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
-
-
-def _hpack(headers: list[tuple[str, str]]) -> bytes:
-    out = b""
-    for name, value in headers:
-        assert len(name) < 127 and len(value) < 127
-        out += b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
-    return out
-
-
-_GRPC_INFER = _hpack([
-    (":method", "POST"), (":scheme", "http"), (":path", "/inference.GRPCInferenceService/ModelInfer"),
-    (":authority", "127.0.0.1"), ("content-type", "application/grpc"), ("te", "trailers"),
-])  # fmt: skip
-
-
-def _h2_connection(port: int) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.sendall(_PREFACE + _frame(4, 0, 0, b""))
-    threading.Thread(target=_drain, args=(s,), daemon=True).start()  # the server's frames, read and dropped
-    return s
-
-
-def _drain(s: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        s.settimeout(None)
-        while s.recv(1 << 16):
-            pass
-
-
-def _stalled_grpc(port: int, streams: int = 3) -> socket.socket:
+def _stalled_grpc(port: int, streams: int = 3) -> RawH2:
     """One connection, `streams` ModelInfer messages announcing 16 MiB each, a few bytes sent, then nothing."""
-    s = _h2_connection(port)
+    h2 = RawH2(port, timeout_s=5)
     for k in range(streams):
-        sid = 2 * k + 1
-        message_start = b"\x00" + (16 << 20).to_bytes(4, "big") + b"\0" * 1024
-        s.sendall(_frame(1, 0x4, sid, _GRPC_INFER) + _frame(0, 0, sid, message_start))
-    return s
+        h2.open(2 * k + 1)
+        h2.data(2 * k + 1, b"\x00" + (16 << 20).to_bytes(4, "big") + b"\0" * 1024)
+    return h2
 
 
 def slow_bodies(stack: Stack) -> str:
     """4 idle HTTP bodies announcing 64 MiB and 33 stalled gRPC messages, held while the load runs."""
-    held: list[socket.socket] = []
+    held: list[socket.socket | RawH2] = []
     try:
         held += [_idle_http(stack.http_port) for _ in range(4)]
         held += [_stalled_grpc(stack.grpc_port, 3) for _ in range(11)]
         time.sleep(stack.attack_s(15))
     finally:
-        for s in held:
+        for conn in held:
             with contextlib.suppress(OSError):
-                s.close()
+                conn.close()
     return "4 HTTP bodies of 64 MiB and 33 gRPC messages of 16 MiB announced and stalled"
 
 
@@ -429,22 +397,20 @@ def rapid_reset(stack: Stack) -> str:
     """HEADERS + RST_STREAM pairs on one HTTP/2 connection to the gRPC port, for a few seconds."""
     server = stack.tritonserver()
     before = _rss_mib(server)
-    s = _h2_connection(stack.grpc_port)
+    h2 = RawH2(stack.grpc_port, timeout_s=5)
+    block = h2.header_block(MODEL_INFER)  # one block for every stream, as an attacker's tool would send
     sent, sid, end = 0, 1, time.monotonic() + stack.attack_s(5)
-    try:
-        while time.monotonic() < end and sent < 1_000_000:
-            batch = b"".join(
-                _frame(1, 0x4, sid + 2 * k, _GRPC_INFER) + _frame(3, 0, sid + 2 * k, (8).to_bytes(4, "big"))
+    with h2:  # 500 pairs a write, not one frame at a time
+        while time.monotonic() < end and sent < 1_000_000 and not h2.closed.is_set():
+            pairs = b"".join(
+                frame(HEADERS, END_HEADERS, sid + 2 * k, block) + frame(RST_STREAM, 0, sid + 2 * k, U32.pack(8))
                 for k in range(500)
             )
-            s.sendall(batch)
+            if not h2.send(pairs):
+                break
             sid, sent = sid + 1000, sent + 500
-    except OSError as e:
-        note = f"connection ended after {sent} resets ({e.__class__.__name__})"
-    else:
-        note = f"{sent} resets sent"
-    finally:
-        s.close()
+        closed = h2.closed.is_set()
+    note = f"{sent} resets sent" + ("; the server closed the connection" if closed else "")
     time.sleep(2)
     kept = server == stack.tritonserver()
     return f"{note}; tritonserver RSS {before:.0f} -> {_rss_mib(server):.0f} MiB; pid kept: {kept}"
@@ -454,6 +420,7 @@ FAULTS: dict[str, Callable[[Stack], str]] = {
     "worker-kill": worker_kill,
     "gateway-kill": gateway_kill,
     "tritonserver-kill": tritonserver_kill,
+    "tritonserver-stop": tritonserver_stop,
     "gateway-stop": gateway_stop,
     "worker-stop": worker_stop,
     "second-death": second_death,

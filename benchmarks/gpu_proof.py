@@ -86,7 +86,8 @@ class Proof:
     def __init__(self, out: Path, device: str) -> None:
         self.out = out
         self.device = device
-        name = _device_name() if device == "gpu" else "cpu (dry run: its figures say nothing about a GPU)"
+        dry = "cpu (dry run: its figures say nothing about a GPU)"
+        name = _smi("--query-gpu=name", "--format=csv,noheader") if device == "gpu" else dry
         self.results: dict[str, Any] = {"device": name, "device_kind": device, "steps": {}, "errors": {}}
 
     def save(self) -> None:
@@ -132,14 +133,20 @@ def images(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1.0, 1.0, size=(n, 3, 224, 224)).astype(np.float32)
 
 
+def one_at_a_time(s: Any, x: np.ndarray) -> np.ndarray:
+    """The outputs of session `s` for every image of `x` run alone (batch 1), in order."""
+    name = s.get_inputs()[0].name
+    return np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(len(x))])
+
+
 def references(path: str, device: str, x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     """Batch-1 in-process outputs of every image, and how far a batch-8 run's rows are from them."""
     s = session(path, device)
     name = s.get_inputs()[0].name
-    ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(len(x))])
+    ref = one_at_a_time(s, x)
     batch8 = s.run(None, {name: x[:8]})[0]
     tf32 = session(path, device, "preferred_fp16")  # the CUDA provider's default: TF32 allowed
-    tf32_1 = np.concatenate([tf32.run(None, {name: x[i : i + 1]})[0] for i in range(8)])
+    tf32_1 = one_at_a_time(tf32, x[:8])
     info = {
         "images": len(x),
         "providers": str(providers(device)),
@@ -312,32 +319,17 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     """8 threads, each with its own client, timing every request (batch 1, or 1-8 chosen at random)."""
     in_name, out_name = io_names(url)
     x = images(8, seed=1)
-    records: list[list[tuple[float, int, float]]] = [[] for _ in range(8)]
-    start = threading.Barrier(9)
-    stop = threading.Event()
-
-    def loop(i: int) -> None:
-        client = grpc_client(url)
-        rng = np.random.default_rng(100 + i)
+    clients = [grpc_client(url) for _ in range(8)]
+    for client in clients:
         infer(client, x[:1], in_name, out_name)  # the connection's set-up, not timed
-        start.wait()
-        while not stop.is_set():
-            b = int(rng.integers(1, 9)) if mixed else 1
-            t0 = time.perf_counter()
-            infer(client, x[:b], in_name, out_name)
-            records[i].append((t0, b, time.perf_counter() - t0))
+    rngs = [np.random.default_rng(100 + i) for i in range(8)]
 
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(8)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t_start = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t_start
-    rows = sorted((t0 - t_start, i, b, s) for i, per in enumerate(records) for t0, b, s in per)
+    def call(i: int) -> int:
+        b = int(rngs[i].integers(1, 9)) if mixed else 1
+        infer(clients[i], x[:b], in_name, out_name)
+        return b
+
+    rows, wall = timed_threads(call, 8, seconds)
     with open(log, "a") as f:
         for t, i, b, s in rows:
             f.write(f"{'mixed' if mixed else 'batch1'},{i},{t:.4f},{b},{s * 1e3:.3f}\n")
@@ -353,6 +345,34 @@ def latency_loop(url: str, seconds: float, mixed: bool, log: Path) -> dict[str, 
     }
     print(json.dumps(result), flush=True)
     return result
+
+
+def timed_threads(call: Any, threads: int, seconds: float) -> tuple[list[tuple[float, int, Any, float]], float]:
+    """`call(i)` in a loop on threads i = 0 .. threads-1, from one start for `seconds`: every call as (its start
+    since then, i, what it returned, its seconds), in start order, and the seconds that passed in all."""
+    records: list[list[tuple[float, Any, float]]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def loop(i: int) -> None:
+        start.wait()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            out = call(i)
+            records[i].append((t0, out, time.perf_counter() - t0))
+
+    workers = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(threads)]
+    for w in workers:
+        w.start()
+    start.wait()
+    t_start = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t_start
+    rows = [(t0 - t_start, i, out, s) for i, per in enumerate(records) for t0, out, s in per]
+    return sorted(rows, key=lambda r: r[0]), wall
 
 
 # --- the multi-card sample's batch split ----------------------------------------------------------------------
@@ -375,9 +395,7 @@ def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str,
         return r
 
     x = images(2, seed=2)
-    s = session(model_bs1, device)
-    name = s.get_inputs()[0].name
-    ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(2)])
+    ref = one_at_a_time(session(model_bs1, device), x)
     t0 = time.perf_counter()
     split, single = runner(2), runner(1)
     build_s = time.perf_counter() - t0
@@ -437,9 +455,7 @@ def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[s
 
     os.environ[URL_ENV] = url
     x = images(2, seed=3)
-    s = session(model_bs1, device)
-    name = s.get_inputs()[0].name
-    ref = np.concatenate([s.run(None, {name: x[i : i + 1]})[0] for i in range(2)])
+    ref = one_at_a_time(session(model_bs1, device), x)
     utils = _one_device_parallel_predict()(model_bs1, device_num=2, target="gpu" if device == "gpu" else "cpu")
     t0 = time.perf_counter()
     utils.build_model()
@@ -468,15 +484,15 @@ def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[s
 # --- main ------------------------------------------------------------------------------------------------
 
 
-def gpu_memory() -> str:
+def _smi(*args: str) -> str | None:
+    """What `nvidia-smi ARGS` prints; None when it prints nothing or the machine has none."""
     if not shutil.which("nvidia-smi"):
-        return "no nvidia-smi"
-    out = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv"],
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip()
+        return None
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True).stdout.strip() or None
+
+
+def gpu_memory() -> str:
+    return _smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv") or "no nvidia-smi"
 
 
 def worker_pids(log: Path, model: str) -> list[int]:
@@ -487,13 +503,9 @@ def worker_pids(log: Path, model: str) -> list[int]:
 
 def gpu_mem_per_worker_gb(pids: list[int]) -> float | None:
     """nvidia-smi's memory figure of the largest of `pids`, in GB (10^9 bytes); None without nvidia-smi."""
-    if not shutil.which("nvidia-smi") or not pids:
+    out = _smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+    if out is None or not pids:
         return None
-    out = subprocess.run(
-        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-        capture_output=True,
-        text=True,
-    ).stdout
     used = {int(p): float(m) for p, m in (line.split(",") for line in out.strip().splitlines() if "," in line)}
     mib = [used[p] for p in pids if p in used]
     return max(mib) * 2**20 / 1e9 if mib else None
@@ -530,28 +542,8 @@ def inprocess_c1(path: str, device: str, seconds: float) -> dict[str, Any]:
 
 
 def _callers_loop(run: Any, callers: int, seconds: float, *, sessions: int) -> dict[str, Any]:
-    lat: list[list[float]] = [[] for _ in range(callers)]
-    start = threading.Barrier(callers + 1)
-    stop = threading.Event()
-
-    def loop(i: int) -> None:
-        start.wait()
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            run(i)
-            lat[i].append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(callers)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    ms = np.array([v for per in lat for v in per]) * 1e3
+    rows, wall = timed_threads(run, callers, seconds)
+    ms = np.array([r[3] for r in rows]) * 1e3
     result = {
         "sessions": sessions,
         "callers": callers,
@@ -678,7 +670,7 @@ def main() -> None:
     r = proof.results
     r["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     r["python"] = sys.version.split()[0]
-    r["driver"] = _driver()
+    r["driver"] = _smi("--query-gpu=name,driver_version", "--format=csv,noheader")
     import onnxruntime as ort
 
     r["onnxruntime"] = f"{ort.__version__} {ort.get_available_providers()}"
@@ -790,22 +782,6 @@ def main() -> None:
     print(f"run took {r['run_s']:.0f} s", flush=True)
     if r["errors"]:
         print(f"errors: {json.dumps(r['errors'], indent=1)}", flush=True)
-
-
-def _device_name() -> str | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
-    return out.stdout.strip() or None
-
-
-def _driver() -> str | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], capture_output=True, text=True
-    )
-    return out.stdout.strip() or None
 
 
 if __name__ == "__main__":

@@ -3,11 +3,10 @@
     .venv/bin/python -m benchmarks.passthrough_relay [--record FILE --chunks N] PORT:UPSTREAM_HOST:UPSTREAM_PORT [...]
 
 Each route is one listener on 127.0.0.1:PORT relaying to the upstream address, each client connection
-on a connection of its own. Runs on uvloop, as the gateway does. `gateway_overhead --floor` measures
-it as one more path: what one more TCP hop costs on this machine, before any check (measured here: about
-as much as the same relay written in C). With `--record`, the first connection to carry N reads
-(either way) has them written to FILE, in order, as a pickled list of ("client" | "server", bytes):
-`relay_replay` feeds them to the gateway's relay.
+on a connection of its own. Runs on uvloop, as the gateway does: put in front of tritonserver, it measures
+what one more TCP hop costs before any check (docs/performance.md, "The gateway's cost": the floor).
+With `--record`, the first connection to carry N reads (either way) has them written to FILE, in order, as
+a pickled list of ("client" | "server", bytes): `relay_replay` feeds them to the gateway's relay.
 """
 
 from __future__ import annotations

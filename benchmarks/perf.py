@@ -100,29 +100,6 @@ def measure(
     )
 
 
-def measure_alternated(
-    tools: Tools,
-    server: BenchServer,
-    names: list[str],
-    levels: list[int],
-    rounds: int,
-    settings: PerfSettings,
-    describe: Callable[[PerfPoint], str],
-) -> dict[tuple[str, int], list[PerfPoint]]:
-    """Every model at every level, `rounds` times, the models' order reversed every other round.
-
-    Prints `describe(point)` for each measurement as it lands; returns the points by (model, level).
-    """
-    found: dict[tuple[str, int], list[PerfPoint]] = {}
-    for r in range(rounds):
-        for c in levels:
-            for name in names if r % 2 == 0 else names[::-1]:
-                pt = measure(tools, server, name, c, shm=False, settings=settings)
-                found.setdefault((name, c), []).append(pt)
-                print(f"round {r + 1} {name} c={c}: {describe(pt)}", flush=True)
-    return found
-
-
 def measure_composed(
     tools: Tools,
     compose: Callable[[Path], None],
@@ -133,19 +110,27 @@ def measure_composed(
     describe: Callable[[PerfPoint], str],
     extra_backends: dict[str, Path] | None = None,
 ) -> dict[tuple[str, int], list[PerfPoint]]:
-    """`measure_alternated` over the models `names` of a repository that `compose(root)` writes.
+    """Every model of `names` at every level, `rounds` times, the models' order reversed every other round.
 
-    They are served together by one server that loads only them (with `extra_backends` beside ours); the
-    server and the repository are gone afterwards.
+    They are served together, from a repository that `compose(root)` writes, by one server that loads only
+    them (with `extra_backends` beside ours); the server and the repository are gone afterwards. Prints
+    `describe(point)` for each measurement as it lands; returns the points by (model, level).
     """
+    found: dict[tuple[str, int], list[PerfPoint]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-composed-") as tmp:
         compose(Path(tmp))
         server = BenchServer(Path(tmp), extra_backends=extra_backends).start()
         try:
             server.only(*names)
-            return measure_alternated(tools, server, names, levels, rounds, settings, describe)
+            for r in range(rounds):
+                for c in levels:
+                    for name in names if r % 2 == 0 else names[::-1]:
+                        pt = measure(tools, server, name, c, shm=False, settings=settings)
+                        found.setdefault((name, c), []).append(pt)
+                        print(f"round {r + 1} {name} c={c}: {describe(pt)}", flush=True)
         finally:
             server.stop()
+    return found
 
 
 def variant_names(parser: argparse.ArgumentParser, text: str, known: Collection[str]) -> list[str]:

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from benchmarks import bars, paired  # noqa: E402
-from benchmarks.scenarios import CLIENT_CASES, ROOT, Bench, make_plan  # noqa: E402
+from benchmarks.scenarios import ROOT, Bench, make_plan  # noqa: E402
 from benchmarks.serving import find_peer_backend, peer_ort_version  # noqa: E402
-from mslite_contract.settings import SHM_ENV  # noqa: E402
 from tests.support.tools import ToolsError, ensure_tools  # noqa: E402
 
 
@@ -79,8 +78,6 @@ def figures_table(results: dict[str, Any]) -> str:
             _row("in-process 1 session, batch 1, sequential", single["img_s"], single["p50_ms"], single["p99_ms"], cpu)
         )
     groups = [(f"sweep {b} {proto}", pts) for b, d in results["served"].items() for proto, pts in d.items()]
-    if results["scaling"]["1x1"]:
-        groups.append(("mobilenetv2 1x1", [results["scaling"]["1x1"]]))
     for label, points in groups:
         for p in points:
             flag = "" if p["stable"] else " *"
@@ -96,13 +93,6 @@ def figures_table(results: dict[str, Any]) -> str:
             cpu = "-" if worker is None or key.startswith("cpp_") else f"{worker:.2f}"
             label = f"{model} {key.replace('_c', ' c=')} (median of {len(rounds)}{flag})"
             rows.append(_row(label, img_s, p50, p99, cpu))
-    client = results["rounds"]["client"]
-    for key, mode, threads, batch, shm in CLIENT_CASES if client else ():
-        img_s, p50, p99, cpu_req = _medians(client, key, ("img_s", "p50_ms", "p99_ms", "client_cpu_ms_per_req"))
-        label = f"client {mode} {threads or results['meta']['workers']} threads batch {batch}"
-        label += f", {SHM_ENV}={shm}" if shm is not None else ""
-        cpu = "-" if cpu_req is None else f"{cpu_req / batch:.2f} (client)"
-        rows.append(_row(f"{label} (median of {len(client)})", img_s, p50, p99, cpu))
     return bars.format_table(("measurement", "img/s", "p50 ms", "p99 ms", "CPU ms/img"), rows)
 
 
@@ -268,7 +258,7 @@ def _report(results: dict[str, Any], computed: list[bars.Bar], info: list[bars.B
             rounds_table(results),
             "",
             "information, not bars: ratios to the in-process ceiling (each round's own in-process figure; the plot's "
-            "dotted line is their median), and the client's figures. Serving costs CPU the in-process run does not "
+            "dotted line is their median). Serving costs CPU the in-process run does not "
             "pay, so a served figure is expected below the ceiling; one above it means that round's in-process "
             "measurement ran slow (a busy machine), not that serving is free:",
             bars.bars_table(info),

@@ -7,18 +7,12 @@ summary for the progress display.
 from __future__ import annotations
 
 import functools
-import json
-import os
-import shlex
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mslite_contract.settings import SHM_ENV
 from mslite_triton._model_config import local_cores, plan_workers
 from tests.support.processes import model_worker_pids
 from tests.support.tools import Tools
@@ -45,15 +39,13 @@ class Plan:
     shm_levels: tuple[int, ...]
     tiny_levels: tuple[int, ...] = (1, 8)
     compare_levels: tuple[int, ...] = (1, 8, 16)  # MobileNetV2: ours vs naive vs the C++ peer
-    rounds: int = 3  # paired rounds of the in-process and client comparisons (paired.py)
+    rounds: int = 3  # paired rounds of the in-process comparison (paired.py)
     compare_rounds: int = 5  # alternated rounds of the backend comparison (the bars)
     max_queue_size: int = 0  # ours: an opt-in queue bound (`--max-queue-size`), to see what it costs
     peer: str | None = None  # the C++ ONNX Runtime backend's folder (`--peer-backends`); None: skipped
     compare_only: bool = False  # only the backend comparison (`--compare-only`)
     ceiling_s: float = 3.0
     single_s: float = 3.0
-    client_warmup_s: float = 1.5
-    client_s: float = 5.0
 
 
 def make_plan(
@@ -85,8 +77,6 @@ def make_plan(
             rounds=1,
             ceiling_s=1.0,
             single_s=1.5,
-            client_warmup_s=1.0,
-            client_s=3.0,
             **{"compare_rounds": 1, **extra},
         )
     return Plan(
@@ -107,7 +97,6 @@ def model_specs(plan: Plan) -> list[ModelSpec]:
     specs = [
         ModelSpec(MOBILENET, MOBILENET, "mslite", w, t, q),
         ModelSpec(f"{MOBILENET}_naive", MOBILENET, "naive", w, t),
-        ModelSpec(f"{MOBILENET}_1x1", MOBILENET, "mslite", 1, 1),
         ModelSpec("tiny", "tiny", "mslite", w, t, q),
         ModelSpec("tiny_naive", "tiny", "naive", w, t),
         ModelSpec("tiny_1x1", "tiny", "mslite", 1, 1, q),
@@ -121,13 +110,6 @@ def model_specs(plan: Plan) -> list[ModelSpec]:
 
 
 Step = tuple[str, Callable[[], str]]
-CLIENT_CASES = (  # key, client_bench mode, threads (None: the workers), batch, settings.SHM_ENV
-    ("runner", "runner", 8, 1, None),
-    ("raw", "raw", 8, 1, None),
-    ("runner_plain", "runner", 8, 1, "0"),
-    ("batch8_plain", "runner", None, 8, "0"),
-    ("batch8_shm", "runner", None, 8, "1"),
-)
 
 
 @dataclass
@@ -154,8 +136,7 @@ class Bench:
             },
             ceiling={"grid": [], "best": None, "single": None},
             served={b: {"grpc": [], "shm": []} for b in ("mslite", "naive")},
-            rounds={"mobilenet": [], "client": [], "compare_mobilenet": [], "compare_tiny": []},
-            scaling={"1x1": None, "2x1": None},
+            rounds={"mobilenet": [], "compare_mobilenet": [], "compare_tiny": []},
             errors=[],
         )
 
@@ -187,8 +168,6 @@ class Bench:
             steps.append((f"load {MOBILENET} and {naive} together, for the rounds", self._load(MOBILENET, naive)))
             for r in range(p.rounds):
                 steps.append((f"round {r + 1}/{p.rounds}: in-process vs served {MOBILENET}", self._mobilenet_round(r)))
-            for r in range(p.rounds):
-                steps.append((f"round {r + 1}/{p.rounds}: Python client vs raw tritonclient", self._client_round(r)))
         mobilenets = self._contenders(MOBILENET)
         steps.append((f"load {', '.join(mobilenets.values())} together", self._load(*mobilenets.values())))
         n = p.compare_rounds
@@ -202,9 +181,6 @@ class Bench:
         for r in range(n):
             label = f"round {r + 1}/{n}: tiny {' vs '.join(tinies)}, c={p.tiny_levels}; tiny_1x1 c=1"
             steps.append((label, self._compare_round("compare_tiny", tinies, p.tiny_levels, r, one_worker="tiny_1x1")))
-        if not p.compare_only:
-            steps.append((f"load only {MOBILENET}_1x1 (1 worker x 1 thread)", self._load(f"{MOBILENET}_1x1")))
-            steps.append((f"{MOBILENET}_1x1 gRPC c=8", self._perf(f"{MOBILENET}_1x1", 8, False, self._store_scaling)))
         return steps
 
     def _contenders(self, model: str) -> dict[str, str]:
@@ -296,11 +272,6 @@ class Bench:
 
         return run
 
-    def _store_scaling(self, point: dict[str, Any]) -> None:
-        self.results["scaling"]["1x1"] = point
-        grpc = self.results["served"]["mslite"]["grpc"]
-        self.results["scaling"]["2x1"] = next((q for q in grpc if q["concurrency"] == 8), None)
-
     # -- paired rounds (paired.py says why) --------------------------------------------------------
     def _best_level(self, backend: str, proto: str) -> int:
         """The concurrency among 4/8/16 with the most throughput in the sweep (8 when the sweep has none)."""
@@ -343,37 +314,6 @@ class Bench:
 
     def _cell(self, sessions: int, threads: int, batch: int) -> dict[str, Any]:
         return inprocess.grid_cell(MODEL_PATH, sessions, threads, batch, self.plan.ceiling_s, self.plan.cores).as_dict()
-
-    def _client_round(self, index: int) -> Callable[[], str]:
-        """Each client case in its own process: the runner vs raw tritonclient, and batch 8 with and without shm."""
-
-        def run() -> str:
-            items: list[tuple[str, paired.Measure]] = []
-            for key, mode, threads, batch, shm in CLIENT_CASES:
-                n = threads or self.plan.workers
-                items.append((key, functools.partial(self._client, mode, n, batch, shm)))
-            one = paired.run_round(items, index)
-            self.results["rounds"]["client"].append(one)
-            shown = [f"{k} {paired.value(one, k, 'img_s') or 0:.0f}" for k, *_ in CLIENT_CASES]
-            return "img/s: " + ", ".join(shown) + _failed(one)
-
-        return run
-
-    def _client(self, mode: str, threads: int, batch: int, shm: str | None) -> dict[str, Any]:
-        assert self.server is not None
-        env = dict(os.environ)
-        if shm is not None:
-            env[SHM_ENV] = shm
-        args = ["-m", "benchmarks.client_bench", mode, "--url", self.server.server.grpc_url, "--model", MOBILENET]
-        args += ["--threads", str(threads), "--batch", str(batch)]
-        args += ["--warmup-s", str(self.plan.client_warmup_s), "--seconds", str(self.plan.client_s)]
-        limit = self.plan.client_warmup_s + self.plan.client_s + 90
-        out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
-        if out.returncode != 0:
-            raise RuntimeError(f"client_bench exit {out.returncode}: {out.stderr[-1500:]}")
-        r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-        r["command"] = shlex.join([*([f"{SHM_ENV}={shm}"] if shm is not None else []), "python", *args])
-        return r
 
     def close(self) -> None:
         """Stop the server and remove the composed repository (safe to call twice)."""

@@ -39,7 +39,6 @@ class ModelSpec:
     max_queue_size: int = 0  # ours: an opt-in queue bound (0: the repository config as shipped, no bound)
 
 
-UNBOUNDED_CPU_BATCHER = "dynamic_batching { preferred_batch_size: [ 2 ] }\n"  # the CPU defaults, no queue bound
 PEER_LIBRARY = "libtriton_onnxruntime.so"
 UNLOAD_WAIT_S = 60.0
 

@@ -73,7 +73,7 @@ def test_a_bar_that_falls_short_or_is_missing_makes_the_run_fail() -> None:
 
 def test_information_rows_never_read_as_bars() -> None:
     one = {"round": 1, "grpc": {"infer_s": 115.0}, "ceiling": {"img_s": 100.0}, "shm": {"infer_s": 50.0}}
-    results = {"rounds": {"mobilenet": [one], "client": []}, "scaling": {"2x1": None, "1x1": None}}
+    results = {"rounds": {"mobilenet": [one]}}
     found = {b.name: b for b in bars.information(results)}
     assert found["Served MobileNetV2 gRPC, best of c=4/8/16 vs in-process ceiling"].verdict == bars.ABOVE
     assert found["Served MobileNetV2 shm, best of c=4/8/16 vs in-process ceiling"].verdict == bars.BELOW

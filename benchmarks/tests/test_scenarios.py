@@ -1,8 +1,8 @@
 """The serving benchmark's own set-up steps and worker accounting against a real server, for a few seconds.
 
 `make bench` is not part of `make test`; this runs the part of it that broke unseen: the benchmark loads models
-whose names share a prefix (`mobilenetv2`, `mobilenetv2_naive`, `mobilenetv2_1x1`) side by side, and each one's
-workers, and so its CPU per image, must be its own.
+whose names share a prefix (`mobilenetv2` and `mobilenetv2_naive`; `tiny`, `tiny_1x1` and `tiny_naive`) side by
+side, and each one's workers, and so its CPU per image, must be its own.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Bad input: 11,000 seeded malformed requests over HTTP and gRPC against the session server (~15 s).
 
-The generator, the bar and the known gaps of Triton 2.51 live in `tests/support/badinput/`; the campaign's
-long version is `python -m benchmarks.badinput`. Case `i` of seed 7 is replayed alone with
-`python -m benchmarks.badinput --replay i`.
+The generator, the bar and the known gaps of Triton 2.51 live in `tests/support/badinput/`.
 
 Every test runs twice: against Triton 2.51's own frontends (`triton`: the session server) and against a
 server fronted by the validating gateway (`gateway`: `ServerConfig(gateway=True)`, the `mslite_gateway` package).

@@ -1,7 +1,6 @@
 """Seeded malformed requests over HTTP and gRPC, and the bar every answer must meet.
 
-tests/integration/test_bad_input.py runs ~11,000 cases against the session server; the long campaign is
-`python -m benchmarks.badinput`.
+tests/integration/test_bad_input.py runs ~11,000 cases against the session server.
 
 - `cases`: the catalogue (categories, the pattern each message must match) and `CaseGenerator`; the builders
   live in `malformed_tensors` and `malformed_requests`, starting from the valid draws of `models`;
