@@ -50,7 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 import mslite_triton as mslite  # noqa: E402
-from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import EmbeddedServer, GatewayLimits, ServerConfig  # noqa: E402
 from mslite_server.workers import workers_of  # noqa: E402
 from mslite_triton.errors import ServiceDenyError  # noqa: E402
 from tests.support.badinput.memory import rss_kib  # noqa: E402
@@ -128,7 +128,9 @@ def overload_campaign(seconds: float) -> int:
     path.write_bytes(generate_models.build_mobilenetv2().SerializeToString())
     x = generate_models.make_input_bin()
     batching = {"dynamic_batching": {"max_batch_size": "1"}}
-    config = ServerConfig(model_repository=work / "repo", gateway=True, max_inflight_per_model=8)
+    config = ServerConfig(
+        model_repository=work / "repo", gateway=True, gateway_limits=GatewayLimits(max_inflight_per_model=8)
+    )
     with EmbeddedServer(config) as server:
         runner = _runner(server.grpc_url, str(path), 1, batching)
         for _ in range(20):

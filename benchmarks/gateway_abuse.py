@@ -27,6 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from mslite_contract.gateway_options import GatewayOptions  # noqa: E402
 from mslite_gateway.grpc_frames import ENHANCE_YOUR_CALM  # noqa: E402
 from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
 from mslite_server.gateway_process import GatewayProcess  # noqa: E402
@@ -109,18 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=("tiny",), supervise=False)
     with EmbeddedServer(config) as srv, tempfile.TemporaryDirectory() as tmp:
         assert srv.process is not None
-        gateway = GatewayProcess(
-            host="127.0.0.1",
+        options = GatewayOptions(
             http_port=free_port(),
             grpc_port=free_port(),
             upstream_http=srv.triton.http_address,  # a server without a gateway of its own: Triton on TCP
             upstream_grpc=srv.triton.grpc_address,
             grace_s=1,
-            log_path=Path(tmp) / "gateway.log",
         )
+        gateway = GatewayProcess(options, log_path=Path(tmp) / "gateway.log")
         gateway.start()
         try:
-            http_port, grpc_port = (int(a.split("=", 1)[1]) for a in gateway.args[1:3])
+            http_port, grpc_port = options.http_port, options.grpc_port
             if args.case == "hold":
                 hold(http_port, grpc_port, args.seconds)
             else:

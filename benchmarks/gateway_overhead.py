@@ -160,21 +160,20 @@ def _gateway_on_tcp(srv: Any, workdir: Path, *, staging: bool) -> tuple[Any, dic
 
     Returns the started gateway and its address per protocol.
     """
+    from mslite_contract.gateway_options import GatewayOptions
     from mslite_server.gateway_process import GatewayProcess
     from mslite_server.ports import pick_ports
 
     http_port, grpc_port = pick_ports([("127.0.0.1", 0, "HTTP"), ("127.0.0.1", 0, "gRPC")])
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=http_port,
         grpc_port=grpc_port,
         upstream_http=srv.triton.http_address,
         upstream_grpc=srv.triton.grpc_address,
-        admin_key=srv.admin_key,
-        log_path=workdir / f"gateway-{'staging' if staging else 'relayed'}.log",
+        staging=staging,
     )
-    if not staging:
-        gateway.args.append("--no-staging")
+    log_path = workdir / f"gateway-{'staging' if staging else 'relayed'}.log"
+    gateway = GatewayProcess(options, admin_key=srv.admin_key, log_path=log_path)
     gateway.start()
     return gateway, {"http": f"127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}"}
 

@@ -31,6 +31,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_server.ports import listening_ports, listening_unix_paths
@@ -378,16 +379,15 @@ def test_http_requests_wait_out_a_server_restart(gw):
 
 def test_triton_unreachable_is_503_and_unavailable(tmp_path):
     http_port, grpc_port = free_port(), free_port()
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=http_port,
         grpc_port=grpc_port,
         upstream_http=f"127.0.0.1:{free_port()}",  # nothing listens there
         upstream_grpc=f"127.0.0.1:{free_port()}",
         grace_s=1,
-        upstream_retry_s=0.5,
-        log_path=tmp_path / "gateway.log",
+        limits=GatewayLimits(upstream_retry_s=0.5),
     )
+    gateway = GatewayProcess(options, log_path=tmp_path / "gateway.log")
     gateway.start()
     try:
         status, answer, _ = _http(f"http://127.0.0.1:{http_port}", "/v2/health/ready", None, {}, "GET")
@@ -414,23 +414,17 @@ def _rss_mib(pid: int) -> float:
 
 
 def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: float) -> GatewayProcess:
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=free_port(),
         grpc_port=free_port(),
         upstream_http=upstream_http,
         upstream_grpc=upstream_grpc,
         grace_s=1,
-        upstream_retry_s=20,
-        log_path=tmp_path / "gateway.log",
-        **limits,
+        limits=GatewayLimits(**{"upstream_retry_s": 20, **limits}),
     )
+    gateway = GatewayProcess(options, log_path=tmp_path / "gateway.log")
     gateway.start()
     return gateway
-
-
-def _port(gateway: GatewayProcess, flag: str) -> int:
-    return int(next(a for a in gateway.args if a.startswith(f"--{flag}=")).split("=", 1)[1])
 
 
 def test_admission_control_refuses_with_service_deny(gw, tmp_path):
@@ -440,7 +434,7 @@ def test_admission_control_refuses_with_service_deny(gw, tmp_path):
     gateway = _gateway(
         tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20, body_stall_timeout_s=120
     )
-    http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
+    http_port, grpc_port = gateway.options.http_port, gateway.options.grpc_port
     body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
     infer = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     held: list[socket.socket] = []
@@ -527,7 +521,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
     outcomes: dict[str, int] = {}
     lock = threading.Lock()
     stop = time.monotonic() + 6
-    channel = grpc.insecure_channel(f"127.0.0.1:{_port(gateway, 'grpc-port')}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{gateway.options.grpc_port}")
     call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
 
     def client() -> None:
@@ -556,7 +550,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
 def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     """32 MiB bodies in 2-byte chunks on 4 connections: gateway RSS < 512 MiB, other clients served."""
     gateway = _gateway(tmp_path, gw.triton.http_address, gw.triton.grpc_address)
-    http_port = _port(gateway, "http-port")
+    http_port = gateway.options.http_port
     assert gateway.pid is not None
     block = b"2\r\nab\r\n" * 50_000  # 100 KB of body per send
     outcomes: list[bytes] = []

@@ -29,6 +29,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_contract.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
 from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
@@ -199,19 +200,17 @@ def test_deep_json_on_any_route_leaves_tritonserver_running(srv, path):
 
 def test_generate_counts_against_the_in_flight_limit(srv, tmp_path):
     """A second gateway on the same tritonserver, one request per model in flight: generate is refused beyond it."""
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=free_port(),
         grpc_port=free_port(),
         upstream_http=srv.triton.http_address,
         upstream_grpc=srv.triton.grpc_address,
-        max_inflight_per_model=1,
         grace_s=1,
-        log_path=tmp_path / "gateway.log",
-        admin_key=srv.admin_key,
+        limits=GatewayLimits(max_inflight_per_model=1),
     )
+    gateway = GatewayProcess(options, log_path=tmp_path / "gateway.log", admin_key=srv.admin_key)
     gateway.start()
-    port = int(next(a for a in gateway.args if a.startswith("--http-port=")).split("=", 1)[1])
+    port = options.http_port
     answers: list[tuple[int, str]] = []
     deadline = time.monotonic() + 3
 

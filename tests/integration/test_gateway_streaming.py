@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import EmbeddedServer, GatewayLimits, ServerConfig
 from tests.integration.test_gateway import _address, _gateway, _port
 from tests.support.repository import GEN, ROOT, add_model
 
@@ -73,7 +73,9 @@ def gws(tmp_path_factory: pytest.TempPathFactory):
     add_model(repo, "slow", GEN.build_tiny(), _SLOW)
     (repo / "pipeline" / "1").mkdir(parents=True)
     (repo / "pipeline" / "config.pbtxt").write_text(_PIPELINE)
-    config = ServerConfig(model_repository=repo, gateway=True, max_request_bytes=CAP, supervise=False)
+    config = ServerConfig(
+        model_repository=repo, gateway=True, gateway_limits=GatewayLimits(max_request_bytes=CAP), supervise=False
+    )
     with EmbeddedServer(config) as srv:
         yield srv
 
