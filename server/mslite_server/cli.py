@@ -11,8 +11,8 @@ from pathlib import Path
 
 from mslite_contract import settings
 from mslite_contract.gateway_options import GatewayLimits
+from mslite_server import tune
 from mslite_server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
-from mslite_server.tune import add_command as add_tune_command
 
 # Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
 _GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         "with 413 / RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
-    add_tune_command(sub)
+    tune.add_command(sub)
     return parser
 
 

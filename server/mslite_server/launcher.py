@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.owned_files import remove_prefixed, sweep_dead_owners
-from mslite_contract.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
+from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 from mslite_server.config import ModelState, ServerConfig
 from mslite_server.gateway_process import GatewayError, GatewayProcess
 from mslite_server.ports import (
@@ -48,7 +48,6 @@ from mslite_server.triton_process import (
     spawn,
 )
 from mslite_server.workers import remove_upload_copies, state_of, upload_copies, workers_of
-from mslite_triton._admin_key import HEADER as ADMIN_KEY_HEADER
 from mslite_triton._admin_key import new_key, remove_key, write_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
 

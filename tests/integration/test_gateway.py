@@ -32,6 +32,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_server.ports import listening_ports, listening_unix_paths
@@ -47,7 +48,7 @@ from tests.support.triton_direct import grpc_address, http_address
 pytestmark = pytest.mark.integration
 
 CAP = 4 << 20
-GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
+GRPC_KEY = ADMIN_KEY_GRPC_HEADER
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_shared_memory_inputs_through_the_gateway(gw, files):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_tritonclient_shared_memory_register_infer_unregister(gw, protocol):
     mod = grpcclient if protocol == "grpc" else httpclient
-    key = {GRPC_KEY: gw.admin_key} if protocol == "grpc" else {_admin_key.HEADER: gw.admin_key}
+    key = {GRPC_KEY: gw.admin_key} if protocol == "grpc" else {ADMIN_KEY_HEADER: gw.admin_key}
     client = mod.InferenceServerClient(_address(gw.grpc_url if protocol == "grpc" else gw.http_url))
     name = f"gw_test_{protocol}"
     handle = sysshm.create_shared_memory_region(name, "/" + name, 64)
