@@ -100,7 +100,8 @@ class GatewayOptions:
 
     def to_argv(self) -> list[str]:
         """The command-line arguments that `from_argv` reads back into these options."""
-        return [_flag(f, getattr(owner, f.name)) for owner, f in _flat(self)]
+        limits = {f.name for f in dataclasses.fields(GatewayLimits)}
+        return [_flag(f.name, getattr(self.limits if f.name in limits else self, f.name)) for f in _fields()]
 
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None, *, description: str | None = None) -> GatewayOptions:
@@ -110,15 +111,16 @@ class GatewayOptions:
             SystemExit: argparse's exit, with its message on stderr, for a bad or missing argument.
         """
         ap = argparse.ArgumentParser(prog=f"python -m {GATEWAY_MODULE}", description=description)
-        for owner, f in _flat(cls):
-            kind = _types(owner)[f.name]
-            flag = "--" + f.name.replace("_", "-")
+        # the annotations are strings (`from __future__ import annotations`): their types, for argparse
+        types = {**typing.get_type_hints(GatewayOptions), **typing.get_type_hints(GatewayLimits)}
+        for f in _fields():
+            flag, kind, help_text = "--" + f.name.replace("_", "-"), types[f.name], f.metadata["help"]
             if kind is bool:
-                ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
+                ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
             elif f.default is dataclasses.MISSING:
-                ap.add_argument(flag, type=kind, required=True, help=f.metadata["help"])
+                ap.add_argument(flag, type=kind, required=True, help=help_text)
             else:
-                ap.add_argument(flag, type=kind, default=f.default, help=f.metadata["help"] + " (default %(default)s)")
+                ap.add_argument(flag, type=kind, default=f.default, help=help_text + " (default %(default)s)")
         args = vars(ap.parse_args(argv))
         limits = {f.name: args.pop(f.name) for f in dataclasses.fields(GatewayLimits)}
         try:
@@ -127,20 +129,14 @@ class GatewayOptions:
             ap.error(str(e))
 
 
-def _flat(options: GatewayOptions | type[GatewayOptions]) -> list[tuple[Any, dataclasses.Field[Any]]]:
-    """(owner, field) of every option: GatewayOptions' own fields, then its limits' fields."""
-    limits = options.limits if isinstance(options, GatewayOptions) else GatewayLimits
-    own = [(options, f) for f in dataclasses.fields(GatewayOptions) if f.name != "limits"]
-    return own + [(limits, f) for f in dataclasses.fields(GatewayLimits)]
+def _fields() -> list[dataclasses.Field[Any]]:
+    """Every option, in command-line order: GatewayOptions' own fields, then its limits' (names never repeat)."""
+    own = [f for f in dataclasses.fields(GatewayOptions) if f.name != "limits"]
+    return own + list(dataclasses.fields(GatewayLimits))
 
 
-def _types(owner: Any) -> dict[str, type]:
-    """The field types of `owner`'s class (the annotations are strings under `from __future__ import annotations`)."""
-    return typing.get_type_hints(owner if isinstance(owner, type) else type(owner))
-
-
-def _flag(f: dataclasses.Field[Any], value: Any) -> str:
-    name = f.name.replace("_", "-")
+def _flag(name: str, value: Any) -> str:
+    flag = "--" + name.replace("_", "-")
     if isinstance(value, bool):
-        return f"--{name}" if value else f"--no-{name}"
-    return f"--{name}={value}"  # a float's str() reads back as the same float
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag}={value}"  # a float's str() reads back as the same float
