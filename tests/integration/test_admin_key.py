@@ -16,7 +16,6 @@ from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 
 pytestmark = pytest.mark.integration
 
-GRPC_KEY = ADMIN_KEY_GRPC_HEADER
 HTTP_GROUPS = {  # group -> (method, path, body)
     "model control": ("POST", "/v2/repository/index", b"{}"),
     "shared memory": ("GET", "/v2/systemsharedmemory/status", None),
@@ -55,10 +54,10 @@ def test_grpc_group_needs_the_key(server, group):
     call = GRPC_GROUPS[group]
     client = grpcclient.InferenceServerClient(server.grpc_url.removeprefix("grpc://"))
     try:
-        for headers in ({}, {GRPC_KEY: "not-the-key"}):
+        for headers in ({}, {ADMIN_KEY_GRPC_HEADER: "not-the-key"}):
             with pytest.raises(InferenceServerException, match="restricted"):
                 call(client, headers)
-        call(client, {GRPC_KEY: server.admin_key})  # answered
+        call(client, {ADMIN_KEY_GRPC_HEADER: server.admin_key})  # answered
     finally:
         client.close()
 

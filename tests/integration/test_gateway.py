@@ -48,7 +48,6 @@ from tests.support.triton_direct import grpc_address, http_address
 pytestmark = pytest.mark.integration
 
 CAP = 4 << 20
-GRPC_KEY = ADMIN_KEY_GRPC_HEADER
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +58,7 @@ def gw(repository: Path):
         model_repository=repository,
         load_models=("tiny", "multi_io"),
         gateway=True,
-        max_request_bytes=CAP,
+        gateway_limits=GatewayLimits(max_request_bytes=CAP),
         supervise=False,
     )
     with EmbeddedServer(config) as srv:
@@ -124,9 +123,9 @@ def test_grpc_upload_needs_the_key_and_the_key_passes_through(gw, files):
     try:
         with pytest.raises(InferenceServerException, match="restricted"):
             client.load_model("keyed", config=config, files=model)
-        client.load_model("keyed", config=config, files=model, headers={GRPC_KEY: gw.admin_key})
+        client.load_model("keyed", config=config, files=model, headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
         assert client.is_model_ready("keyed")
-        client.unload_model("keyed", headers={GRPC_KEY: gw.admin_key})
+        client.unload_model("keyed", headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
     finally:
         client.close()
 
@@ -138,9 +137,9 @@ def test_a_grpc_upload_over_the_request_limit_goes_through_unread(gw, files):
     config = json.dumps({"name": "big_upload", "backend": "mslite"})
     model = {"file:1/model.onnx": (files / "tiny.onnx").read_bytes(), "file:1/pad.bin": b"\0" * CAP}
     try:
-        client.load_model("big_upload", config=config, files=model, headers={GRPC_KEY: gw.admin_key})
+        client.load_model("big_upload", config=config, files=model, headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
         assert client.is_server_live() and client.is_model_ready("big_upload")
-        client.unload_model("big_upload", headers={GRPC_KEY: gw.admin_key})
+        client.unload_model("big_upload", headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
     finally:
         client.close()
 
@@ -156,7 +155,7 @@ def test_shared_memory_inputs_through_the_gateway(gw, files):
         np.testing.assert_allclose(got.get_data_to_numpy(), want, rtol=1e-5)
     client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
     try:
-        status = client.get_system_shared_memory_status(headers={GRPC_KEY: gw.admin_key}, as_json=True)
+        status = client.get_system_shared_memory_status(headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key}, as_json=True)
     finally:
         client.close()
     assert any(r.startswith("mslite_client_") for r in status.get("regions", {})), status
@@ -165,7 +164,7 @@ def test_shared_memory_inputs_through_the_gateway(gw, files):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_tritonclient_shared_memory_register_infer_unregister(gw, protocol):
     mod = grpcclient if protocol == "grpc" else httpclient
-    key = {GRPC_KEY: gw.admin_key} if protocol == "grpc" else {ADMIN_KEY_HEADER: gw.admin_key}
+    key = {ADMIN_KEY_GRPC_HEADER: gw.admin_key} if protocol == "grpc" else {ADMIN_KEY_HEADER: gw.admin_key}
     client = mod.InferenceServerClient(_address(gw.grpc_url if protocol == "grpc" else gw.http_url))
     name = f"gw_test_{protocol}"
     handle = sysshm.create_shared_memory_region(name, "/" + name, 64)

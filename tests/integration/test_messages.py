@@ -31,7 +31,6 @@ from tests.support.triton_direct import bridge, grpc_address, grpc_url, http_add
 pytestmark = pytest.mark.integration
 
 PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}")
-GRPC_KEY = ADMIN_KEY_GRPC_HEADER
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory):
 def _load_corrupt(mod, address: str, key: str, name: str) -> str:
     """The message of a keyed load of a model file that is not ONNX."""
     client = mod.InferenceServerClient(address)
-    headers = {GRPC_KEY if mod is grpcclient else ADMIN_KEY_HEADER: key}
+    headers = {ADMIN_KEY_GRPC_HEADER if mod is grpcclient else ADMIN_KEY_HEADER: key}
     try:
         with pytest.raises(InferenceServerException) as info:
             client.load_model(
