@@ -25,7 +25,7 @@ from .weight_store import WeightStore
 
 
 class ModelRuntime:
-    """Validates requests against the config and runs them on the worker's session."""
+    """Runs the requests of each `execute`, checked by `checks`, on the worker's session(s)."""
 
     def __init__(
         self,
