@@ -30,6 +30,7 @@ from mslite_backend.errors import (
 )
 from mslite_backend.executors import Executor, choose_executor
 from mslite_backend.graph import plan_auto_complete, read_graph_io
+from mslite_backend.loading import load_runtime
 from mslite_backend.metrics import (
     WEIGHTS_VERSION_FAMILY,
     WEIGHTS_VERSION_HELP,
@@ -140,7 +141,7 @@ class TritonPythonModel:
                     f"count changed); the workers already running keep the threads they were sized with"
                 )
             version_dir = f"{args['model_repository']}/{args['model_version']}"
-            self.runtime = runtime = ModelRuntime.load(version_dir, cfg, self.instance)
+            self.runtime = runtime = load_runtime(version_dir, cfg, self.instance)
         except (ConfigError, ModelLoadError) as e:
             raise pb_utils.TritonModelException(str(e)) from None
         # In name order (by bytes, as std::map orders them): the order in which Triton's C++ ONNX Runtime

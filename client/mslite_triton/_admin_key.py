@@ -14,10 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from mslite_contract import settings
-from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
-
-HEADER = ADMIN_KEY_HEADER  # the header on HTTP; as gRPC metadata, Triton adds its own prefix:
-GRPC_HEADER = ADMIN_KEY_GRPC_HEADER
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 
 RESTRICTED = "model-repository,shared-memory,logging,trace"
 
@@ -78,9 +75,9 @@ def key_for(url: str) -> str | None:
     return None
 
 
-def flags(key: str) -> list[str]:
+def restricted_api_flags(key: str) -> list[str]:
     """Tritonserver flags restricting the admin APIs on both protocols (each protocol needs its own flag)."""
     return [
-        f"--http-restricted-api={RESTRICTED}:{HEADER}={key}",
-        f"--grpc-restricted-protocol={RESTRICTED}:{HEADER}={key}",
+        f"--http-restricted-api={RESTRICTED}:{ADMIN_KEY_HEADER}={key}",
+        f"--grpc-restricted-protocol={RESTRICTED}:{ADMIN_KEY_HEADER}={key}",
     ]

@@ -33,7 +33,7 @@ def server_url(explicit: str | None) -> str:
     return url if url else _autostart()
 
 
-def transport(explicit_url: str | None) -> Transport:
+def transport_for(explicit_url: str | None) -> Transport:
     """A shared, live-checked transport to the server (one pool per URL and key)."""
     url = server_url(explicit_url)
     key = _key(url)

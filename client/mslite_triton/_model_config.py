@@ -9,18 +9,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from mslite_contract.protocol import (
+    ASCEND_DEVICE_IDS_PARAMETER,
+    ASCEND_PRECISION_MODE_PARAMETER,
+    ASCEND_PROVIDER_PARAMETER,
+    BACKEND_NAME,
     BATCHING_KEYS,
     BATCHING_SECTION,
     DEFAULT_GPU_BUCKETS,
     DEFAULT_MAX_BATCH_SIZE,
+    INTER_OP_PARALLEL_NUM_PARAMETER,
     MAX_BATCH_SIZE_KEY,
     MAX_QUEUE_DELAY_KEY,
     MAX_QUEUE_SIZE_KEY,
+    PRECISION_MODE_PARAMETER,
     PREFERRED_BATCH_SIZE_KEY,
     RESIZED_INPUTS_PARAMETER,
+    THREAD_AFFINITY_CORE_LIST_PARAMETER,
+    THREAD_AFFINITY_MODE_PARAMETER,
+    THREAD_NUM_PARAMETER,
     batcher_defaults,
     capped_buckets,
     queue_policy,
+    section_parameter,
 )
 
 from .context import Context
@@ -153,10 +163,10 @@ def build_model_config(
     """
     target = context.target[0]
     params: dict[str, Any] = {
-        "thread_num": plan.thread_num,
-        "inter_op_parallel_num": plan.inter_op_parallel_num,
-        "thread_affinity_mode": context.cpu.thread_affinity_mode,
-        "precision_mode": (context.gpu if target == "gpu" else context.cpu).precision_mode,
+        THREAD_NUM_PARAMETER: plan.thread_num,
+        INTER_OP_PARALLEL_NUM_PARAMETER: plan.inter_op_parallel_num,
+        THREAD_AFFINITY_MODE_PARAMETER: context.cpu.thread_affinity_mode,
+        PRECISION_MODE_PARAMETER: (context.gpu if target == "gpu" else context.cpu).precision_mode,
     }
     device = context.ascend if target == "ascend" else context.gpu
     device_ids = context.parallel.device_ids or [device.device_id]
@@ -166,24 +176,24 @@ def build_model_config(
     elif target == "ascend":
         # Triton has no Ascend kind: KIND_MODEL workers, each told its device by position
         groups = [{"kind": "KIND_MODEL", "count": 1} for _ in per_worker]
-        params["ascend_device_ids"] = ",".join(str(d) for d in per_worker)
-        params["ascend_provider"] = context.ascend.provider
+        params[ASCEND_DEVICE_IDS_PARAMETER] = ",".join(str(d) for d in per_worker)
+        params[ASCEND_PROVIDER_PARAMETER] = context.ascend.provider
         if context.ascend.precision_mode:
-            params["ascend_precision_mode"] = context.ascend.precision_mode
+            params[ASCEND_PRECISION_MODE_PARAMETER] = context.ascend.precision_mode
     else:
         groups = [{"kind": "KIND_CPU", "count": 1} for _ in per_worker]
     if resized:
         params[RESIZED_INPUTS_PARAMETER] = json.dumps(resized, sort_keys=True)
     if context.cpu.thread_affinity_core_list:
-        params["thread_affinity_core_list"] = ",".join(str(c) for c in context.cpu.thread_affinity_core_list)
+        params[THREAD_AFFINITY_CORE_LIST_PARAMETER] = ",".join(str(c) for c in context.cpu.thread_affinity_core_list)
     sections = dict(sections or {})
     batching = sections.pop(BATCHING_SECTION, {})
     for section, entries in sections.items():
         for key, value in entries.items():
-            params[f"{section}.{key}"] = value
+            params[section_parameter(section, key)] = value
     config: dict[str, Any] = {
         "name": name,
-        "backend": "mslite",
+        "backend": BACKEND_NAME,
         "instance_group": groups,
         BATCHING_SECTION: _dynamic_batching(batching),
         "parameters": {k: {"string_value": str(v)} for k, v in params.items()},

@@ -18,14 +18,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from mslite_contract.protocol import MAX_PENDING_KEY, RUNNER_KEYS, RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
+
 from .errors import ServiceDenyError
 
 DEFAULT_MAX_PENDING = 1000  # MindSpore Lite's kNumMaxTaskQueueSize
-RUNNER_SECTION = "runner"
-MAX_PENDING_KEY = "max_pending_predicts"
-WORKERS_KEY = "workers_num"
-THREADS_KEY = "thread_num"
-RUNNER_KEYS = (MAX_PENDING_KEY, WORKERS_KEY, THREADS_KEY)
 
 
 class PendingLimit:

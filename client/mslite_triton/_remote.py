@@ -26,7 +26,7 @@ from mslite_contract.protocol import (
     WEIGHTS_INPUT,
 )
 
-from ._endpoint import transport as endpoint_transport
+from ._endpoint import transport_for
 from ._model_config import WorkerPlan, build_model_config
 from ._onnx_io import has_dynamic_batch, input_layouts, is_light_model
 from ._transport import ModelInfo, TensorInfo, Transport
@@ -127,7 +127,7 @@ class RemoteModel:
         Raises:
             RuntimeError subclasses: server unreachable, load failure, unsupported file.
         """
-        transport = endpoint_transport(context.server_url)
+        transport = transport_for(context.server_url)
         if path.startswith(BIND_PREFIX):
             bound = path[len(BIND_PREFIX) :]
             try:

@@ -28,11 +28,15 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from mslite_contract import settings
 from mslite_contract.owned_files import owner_pid, sweep_dead_owners
-from mslite_contract.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX, UNIX_ADDRESS_PREFIX
+from mslite_contract.protocol import (
+    ADMIN_KEY_GRPC_HEADER,
+    ADMIN_KEY_HEADER,
+    CLIENT_REGION_PREFIX,
+    GATEWAY_REGION_PREFIX,
+    UNIX_ADDRESS_PREFIX,
+)
 from mslite_contract.scrub import load_reason
 
-from ._admin_key import GRPC_HEADER as ADMIN_KEY_GRPC_HEADER
-from ._admin_key import HEADER as ADMIN_KEY_HEADER
 from ._error_table import classify, clean_message
 from .errors import (
     ExecutionTimeoutError,

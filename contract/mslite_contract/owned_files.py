@@ -28,7 +28,7 @@ import os
 import shutil
 import stat
 
-from .protocol import SHM_DIR as SHM_DIR
+from .protocol import SHM_DIR
 
 
 def owner_pid(name: str, prefix: str) -> int | None:

@@ -10,11 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# The environment variables are defined with all the others in settings.py; these two are re-exported
-# because the wire contract's users (the launcher, the gateway, the workers) long imported them from here.
-from .settings import ADMIN_KEY_ENV as ADMIN_KEY_ENV
-from .settings import WEIGHTS_OWNER_ENV as WEIGHTS_OWNER_ENV
-
 BACKEND_NAME = "mslite"  # the backend's name in a model config (`backend: "mslite"`) and its folder in Triton's
 
 # -- a model's execute deadline (`execute_deadline_s`, `deadline.ExecuteWatch`) --------------------------
@@ -140,6 +135,37 @@ def batcher_defaults(
     if cpu_only and not light and fitting and not dynamic_batching.get(PREFERRED_BATCH_SIZE_KEY):
         fill[PREFERRED_BATCH_SIZE_KEY] = fitting
     return fill
+
+
+# -- the model config's parameters: the client writes them, the backend reads them --------------------------
+# `parameters { key: ... }` of a model's config, each a string. MindSpore Lite's own names; the backend also
+# takes ONNX Runtime's names for the two thread counts, and its own keys (backend config.py).
+THREAD_NUM_PARAMETER = "thread_num"  # threads of one worker's session
+INTER_OP_PARALLEL_NUM_PARAMETER = "inter_op_parallel_num"
+THREAD_AFFINITY_MODE_PARAMETER = "thread_affinity_mode"  # 0: none, 1: big cores first, 2: middle cores first
+THREAD_AFFINITY_CORE_LIST_PARAMETER = "thread_affinity_core_list"  # cores, comma-separated
+PRECISION_MODE_PARAMETER = "precision_mode"  # enforce_fp32 or preferred_fp16 (CPU and GPU workers)
+ASCEND_DEVICE_IDS_PARAMETER = "ascend_device_ids"  # worker i's device is the i-th, comma-separated
+ASCEND_PROVIDER_PARAMETER = "ascend_provider"
+ASCEND_PRECISION_MODE_PARAMETER = "ascend_precision_mode"
+# A MindSpore Lite config file's `[section] key=value` reaches the backend as the parameter `section.key`.
+SECTION_SEPARATOR = "."
+
+
+def section_parameter(section: str, key: str) -> str:
+    """The model-config parameter that carries a config file's `[section] key` (`SECTION_SEPARATOR`)."""
+    return f"{section}{SECTION_SEPARATOR}{key}"
+
+
+# -- a config file's [runner] section: the client's own, never sent to the server ---------------------
+# `max_pending_predicts` bounds a Model's or runner's predicts in flight; `workers_num` and `thread_num` are
+# what `mslite-triton tune` writes into the config.ini it leaves beside a tuned model (the client uses them
+# where its Context leaves them at 0).
+RUNNER_SECTION = "runner"
+MAX_PENDING_KEY = "max_pending_predicts"
+WORKERS_KEY = "workers_num"
+THREADS_KEY = "thread_num"
+RUNNER_KEYS = (MAX_PENDING_KEY, WORKERS_KEY, THREADS_KEY)
 
 
 # -- resized inputs ----------------------------------------------------------------------------------

@@ -1,9 +1,7 @@
 """The validating gateway's process in front of Triton (the launcher's handle of it: `GatewayProcess`).
 
-    python -m mslite_gateway --host 127.0.0.1 --http-port 8000 --grpc-port 8001 \
-        --upstream-http unix:/tmp/s/http --upstream-grpc unix:/tmp/s/grpc:0 [--max-request-bytes N]
-        [--max-inflight-per-model N] [--max-inflight-bytes N] [--max-inflight-bytes-per-connection N]
-        [--body-stall-timeout-s S] [--upstream-timeout-s S] [--max-string-elements N]
+    python -m mslite_gateway --http-port 8000 --grpc-port 8001 --upstream-http unix:/tmp/s/http \
+        --upstream-grpc unix:/tmp/s/grpc [options: `--help`, or `mslite_contract.gateway_options`]
 
 With `ServerConfig(gateway=True)` the launcher starts Triton on Unix sockets in a private folder and this
 process on the public ports (an upstream may also be `host:port`). It runs in its own process (its own GIL:
@@ -15,7 +13,6 @@ lets those in progress finish (up to `--grace-s`) and exits.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ctypes
 import ctypes.util
@@ -26,19 +23,9 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_MODULE, GATEWAY_READY_LINE
-from mslite_contract.settings import (
-    ADMIN_KEY_ENV,
-    GATEWAY_BODY_STALL_TIMEOUT_S,
-    GATEWAY_GRACE_S,
-    GATEWAY_MAX_INFLIGHT_BYTES,
-    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-    GATEWAY_MAX_INFLIGHT_PER_MODEL,
-    GATEWAY_MAX_REQUEST_BYTES,
-    GATEWAY_MAX_STRING_ELEMENTS,
-    GATEWAY_UPSTREAM_RETRY_S,
-    GATEWAY_UPSTREAM_TIMEOUT_S,
-)
+from mslite_contract.gateway_options import GatewayOptions
+from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_READY_LINE
+from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_relay import start_relay
 from mslite_gateway.http_framing import MAX_HEAD_BYTES
@@ -74,21 +61,22 @@ def keep_heap() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, _HEAP_KEEP))
 
 
-async def serve(args: argparse.Namespace) -> None:
-    """Run both fronts until SIGTERM or SIGINT, then drain and stop."""
+async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstream_grpc: UpstreamAddress) -> None:
+    """Run both fronts until SIGTERM or SIGINT, then drain and stop (the upstreams: `options`' parsed)."""
+    limits = options.limits
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     staging = None
-    if not args.no_staging:  # its regions together stay within what admission control lets be in flight
-        staging = Staging(args.upstream_http, os.environ.get(ADMIN_KEY_ENV), max_bytes=args.max_inflight_bytes)
-    upstream = Upstream(args.upstream_http, timeout_s=args.upstream_timeout_s, retry_s=args.upstream_retry_s)
+    if options.staging:  # its regions together stay within what admission control lets be in flight
+        staging = Staging(upstream_http, os.environ.get(ADMIN_KEY_ENV), max_bytes=limits.max_inflight_bytes)
+    upstream = Upstream(upstream_http, timeout_s=limits.upstream_timeout_s, retry_s=limits.upstream_retry_s)
     admission = Admission(
-        max_inflight_per_model=args.max_inflight_per_model,
-        max_inflight_bytes=args.max_inflight_bytes,
-        max_inflight_bytes_per_connection=args.max_inflight_bytes_per_connection,
-        body_stall_timeout_s=args.body_stall_timeout_s,
+        max_inflight_per_model=limits.max_inflight_per_model,
+        max_inflight_bytes=limits.max_inflight_bytes,
+        max_inflight_bytes_per_connection=limits.max_inflight_bytes_per_connection,
+        body_stall_timeout_s=limits.body_stall_timeout_s,
     )
     admin_key = os.environ.get(ADMIN_KEY_ENV) or None
     offload = Offload()
@@ -98,38 +86,38 @@ async def serve(args: argparse.Namespace) -> None:
     batching = ModelBatching(http_config_reader(upstream.exchange, ADMIN_KEY_HEADER.encode(), admin_key))
     front = HttpFront(
         upstream,
-        max_request_bytes=args.max_request_bytes,
+        max_request_bytes=limits.max_request_bytes,
         admission=admission,
         staging=staging,
         admin_key=admin_key,
         offload=offload,
         failures=failures,
         batching=batching,
-        max_strings=args.max_string_elements,
+        max_strings=limits.max_string_elements,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
     try:
         http_server = await asyncio.start_server(
-            front.handle, args.host, args.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
+            front.handle, options.host, options.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
         )
     except OSError as e:
-        raise RuntimeError(f"HTTP port {args.http_port} on {args.host} could not be bound: {e}") from None
+        raise RuntimeError(f"HTTP port {options.http_port} on {options.host} could not be bound: {e}") from None
     try:
         grpc_server, relay = await start_relay(
-            args.host,
-            args.grpc_port,
-            args.upstream_grpc,
-            max_request_bytes=args.max_request_bytes,
+            options.host,
+            options.grpc_port,
+            upstream_grpc,
+            max_request_bytes=limits.max_request_bytes,
             admission=admission,
             staging=staging,
             admin_key=admin_key,
             failures=failures,
             batching=batching,
-            max_strings=args.max_string_elements,
-            upstream_timeout_s=args.upstream_timeout_s,
+            max_strings=limits.max_string_elements,
+            upstream_timeout_s=limits.upstream_timeout_s,
         )
     except OSError as e:
-        raise RuntimeError(f"gRPC port {args.grpc_port} on {args.host} could not be bound: {e}") from None
+        raise RuntimeError(f"gRPC port {options.grpc_port} on {options.host} could not be bound: {e}") from None
     if staging is not None:
         staging.start()
     sys.stdout.write(GATEWAY_READY_LINE + "\n")
@@ -137,7 +125,7 @@ async def serve(args: argparse.Namespace) -> None:
     await stop.wait()
     http_server.close()
     grpc_server.close()
-    await asyncio.gather(front.drain_and_close(args.grace_s), relay.drain_and_close(args.grace_s))
+    await asyncio.gather(front.drain_and_close(options.grace_s), relay.drain_and_close(options.grace_s))
     offload.close()
     if staging is not None:
         log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
@@ -164,76 +152,16 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the gateway process."""
-    ap = argparse.ArgumentParser(prog=f"python -m {GATEWAY_MODULE}", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--http-port", type=int, required=True)
-    ap.add_argument("--grpc-port", type=int, required=True)
-    ap.add_argument(
-        "--upstream-http",
-        type=UpstreamAddress.parse,
-        required=True,
-        help="Triton's HTTP endpoint, unix:PATH or host:port",
-    )
-    ap.add_argument(
-        "--upstream-grpc",
-        type=UpstreamAddress.parse,
-        required=True,
-        help="Triton's gRPC endpoint, unix:PATH or host:port",
-    )
-    ap.add_argument("--max-request-bytes", type=int, default=GATEWAY_MAX_REQUEST_BYTES)
-    ap.add_argument(
-        "--max-inflight-per-model",
-        type=int,
-        default=GATEWAY_MAX_INFLIGHT_PER_MODEL,
-        help="inference requests one model may have in flight; more are refused (503 / UNAVAILABLE)",
-    )
-    ap.add_argument(
-        "--max-inflight-bytes",
-        type=int,
-        default=GATEWAY_MAX_INFLIGHT_BYTES,
-        help="request bytes in flight across all connections; more are refused (503 / UNAVAILABLE)",
-    )
-    ap.add_argument(
-        "--max-inflight-bytes-per-connection",
-        type=int,
-        default=GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-        help="the same, for one client connection (one request alone always fits)",
-    )
-    ap.add_argument(
-        "--body-stall-timeout-s",
-        type=float,
-        default=GATEWAY_BODY_STALL_TIMEOUT_S,
-        help="a request body or gRPC message with no new byte for this long is dropped (408 / DEADLINE_EXCEEDED)",
-    )
-    ap.add_argument(
-        "--no-staging",
-        action="store_true",
-        help="relay large tensors to Triton over TCP as they came, not through shared memory (staging.py)",
-    )
-    ap.add_argument(
-        "--upstream-timeout-s",
-        type=float,
-        default=GATEWAY_UPSTREAM_TIMEOUT_S,
-        help="how long a request waits for Triton's answer (then 504 / DEADLINE_EXCEEDED, its slot given back)",
-    )
-    ap.add_argument(
-        "--max-string-elements",
-        type=int,
-        default=GATEWAY_MAX_STRING_ELEMENTS,
-        help="string (BYTES) elements one request may declare; more are refused (413 / RESOURCE_EXHAUSTED)",
-    )
-    ap.add_argument("--grace-s", type=float, default=GATEWAY_GRACE_S)
-    ap.add_argument(
-        "--upstream-retry-s",
-        type=float,
-        default=GATEWAY_UPSTREAM_RETRY_S,
-        help="how long an HTTP request waits for Triton to come back",
-    )
-    args = ap.parse_args(argv)
+    options = GatewayOptions.from_argv(argv, description=__doc__.split("\n\n")[0])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s gateway %(levelname)s %(message)s")
+    try:
+        upstreams = UpstreamAddress.parse(options.upstream_http), UpstreamAddress.parse(options.upstream_grpc)
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
     keep_heap()
     try:
-        _run(serve(args))
+        _run(serve(options, *upstreams))
     except (OSError, RuntimeError) as e:
         log.error("%s", e)
         return 2

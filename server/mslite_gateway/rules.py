@@ -15,9 +15,7 @@ import re
 import zlib
 from collections.abc import Iterable, Sequence
 
-from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER as GRPC_ADMIN_HEADER
-from mslite_contract.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
-from mslite_contract.protocol import GATEWAY_REGION_PREFIX
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER, GATEWAY_REGION_PREFIX
 
 #: Bytes per element of every KServe v2 datatype; BYTES is variable (4-byte length prefix per element).
 ELEMENT_SIZE: dict[str, int] = {
@@ -39,8 +37,8 @@ ELEMENT_SIZE: dict[str, int] = {
 MAX_DIM = (1 << 31) - 1  # Triton 2.51 wraps batch dims >= 2^32; 2^31 keeps every dim a positive int32
 MAX_VERSION_DIGITS = 18  # < 2^63: Triton parses versions as int64
 REGION_NEEDS_KEY = (
-    f"naming a shared-memory region needs the admin key (HTTP header '{ADMIN_HEADER}', gRPC metadata "
-    f"'{GRPC_ADMIN_HEADER}'); without it, send the tensor data in the request"
+    f"naming a shared-memory region needs the admin key (HTTP header '{ADMIN_KEY_HEADER}', gRPC metadata "
+    f"'{ADMIN_KEY_GRPC_HEADER}'); without it, send the tensor data in the request"
 )
 STRING_LIMIT_OPTION = "--max-string-elements"  # the settings named in the answers
 UPSTREAM_TIMEOUT_OPTION = "--upstream-timeout-s"

@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-from mslite_contract.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
-from mslite_contract.protocol import GATEWAY_REGION_PREFIX, SHM_DIR
+from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_REGION_PREFIX, SHM_DIR
 from mslite_gateway.deadlines import within
 from mslite_gateway.upstream_address import UpstreamAddress
 
@@ -251,7 +250,7 @@ class Staging:
         host = self.address.host
         head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
         if self.admin_key:
-            head += f"{ADMIN_HEADER}: {self.admin_key}\r\n"
+            head += f"{ADMIN_KEY_HEADER}: {self.admin_key}\r\n"
         reader, writer = await asyncio.wait_for(self.address.open_connection(), _CALL_TIMEOUT_S)
         try:
             writer.write(head.encode() + b"\r\n" + body)

@@ -4,6 +4,9 @@ The validating gateway, which the launcher starts in a process of its own, is th
 `gateway_process` is the launcher's handle of it.
 """
 
+from mslite_contract.gateway_options import GatewayLimits
+
 from .launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
 
-__all__ = ["LOOPBACK", "EmbeddedServer", "ServerConfig", "ServerStartError"]
+# GatewayLimits: the type of `ServerConfig.gateway_limits`, so a server's user needs this package only
+__all__ = ["LOOPBACK", "EmbeddedServer", "GatewayLimits", "ServerConfig", "ServerStartError"]

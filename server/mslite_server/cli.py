@@ -10,15 +10,9 @@ import threading
 from pathlib import Path
 
 from mslite_contract import settings
-from mslite_contract.settings import (
-    GATEWAY_BODY_STALL_TIMEOUT_S,
-    GATEWAY_MAX_INFLIGHT_BYTES,
-    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-    GATEWAY_MAX_INFLIGHT_PER_MODEL,
-    GATEWAY_MAX_REQUEST_BYTES,
-)
+from mslite_contract.gateway_options import GatewayLimits
+from mslite_server import tune
 from mslite_server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
-from mslite_server.tune import add_command as add_tune_command
 
 # Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
 _GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
@@ -47,13 +41,15 @@ def _serve(args: argparse.Namespace) -> int:
         hang_s=args.hang_s,
         orphan_grace_s=args.orphan_grace_s,
         gateway=not args.no_gateway,
-        max_request_bytes=args.max_request_mib << 20,
-        max_inflight_per_model=args.max_inflight_per_model,
-        max_inflight_bytes=args.max_inflight_mib << 20,
-        max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
-        body_stall_timeout_s=args.body_stall_timeout_s,
-        upstream_timeout_s=args.upstream_timeout_s,
-        max_string_elements=args.max_string_elements,
+        gateway_limits=GatewayLimits(
+            max_request_bytes=args.max_request_mib << 20,
+            max_inflight_per_model=args.max_inflight_per_model,
+            max_inflight_bytes=args.max_inflight_mib << 20,
+            max_inflight_bytes_per_connection=args.max_inflight_mib_per_connection << 20,
+            body_stall_timeout_s=args.body_stall_timeout_s,
+            upstream_timeout_s=args.upstream_timeout_s,
+            max_string_elements=args.max_string_elements,
+        ),
         tritonserver=args.tritonserver,
         admin_key=settings.admin_key(),
     )
@@ -215,53 +211,53 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-request-mib",
         type=_positive,
-        default=GATEWAY_MAX_REQUEST_BYTES >> 20,
+        default=GatewayLimits.max_request_bytes >> 20,
         help="the largest request the gateway accepts; larger ones get 413 / RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-per-model",
         type=_positive,
-        default=GATEWAY_MAX_INFLIGHT_PER_MODEL,
+        default=GatewayLimits.max_inflight_per_model,
         help="gateway admission control: inference requests one model may have in flight (sent on to Triton, "
         "not yet answered); more are refused at once with 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-mib",
         type=_positive,
-        default=GATEWAY_MAX_INFLIGHT_BYTES >> 20,
+        default=GatewayLimits.max_inflight_bytes >> 20,
         help="gateway admission control: request bytes in flight across all connections (each chunk of a chunked "
         "HTTP body counts 512 bytes more); beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.add_argument(
         "--max-inflight-mib-per-connection",
         type=_positive,
-        default=GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION >> 20,
+        default=GatewayLimits.max_inflight_bytes_per_connection >> 20,
         help="gateway admission control: the same bytes, for one client connection (a gRPC connection carries "
         "many calls); one request alone always fits; beyond, 503 / UNAVAILABLE kLiteServiceDeny (default %(default)s)",
     )
     serve.add_argument(
         "--body-stall-timeout-s",
         type=_positive_float,
-        default=GATEWAY_BODY_STALL_TIMEOUT_S,
+        default=GatewayLimits.body_stall_timeout_s,
         help="gateway: a request body (HTTP) or message (gRPC) that brings no new byte for this long is dropped, "
         "with 408 / DEADLINE_EXCEEDED, and what it held is given back (default %(default)s)",
     )
     serve.add_argument(
         "--upstream-timeout-s",
         type=_positive_float,
-        default=ServerConfig.upstream_timeout_s,
+        default=GatewayLimits.upstream_timeout_s,
         help="gateway: how long it waits for tritonserver's answer to one request; then 504 / DEADLINE_EXCEEDED, "
         "and the request's place under --max-inflight-per-model is free again (default %(default)s)",
     )
     serve.add_argument(
         "--max-string-elements",
         type=_positive,
-        default=ServerConfig.max_string_elements,
+        default=GatewayLimits.max_string_elements,
         help="gateway: string (BYTES) elements one request may declare over all its inputs; more are refused "
         "with 413 / RESOURCE_EXHAUSTED (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
-    add_tune_command(sub)
+    tune.add_command(sub)
     return parser
 
 

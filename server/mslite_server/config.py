@@ -5,15 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mslite_contract.settings import (
-    GATEWAY_BODY_STALL_TIMEOUT_S,
-    GATEWAY_MAX_INFLIGHT_BYTES,
-    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-    GATEWAY_MAX_INFLIGHT_PER_MODEL,
-    GATEWAY_MAX_REQUEST_BYTES,
-    GATEWAY_MAX_STRING_ELEMENTS,
-    GATEWAY_UPSTREAM_TIMEOUT_S,
-)
+from mslite_contract.gateway_options import GatewayLimits
 from mslite_server.ports import LOOPBACK
 
 # Long enough for a reload's new instances to load before the old ones they replace, still serving, are
@@ -45,19 +37,10 @@ class ServerConfig:
     # is killed: Triton ends it only once its `execute` returns, which one request can put off for good.
     orphan_grace_s: float = ORPHAN_GRACE_S
     # A validating front on the public ports (Triton on private Unix sockets): malformed requests get a 4xx
-    # naming the problem, requests over max_request_bytes are refused before they reach Triton (`mslite_gateway`).
+    # naming the problem, requests over the size cap are refused before they reach Triton (`mslite_gateway`).
     gateway: bool = False
-    max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES
-    # The gateway's admission control (`mslite_gateway.admission`): beyond either, requests are refused at once.
-    max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL
-    max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES
-    max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION
-    # A body or gRPC message that brings no new byte for this long is dropped, and its bytes given back.
-    body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S
-    # How long the gateway waits for Triton's answer to one request (then 504 / DEADLINE_EXCEEDED).
-    upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S
-    # String (BYTES) elements one request may declare; more are refused (413 / RESOURCE_EXHAUSTED).
-    max_string_elements: int = GATEWAY_MAX_STRING_ELEMENTS
+    # The gateway's size caps, admission control and timeouts (each field says what it bounds).
+    gateway_limits: GatewayLimits = GatewayLimits()
     extra_args: tuple[str, ...] = field(default=())
     # The tritonserver binary; None: the nvidia-pytriton wheel's. Another installation (the Triton image's
     # /opt/tritonserver) brings its own python backend and stub, which the workspace is composed from.

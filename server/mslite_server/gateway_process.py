@@ -15,19 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
-from mslite_contract.settings import (
-    ADMIN_KEY_ENV,
-    GATEWAY_BODY_STALL_TIMEOUT_S,
-    GATEWAY_GRACE_S,
-    GATEWAY_MAX_INFLIGHT_BYTES,
-    GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-    GATEWAY_MAX_INFLIGHT_PER_MODEL,
-    GATEWAY_MAX_REQUEST_BYTES,
-    GATEWAY_MAX_STRING_ELEMENTS,
-    GATEWAY_UPSTREAM_RETRY_S,
-    GATEWAY_UPSTREAM_TIMEOUT_S,
-)
+from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_server.parent_death import dies_with_parent
 
 __all__ = ["GatewayError", "GatewayProcess"]
@@ -40,47 +30,12 @@ class GatewayError(RuntimeError):
 class GatewayProcess:
     """A gateway child process in front of one Triton server; `stop()` is safe to call twice."""
 
-    def __init__(
-        self,
-        *,
-        host: str,
-        http_port: int,
-        grpc_port: int,
-        upstream_http: str,
-        upstream_grpc: str,
-        max_request_bytes: int = GATEWAY_MAX_REQUEST_BYTES,
-        max_inflight_per_model: int = GATEWAY_MAX_INFLIGHT_PER_MODEL,
-        max_inflight_bytes: int = GATEWAY_MAX_INFLIGHT_BYTES,
-        max_inflight_bytes_per_connection: int = GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
-        body_stall_timeout_s: float = GATEWAY_BODY_STALL_TIMEOUT_S,
-        upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
-        max_string_elements: int = GATEWAY_MAX_STRING_ELEMENTS,
-        grace_s: float = GATEWAY_GRACE_S,
-        upstream_retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
-        admin_key: str | None = None,
-        log_path: Path,
-    ) -> None:
-        self.args = [
-            f"--host={host}",
-            f"--http-port={http_port}",
-            f"--grpc-port={grpc_port}",
-            f"--upstream-http={upstream_http}",
-            f"--upstream-grpc={upstream_grpc}",
-            f"--max-request-bytes={max_request_bytes}",
-            f"--max-inflight-per-model={max_inflight_per_model}",
-            f"--max-inflight-bytes={max_inflight_bytes}",
-            f"--max-inflight-bytes-per-connection={max_inflight_bytes_per_connection}",
-            f"--body-stall-timeout-s={body_stall_timeout_s}",
-            f"--upstream-timeout-s={upstream_timeout_s}",
-            f"--max-string-elements={max_string_elements}",
-            f"--grace-s={grace_s}",
-            f"--upstream-retry-s={upstream_retry_s}",
-        ]
+    def __init__(self, options: GatewayOptions, *, log_path: Path, admin_key: str | None = None) -> None:
+        self.options = options
         # The key registers the gateway's staging regions (`staging`); passed in the environment, not argv.
         self.env = {k: v for k, v in os.environ.items() if k != ADMIN_KEY_ENV}
         if admin_key:
             self.env[ADMIN_KEY_ENV] = admin_key
-        self.grace_s = grace_s
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -93,7 +48,7 @@ class GatewayProcess:
             GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
         """
         with open(self.log_path, "ab") as logf:
-            args = [sys.executable, "-m", GATEWAY_MODULE, *self.args]
+            args = [sys.executable, "-m", GATEWAY_MODULE, *self.options.to_argv()]
             self.process = subprocess.Popen(
                 dies_with_parent(args) if die_with_parent else args,
                 stdin=subprocess.DEVNULL,
@@ -131,7 +86,7 @@ class GatewayProcess:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=self.grace_s + 5 if timeout_s is None else timeout_s)
+            proc.wait(timeout=self.options.grace_s + 5 if timeout_s is None else timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

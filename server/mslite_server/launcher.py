@@ -25,8 +25,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.owned_files import remove_prefixed, sweep_dead_owners
-from mslite_contract.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
+from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 from mslite_server.config import ModelState, ServerConfig
 from mslite_server.gateway_process import GatewayError, GatewayProcess
 from mslite_server.ports import (
@@ -47,7 +48,6 @@ from mslite_server.triton_process import (
     spawn,
 )
 from mslite_server.workers import remove_upload_copies, state_of, upload_copies, workers_of
-from mslite_triton._admin_key import HEADER as ADMIN_KEY_HEADER
 from mslite_triton._admin_key import new_key, remove_key, write_key
 from mslite_triton.errors import ServerStartError, ServerUnavailableError
 
@@ -210,23 +210,16 @@ class EmbeddedServer:
 
     def _start_gateway(self, *, stop_on_failure: bool = True) -> None:
         cfg = self.config
-        self.gateway = GatewayProcess(
+        options = GatewayOptions(
             host=cfg.host,
             http_port=self.http_port,
             grpc_port=self.grpc_port,
             upstream_http=self.triton.http_address,
             upstream_grpc=self.triton.grpc_address,
-            max_request_bytes=cfg.max_request_bytes,
-            max_inflight_per_model=cfg.max_inflight_per_model,
-            max_inflight_bytes=cfg.max_inflight_bytes,
-            max_inflight_bytes_per_connection=cfg.max_inflight_bytes_per_connection,
-            body_stall_timeout_s=cfg.body_stall_timeout_s,
-            upstream_timeout_s=cfg.upstream_timeout_s,
-            max_string_elements=cfg.max_string_elements,
             grace_s=cfg.exit_timeout_s,
-            admin_key=self.admin_key,
-            log_path=self.workspace / "gateway.log",
+            limits=cfg.gateway_limits,
         )
+        self.gateway = GatewayProcess(options, admin_key=self.admin_key, log_path=self.workspace / "gateway.log")
         try:
             self.gateway.start(die_with_parent=self._child_dies_with_me())
         except GatewayError as e:

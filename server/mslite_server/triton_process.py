@@ -20,7 +20,7 @@ from mslite_contract.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_server.config import ServerConfig
 from mslite_server.parent_death import dies_with_parent
 from mslite_server.triton_endpoints import TritonEndpoints
-from mslite_triton._admin_key import flags as admin_key_flags
+from mslite_triton._admin_key import restricted_api_flags
 from mslite_triton.errors import ServerStartError
 
 _STUB = "triton_python_backend_stub"
@@ -123,7 +123,7 @@ def command_line(
     ]
     flags += [f"--load-model={m}" for m in load_models]
     if admin_key:
-        flags += admin_key_flags(admin_key)
+        flags += restricted_api_flags(admin_key)
     return [binary, *flags, *cfg.extra_args]
 
 

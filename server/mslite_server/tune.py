@@ -24,12 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mslite_contract.protocol import RUNNER_SECTION, THREAD_NUM_PARAMETER, THREADS_KEY, WORKERS_KEY
 from mslite_server.launcher import LOOPBACK, EmbeddedServer, ServerConfig
 from mslite_server.ports import pick_ports
 from mslite_server.triton_process import wheel_libs
-from mslite_triton._pending import RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
 
-THREADS_PARAMETER = "thread_num"  # the MindSpore Lite name the backend reads (alias of intra_op_thread_count)
 CLIENT_CONFIG = "config.ini"  # the choice for `build_from_file`: context.parallel.config_path / config_path
 
 
@@ -141,7 +140,7 @@ def _sweep(options: TuneOptions) -> dict:
     """Model Analyzer's `model_config_parameters`: every combination of these is one variant."""
     sweep: dict = {
         "instance_group": [{"kind": "KIND_CPU", "count": list(options.workers)}],
-        "parameters": {THREADS_PARAMETER: {"string_value": [str(t) for t in options.threads]}},
+        "parameters": {THREAD_NUM_PARAMETER: {"string_value": [str(t) for t in options.threads]}},
     }
     if options.queue_delays_us:
         sweep["dynamic_batching"] = {"max_queue_delay_microseconds": list(options.queue_delays_us)}
@@ -225,7 +224,7 @@ def _settings(pbtxt: str) -> tuple[int, int | None, int | None]:
 
     config = text_format.Parse(pbtxt, model_config_pb2.ModelConfig())
     workers = sum(max(1, g.count) * max(1, len(g.gpus)) for g in config.instance_group) or 1
-    param = config.parameters.get(THREADS_PARAMETER)
+    param = config.parameters.get(THREAD_NUM_PARAMETER)
     threads = int(param.string_value) if param is not None and param.string_value else None
     delay = config.dynamic_batching.max_queue_delay_microseconds if config.HasField("dynamic_batching") else None
     return workers, threads, delay

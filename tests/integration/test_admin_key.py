@@ -12,11 +12,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from mslite_triton import _admin_key
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 
 pytestmark = pytest.mark.integration
 
-GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
 HTTP_GROUPS = {  # group -> (method, path, body)
     "model control": ("POST", "/v2/repository/index", b"{}"),
     "shared memory": ("GET", "/v2/systemsharedmemory/status", None),
@@ -46,8 +45,8 @@ def test_http_group_needs_the_key(server, group):
     url = server.http_url + path
     assert server.admin_key, "the session server runs with the admin key"
     assert _http_status(url, method, body, {}) == 403
-    assert _http_status(url, method, body, {_admin_key.HEADER: "not-the-key"}) == 403
-    assert _http_status(url, method, body, {_admin_key.HEADER: server.admin_key}) == 200
+    assert _http_status(url, method, body, {ADMIN_KEY_HEADER: "not-the-key"}) == 403
+    assert _http_status(url, method, body, {ADMIN_KEY_HEADER: server.admin_key}) == 200
 
 
 @pytest.mark.parametrize("group", sorted(GRPC_GROUPS))
@@ -55,10 +54,10 @@ def test_grpc_group_needs_the_key(server, group):
     call = GRPC_GROUPS[group]
     client = grpcclient.InferenceServerClient(server.grpc_url.removeprefix("grpc://"))
     try:
-        for headers in ({}, {GRPC_KEY: "not-the-key"}):
+        for headers in ({}, {ADMIN_KEY_GRPC_HEADER: "not-the-key"}):
             with pytest.raises(InferenceServerException, match="restricted"):
                 call(client, headers)
-        call(client, {GRPC_KEY: server.admin_key})  # answered
+        call(client, {ADMIN_KEY_GRPC_HEADER: server.admin_key})  # answered
     finally:
         client.close()
 

@@ -30,7 +30,7 @@ from onnx import helper
 
 import mslite_triton as mslite
 from mslite_contract import protocol, settings
-from mslite_triton import _admin_key, _pending
+from mslite_triton import _pending
 from tests.integration.test_java import unload
 from tests.support.processes import free_port, worker_pids
 from tests.support.repository import GEN, ROOT, private_tiny
@@ -135,17 +135,25 @@ def assert_dumps_equal(folder: Path, expected: np.ndarray, threads: int, tasks: 
 
 
 def test_cpp_names_match_the_wire_contract() -> None:
-    """protocol.h's copies of the names Python defines (protocol.py, settings.py, _pending.py, _admin_key.py)."""
+    """protocol.h's copies of the names Python defines (protocol.py, settings.py, _pending.py)."""
     text = (CPP / "src" / "protocol.h").read_text()
     cpp: dict[str, object] = dict(re.findall(r'inline constexpr char (\w+)\[\] = "([^"]*)";', text))
     cpp.update({k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", text)})
     shared = {name: value for name, value in vars(protocol).items() if name in cpp}
     assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
     assert {name: cpp[name] for name in shared} == shared
-    for module in (settings, _pending, _admin_key):
+    for module in (settings, _pending):
         mine = {name: value for name, value in vars(module).items() if name in cpp}
         assert mine and {name: cpp[name] for name in mine} == mine
-    assert {"RUNNER_SECTION", "MAX_PENDING_KEY", "DEFAULT_MAX_PENDING", "HEADER", "URL_ENV", "KEY_DIR_ENV"} <= set(cpp)
+    assert {
+        "RUNNER_SECTION",
+        "MAX_PENDING_KEY",
+        "DEFAULT_MAX_PENDING",
+        "ADMIN_KEY_HEADER",
+        "URL_ENV",
+        "KEY_DIR_ENV",
+    } <= set(cpp)
+    assert {"RUNNER_SECTION", "MAX_PENDING_KEY", "ADMIN_KEY_HEADER"} <= set(shared)
 
 
 def test_sample_at_8_threads_matches_the_python_client(server, builds, files, python_output, tmp_path):

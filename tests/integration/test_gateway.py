@@ -31,6 +31,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_server.ports import listening_ports, listening_unix_paths
@@ -46,7 +48,6 @@ from tests.support.triton_direct import grpc_address, http_address
 pytestmark = pytest.mark.integration
 
 CAP = 4 << 20
-GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def gw(repository: Path):
         model_repository=repository,
         load_models=("tiny", "multi_io"),
         gateway=True,
-        max_request_bytes=CAP,
+        gateway_limits=GatewayLimits(max_request_bytes=CAP),
         supervise=False,
     )
     with EmbeddedServer(config) as srv:
@@ -122,9 +123,9 @@ def test_grpc_upload_needs_the_key_and_the_key_passes_through(gw, files):
     try:
         with pytest.raises(InferenceServerException, match="restricted"):
             client.load_model("keyed", config=config, files=model)
-        client.load_model("keyed", config=config, files=model, headers={GRPC_KEY: gw.admin_key})
+        client.load_model("keyed", config=config, files=model, headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
         assert client.is_model_ready("keyed")
-        client.unload_model("keyed", headers={GRPC_KEY: gw.admin_key})
+        client.unload_model("keyed", headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
     finally:
         client.close()
 
@@ -136,9 +137,9 @@ def test_a_grpc_upload_over_the_request_limit_goes_through_unread(gw, files):
     config = json.dumps({"name": "big_upload", "backend": "mslite"})
     model = {"file:1/model.onnx": (files / "tiny.onnx").read_bytes(), "file:1/pad.bin": b"\0" * CAP}
     try:
-        client.load_model("big_upload", config=config, files=model, headers={GRPC_KEY: gw.admin_key})
+        client.load_model("big_upload", config=config, files=model, headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
         assert client.is_server_live() and client.is_model_ready("big_upload")
-        client.unload_model("big_upload", headers={GRPC_KEY: gw.admin_key})
+        client.unload_model("big_upload", headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
     finally:
         client.close()
 
@@ -154,7 +155,7 @@ def test_shared_memory_inputs_through_the_gateway(gw, files):
         np.testing.assert_allclose(got.get_data_to_numpy(), want, rtol=1e-5)
     client = grpcclient.InferenceServerClient(_address(gw.grpc_url))
     try:
-        status = client.get_system_shared_memory_status(headers={GRPC_KEY: gw.admin_key}, as_json=True)
+        status = client.get_system_shared_memory_status(headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key}, as_json=True)
     finally:
         client.close()
     assert any(r.startswith("mslite_client_") for r in status.get("regions", {})), status
@@ -163,7 +164,7 @@ def test_shared_memory_inputs_through_the_gateway(gw, files):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_tritonclient_shared_memory_register_infer_unregister(gw, protocol):
     mod = grpcclient if protocol == "grpc" else httpclient
-    key = {GRPC_KEY: gw.admin_key} if protocol == "grpc" else {_admin_key.HEADER: gw.admin_key}
+    key = {ADMIN_KEY_GRPC_HEADER: gw.admin_key} if protocol == "grpc" else {ADMIN_KEY_HEADER: gw.admin_key}
     client = mod.InferenceServerClient(_address(gw.grpc_url if protocol == "grpc" else gw.http_url))
     name = f"gw_test_{protocol}"
     handle = sysshm.create_shared_memory_region(name, "/" + name, 64)
@@ -378,16 +379,15 @@ def test_http_requests_wait_out_a_server_restart(gw):
 
 def test_triton_unreachable_is_503_and_unavailable(tmp_path):
     http_port, grpc_port = free_port(), free_port()
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=http_port,
         grpc_port=grpc_port,
         upstream_http=f"127.0.0.1:{free_port()}",  # nothing listens there
         upstream_grpc=f"127.0.0.1:{free_port()}",
         grace_s=1,
-        upstream_retry_s=0.5,
-        log_path=tmp_path / "gateway.log",
+        limits=GatewayLimits(upstream_retry_s=0.5),
     )
+    gateway = GatewayProcess(options, log_path=tmp_path / "gateway.log")
     gateway.start()
     try:
         status, answer, _ = _http(f"http://127.0.0.1:{http_port}", "/v2/health/ready", None, {}, "GET")
@@ -414,23 +414,17 @@ def _rss_mib(pid: int) -> float:
 
 
 def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: float) -> GatewayProcess:
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=free_port(),
         grpc_port=free_port(),
         upstream_http=upstream_http,
         upstream_grpc=upstream_grpc,
         grace_s=1,
-        upstream_retry_s=20,
-        log_path=tmp_path / "gateway.log",
-        **limits,
+        limits=GatewayLimits(**{"upstream_retry_s": 20, **limits}),
     )
+    gateway = GatewayProcess(options, log_path=tmp_path / "gateway.log")
     gateway.start()
     return gateway
-
-
-def _port(gateway: GatewayProcess, flag: str) -> int:
-    return int(next(a for a in gateway.args if a.startswith(f"--{flag}=")).split("=", 1)[1])
 
 
 def test_admission_control_refuses_with_service_deny(gw, tmp_path):
@@ -440,7 +434,7 @@ def test_admission_control_refuses_with_service_deny(gw, tmp_path):
     gateway = _gateway(
         tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20, body_stall_timeout_s=120
     )
-    http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
+    http_port, grpc_port = gateway.options.http_port, gateway.options.grpc_port
     body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
     infer = b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     held: list[socket.socket] = []
@@ -527,7 +521,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
     outcomes: dict[str, int] = {}
     lock = threading.Lock()
     stop = time.monotonic() + 6
-    channel = grpc.insecure_channel(f"127.0.0.1:{_port(gateway, 'grpc-port')}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{gateway.options.grpc_port}")
     call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
 
     def client() -> None:
@@ -556,7 +550,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
 def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     """32 MiB bodies in 2-byte chunks on 4 connections: gateway RSS < 512 MiB, other clients served."""
     gateway = _gateway(tmp_path, gw.triton.http_address, gw.triton.grpc_address)
-    http_port = _port(gateway, "http-port")
+    http_port = gateway.options.http_port
     assert gateway.pid is not None
     block = b"2\r\nab\r\n" * 50_000  # 100 KB of body per send
     outcomes: list[bytes] = []

@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
 from mslite_gateway.grpc_frames import DATA, END_STREAM, ENHANCE_YOUR_CALM, HEADERS, frame
 from mslite_server import EmbeddedServer, ServerConfig
-from tests.integration.test_gateway import _address, _gateway, _port, _rss_mib
+from tests.integration.test_gateway import _address, _gateway, _rss_mib
 from tests.support.raw_h2 import (
     MODEL_INFER,
     RawH2,
@@ -63,7 +63,7 @@ def _post(port: int, body: bytes, *, sent: int | None = None, length: int | None
 
 def test_http_bodies_count_as_they_arrive_and_stalled_ones_are_dropped(server, tmp_path):
     gateway = _gateway(tmp_path, *_upstreams(server), max_inflight_bytes=1 << 20, body_stall_timeout_s=2.0)
-    port = _port(gateway, "http-port")
+    port = gateway.options.http_port
     padded = _TINY + b" " * (500 << 10)  # 500 KiB: with 700 KiB held elsewhere, over the 1 MiB budget
     announced = announce(port, 4, 64 << 20)
     stalled = None
@@ -107,7 +107,7 @@ def test_grpc_streams_count_per_connection_and_stalled_ones_are_dropped(server, 
     gateway = _gateway(
         tmp_path, *_upstreams(server), max_inflight_bytes_per_connection=1 << 20, body_stall_timeout_s=2.0
     )
-    port = _port(gateway, "grpc-port")
+    port = gateway.options.grpc_port
     with RawH2(port) as a, RawH2(port) as b, RawH2(port) as c:
         a.open(1)
         assert a.data(1, grpc_message(4 << 20, 700 << 10))  # 700 KiB of a 4 MiB message: held
@@ -143,7 +143,7 @@ def test_grpc_streams_count_per_connection_and_stalled_ones_are_dropped(server, 
 def test_rapid_reset_ends_the_connection_and_tritonserver_stays_small(server, tmp_path):
     """5 connections, each opening and cancelling up to 20,000 calls: each is closed with ENHANCE_YOUR_CALM."""
     gateway = _gateway(tmp_path, *_upstreams(server))
-    port = _port(gateway, "grpc-port")
+    port = gateway.options.grpc_port
     assert server.process is not None
     pid = server.process.pid
     before = _rss_mib(pid)
@@ -193,7 +193,7 @@ def test_others_are_served_while_bodies_are_announced_and_streams_stall(server, 
     """The bar, at the defaults: 4 HTTP connections announce 64 MiB and 33 gRPC streams stall with 8 MiB sent
     each; >= 95 % of other clients' predicts succeed, and the stalled ones are dropped after 10 s."""
     gateway = _gateway(tmp_path, *_upstreams(server))
-    http_port, grpc_port = _port(gateway, "http-port"), _port(gateway, "grpc-port")
+    http_port, grpc_port = gateway.options.http_port, gateway.options.grpc_port
     announced = announce(http_port, 4, 64 << 20)
     attacker, held = stall_streams(grpc_port, 33, sent=8 << 20, size=64 << 20)
     try:
@@ -219,7 +219,7 @@ def test_others_are_served_while_bodies_are_announced_and_streams_stall(server, 
 def test_grpc_client_library_call_is_not_taken_for_a_stall(server, tmp_path):
     """Calls whose message comes whole, with idle seconds between them, through a gateway whose stall timeout is 1 s."""
     gateway = _gateway(tmp_path, *_upstreams(server), body_stall_timeout_s=1.0)
-    channel = grpc.insecure_channel(f"127.0.0.1:{_port(gateway, 'grpc-port')}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{gateway.options.grpc_port}")
     request = pb.ModelInferRequest(model_name="tiny")
     request.inputs.add(name="x", datatype="FP32", shape=[1, 4])
     request.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())

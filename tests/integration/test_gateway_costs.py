@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from mslite_server import EmbeddedServer, ServerConfig
-from tests.integration.test_gateway import _address, _gateway, _port
+from tests.integration.test_gateway import _address, _gateway
 from tests.support import model_zoo
 from tests.support.repository import GEN, add_model, flat_tiny
 from tests.support.sockets import http_answer
@@ -51,7 +51,7 @@ def gateway(server, tmp_path):
     def start(**limits):
         gw = _gateway(tmp_path, _address(server.http_url), server.triton.grpc_address, **limits)
         started.append(gw)
-        return _port(gw, "http-port"), _port(gw, "grpc-port")
+        return gw.options.http_port, gw.options.grpc_port
 
     yield start
     for gw in started:
@@ -171,7 +171,7 @@ def _in_front_of_silence(server, tmp_path, **limits):
     grpc_upstream = server.triton.grpc_address
     gw = _gateway(tmp_path, f"127.0.0.1:{silent.port}", grpc_upstream, max_inflight_per_model=1, **limits)
     try:
-        yield _port(gw, "http-port"), silent
+        yield gw.options.http_port, silent
     finally:
         gw.stop()
         silent.close()

@@ -29,10 +29,15 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_contract.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
+from mslite_contract.protocol import (
+    ADMIN_KEY_GRPC_HEADER,
+    ADMIN_KEY_HEADER,
+    CLIENT_REGION_PREFIX,
+    GATEWAY_REGION_PREFIX,
+)
 from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
-from mslite_triton import _admin_key
 from tests.support.model_zoo import difference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, MINIMAL, add_model
@@ -162,9 +167,9 @@ def test_a_victim_gets_only_right_answers_while_an_attacker_names_its_regions(sr
 def test_a_keyed_request_may_name_a_region(srv):
     """The key opens it again: Triton's own answer for a region it does not know."""
     body = json.dumps({"inputs": [_tiny_json(shared_memory_region="nope", shared_memory_byte_size=16)]}).encode()
-    status, answer = _http(srv.http_port, "/v2/models/tiny/infer", body, {_admin_key.HEADER: srv.admin_key or ""})
+    status, answer = _http(srv.http_port, "/v2/models/tiny/infer", body, {ADMIN_KEY_HEADER: srv.admin_key or ""})
     assert (status, _error(answer)) == (404, "Unable to find shared memory region: 'nope'")
-    status, answer = _http(srv.http_port, "/v2/models/tiny/infer", body, {_admin_key.HEADER: "not-the-key"})
+    status, answer = _http(srv.http_port, "/v2/models/tiny/infer", body, {ADMIN_KEY_HEADER: "not-the-key"})
     assert status == 403 and "needs the admin key" in _error(answer)
 
 
@@ -186,7 +191,7 @@ def test_deep_json_on_any_route_leaves_tritonserver_running(srv, path):
     assert srv.process is not None
     pid = srv.process.pid
     deep = b'{"x":' + b"[" * 120_000 + b"]" * 120_000 + b"}"  # checked on the event loop; zipped, off it
-    for headers in ({}, {_admin_key.HEADER: srv.admin_key or ""}):  # every caller
+    for headers in ({}, {ADMIN_KEY_HEADER: srv.admin_key or ""}):  # every caller
         status, answer = _http(srv.http_port, path, deep, headers)
         assert (status, _error(answer)) == (400, "request JSON is nested too deeply"), (status, answer)
         zipped = {**headers, "Content-Encoding": "gzip"}
@@ -199,19 +204,17 @@ def test_deep_json_on_any_route_leaves_tritonserver_running(srv, path):
 
 def test_generate_counts_against_the_in_flight_limit(srv, tmp_path):
     """A second gateway on the same tritonserver, one request per model in flight: generate is refused beyond it."""
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=free_port(),
         grpc_port=free_port(),
         upstream_http=srv.triton.http_address,
         upstream_grpc=srv.triton.grpc_address,
-        max_inflight_per_model=1,
         grace_s=1,
-        log_path=tmp_path / "gateway.log",
-        admin_key=srv.admin_key,
+        limits=GatewayLimits(max_inflight_per_model=1),
     )
+    gateway = GatewayProcess(options, log_path=tmp_path / "gateway.log", admin_key=srv.admin_key)
     gateway.start()
-    port = int(next(a for a in gateway.args if a.startswith("--http-port=")).split("=", 1)[1])
+    port = options.http_port
     answers: list[tuple[int, str]] = []
     deadline = time.monotonic() + 3
 
@@ -277,7 +280,7 @@ def _registered(server: EmbeddedServer) -> list[str]:
 
 
 def _key(server: EmbeddedServer) -> dict[str, str]:
-    return {_admin_key.HEADER: server.admin_key or ""}
+    return {ADMIN_KEY_HEADER: server.admin_key or ""}
 
 
 def _infer_pair(protocol: str, server: EmbeddedServer, seed: int) -> None:
@@ -304,7 +307,7 @@ def test_staging_survives_a_keyed_unregister_all(srv, protocol):
         status, answer = _http(srv.http_port, "/v2/systemsharedmemory/unregister", b"", _key(srv))
         assert status == 200, answer
     else:
-        metadata = ((_admin_key.GRPC_HEADER, srv.admin_key or ""),)
+        metadata = ((ADMIN_KEY_GRPC_HEADER, srv.admin_key or ""),)
         request = pb.SystemSharedMemoryUnregisterRequest().SerializeToString()
         assert _grpc_call(srv.grpc_port, "SystemSharedMemoryUnregister", request, metadata)[0] == grpc.StatusCode.OK
     for seed in range(3):
@@ -323,7 +326,7 @@ def test_the_gateways_regions_cannot_be_unregistered_or_taken_by_name(srv):
     register = json.dumps({"key": "/elsewhere", "offset": 0, "byte_size": 64}).encode()
     status, answer = _http(srv.http_port, f"/v2/systemsharedmemory/region/{ours}/register", register, _key(srv))
     assert status == 400 and "is the server's own" in _error(answer), answer
-    metadata = ((_admin_key.GRPC_HEADER, srv.admin_key or ""),)
+    metadata = ((ADMIN_KEY_GRPC_HEADER, srv.admin_key or ""),)
     request = pb.SystemSharedMemoryUnregisterRequest(name=ours).SerializeToString()
     code, details = _grpc_call(srv.grpc_port, "SystemSharedMemoryUnregister", request, metadata)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "is the server's own" in details
@@ -381,7 +384,7 @@ def test_a_load_naming_a_path_triton_cannot_create_is_refused(srv, protocol):
     client = mod.InferenceServerClient(f"127.0.0.1:{srv.grpc_port if protocol == 'grpc' else srv.http_port}")
     config = json.dumps({"backend": "mslite"})
     big = {"file:1/pad.bin": b"\0" * (2 << 20)}  # over the 1 MiB a load override is read within
-    keyed = {_admin_key.GRPC_HEADER if protocol == "grpc" else _admin_key.HEADER: srv.admin_key or ""}
+    keyed = {ADMIN_KEY_GRPC_HEADER if protocol == "grpc" else ADMIN_KEY_HEADER: srv.admin_key or ""}
     try:
         for headers in (keyed, {}):  # keyed first: without the check, Triton itself would take it, and abort
             for name in LONG_NAMES.values():

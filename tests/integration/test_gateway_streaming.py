@@ -23,8 +23,8 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from mslite_server import EmbeddedServer, ServerConfig
-from tests.integration.test_gateway import _address, _gateway, _port
+from mslite_server import EmbeddedServer, GatewayLimits, ServerConfig
+from tests.integration.test_gateway import _address, _gateway
 from tests.support.repository import GEN, ROOT, add_model
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,9 @@ def gws(tmp_path_factory: pytest.TempPathFactory):
     add_model(repo, "slow", GEN.build_tiny(), _SLOW)
     (repo / "pipeline" / "1").mkdir(parents=True)
     (repo / "pipeline" / "config.pbtxt").write_text(_PIPELINE)
-    config = ServerConfig(model_repository=repo, gateway=True, max_request_bytes=CAP, supervise=False)
+    config = ServerConfig(
+        model_repository=repo, gateway=True, gateway_limits=GatewayLimits(max_request_bytes=CAP), supervise=False
+    )
     with EmbeddedServer(config) as srv:
         yield srv
 
@@ -267,7 +269,7 @@ def test_a_message_over_the_cap_ends_the_stream_with_resource_exhausted(gws):
 def test_a_client_that_hangs_up_mid_stream_gives_its_slots_back(gws, tmp_path):
     """At the per-model limit (2): a stream's two requests in flight hold it; once the client goes, a request fits."""
     gateway = _gateway(tmp_path, _address(gws.http_url), gws.triton.grpc_address, max_inflight_per_model=2)
-    address = f"127.0.0.1:{_port(gateway, 'grpc-port')}"
+    address = f"127.0.0.1:{gateway.options.grpc_port}"
     values = np.ones((1, 4), np.float32)
     try:
         holder = grpcclient.InferenceServerClient(address)

@@ -21,8 +21,8 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract import settings
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server import EmbeddedServer, ServerConfig
-from mslite_triton import _admin_key
 from mslite_triton.errors import InferenceError, ModelLoadError
 from tests.support import private_shm
 from tests.support.repository import flat_tiny
@@ -31,7 +31,6 @@ from tests.support.triton_direct import bridge, grpc_address, grpc_url, http_add
 pytestmark = pytest.mark.integration
 
 PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}")
-GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory):
 def _load_corrupt(mod, address: str, key: str, name: str) -> str:
     """The message of a keyed load of a model file that is not ONNX."""
     client = mod.InferenceServerClient(address)
-    headers = {GRPC_KEY if mod is grpcclient else _admin_key.HEADER: key}
+    headers = {ADMIN_KEY_GRPC_HEADER if mod is grpcclient else ADMIN_KEY_HEADER: key}
     try:
         with pytest.raises(InferenceServerException) as info:
             client.load_model(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mslite_triton as mslite
-from mslite_triton._admin_key import HEADER
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 from tests.integration.test_java import classes, run_main, unload  # noqa: F401 -- classes: the compiled Java client (a fixture)
 from tests.support.triton_direct import http_address
 
@@ -183,7 +183,7 @@ def _load_error(server, name: str, body: dict) -> str:
     request = urllib.request.Request(
         f"http://{http_address(server)}/v2/repository/models/{name}/load", data=json.dumps(body).encode(), method="POST"
     )
-    request.add_header(HEADER, server.admin_key)
+    request.add_header(ADMIN_KEY_HEADER, server.admin_key)
     with pytest.raises(urllib.error.HTTPError) as failed:
         urllib.request.urlopen(request, timeout=120)
     return str(json.loads(failed.value.read())["error"])

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.workers import workers_of
-from mslite_triton import _admin_key
 from tests.support.repository import GEN, add_model
 from tests.support.traffic import Traffic
 from tests.support.triton_direct import http_address
@@ -54,7 +54,7 @@ def _load(server: EmbeddedServer, config: dict[str, Any]) -> None:
     req = urllib.request.Request(
         f"http://{http_address(server)}/v2/repository/models/{MODEL}/load", body, method="POST"
     )
-    req.add_header(_admin_key.HEADER, server.admin_key or "")
+    req.add_header(ADMIN_KEY_HEADER, server.admin_key or "")
     try:
         urllib.request.urlopen(req, timeout=60).close()
     except urllib.error.HTTPError as e:

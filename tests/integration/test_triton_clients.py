@@ -21,8 +21,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server import EmbeddedServer, ServerConfig
-from mslite_triton import _admin_key
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 from tests.support.settled import settled
@@ -245,7 +245,7 @@ def test_a_failed_reload_does_not_hold_up_the_stop(tmp_path):
 def test_a_config_override_without_a_backend_keeps_mslite_through_the_gateway(served, protocol):
     """Triton's own model-control example overrides `max_batch_size` alone; Triton would pick `onnxruntime`."""
     module, client = _client(served, "gateway", protocol)
-    key = {("triton-grpc-protocol-" if protocol == "grpc" else "") + _admin_key.HEADER: served.admin_key}
+    key = {ADMIN_KEY_GRPC_HEADER if protocol == "grpc" else ADMIN_KEY_HEADER: served.admin_key}
     size = 4 if protocol == "grpc" else 16
     client.load_model("overridden", config=json.dumps({"max_batch_size": size}), headers=key)
     config = client.get_model_config("overridden")

@@ -145,9 +145,9 @@ def test_the_load_time_check_refuses_a_differing_bucket(tmp_path: Path) -> None:
 def test_differs_names_the_output_and_leaves_the_buffers_zeroed(tmp_path: Path) -> None:
     rt = _load(tmp_path, zoo.multi_io(), max_batch_size=4, io_binding="true")
     bucket = rt.bound[4]
-    feeds = check_input(rt._expected, 4)
+    feeds = check_input(rt.checks.expected, 4)
     assert all(a.all() for a in feeds.values())  # non-zero, and the same every time
-    _same(feeds, check_input(rt._expected, 4))
+    _same(feeds, check_input(rt.checks.expected, 4))
     session = rt.session
 
     def plain(f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

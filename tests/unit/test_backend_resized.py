@@ -12,6 +12,7 @@ import pytest
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_resized_inputs
 from mslite_backend.errors import ConfigError, ModelLoadError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
+from mslite_backend.loading import load_runtime
 from mslite_backend.resized import parse_resized
 from mslite_backend.runtime import ModelRuntime
 from tests.support import model_zoo as zoo
@@ -28,7 +29,7 @@ def _load(tmp_path: Path, model: onnx.ModelProto, resized: dict[str, list[int]])
     io = read_graph_io(str(version_dir / "model.onnx"), declared_resized_inputs(config), "m")
     plan = plan_auto_complete(config, io)
     config.update(max_batch_size=plan.max_batch_size or 0, input=list(plan.inputs), output=list(plan.outputs))
-    return ModelRuntime.load(str(version_dir), BackendConfig.from_model_config(config, cores=2), CPU)
+    return load_runtime(str(version_dir), BackendConfig.from_model_config(config, cores=2), CPU)
 
 
 def test_a_fixed_dim_model_runs_at_the_new_shape_and_the_old(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from mslite_backend.batching import run_batched, signature
 from mslite_backend.config import BackendConfig, InstanceInfo
 from mslite_backend.errors import BackendError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
+from mslite_backend.loading import load_runtime
 from mslite_backend.runtime import ModelRuntime
 from mslite_contract.scrub import client_message
 from tests.support import model_zoo as zoo
@@ -45,7 +46,7 @@ def _load(
         "output": list(plan.outputs),
         "parameters": {k: {"string_value": v} for k, v in {"thread_num": "1", **params}.items()},
     }
-    return ModelRuntime.load(str(version_dir), BackendConfig.from_model_config(config, cores=2), instance)
+    return load_runtime(str(version_dir), BackendConfig.from_model_config(config, cores=2), instance)
 
 
 def _count_runs(runtime: ModelRuntime) -> list[dict[str, np.ndarray]]:
@@ -321,7 +322,7 @@ def test_corrupt_model_fails_the_load_without_paths(tmp_path: Path) -> None:
     (tmp_path / "1" / "model.onnx").write_bytes(zoo.broken_bytes())
     cfg = BackendConfig.from_model_config({"name": "m"}, cores=2)
     with pytest.raises(ModelLoadError) as exc:
-        ModelRuntime.load(str(tmp_path / "1"), cfg, CPU)
+        load_runtime(str(tmp_path / "1"), cfg, CPU)
     assert str(tmp_path) not in str(exc.value)
 
 
@@ -330,7 +331,7 @@ def test_config_mismatch_fails_the_load(tmp_path: Path) -> None:
     onnx.save(zoo.no_batch(), str(tmp_path / "1" / "model.onnx"))
     config = {"name": "m", "input": [{"name": "x", "data_type": "TYPE_FP16", "dims": [3, 4]}]}
     with pytest.raises(ModelLoadError, match="input 'x'.*TYPE_FP32.*TYPE_FP16"):
-        ModelRuntime.load(str(tmp_path / "1"), BackendConfig.from_model_config(config, cores=2), CPU)
+        load_runtime(str(tmp_path / "1"), BackendConfig.from_model_config(config, cores=2), CPU)
 
 
 # --- client_message ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hpack
 import pytest
 
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_gateway.admission import Account, Admission, Overloaded
 from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
 from mslite_gateway.grpc_frames import (
@@ -116,15 +117,10 @@ def test_the_stall_timeout_and_the_share_are_settings_down_to_the_gateway_proces
     assert args.body_stall_timeout_s == 2.5 and args.max_inflight_mib_per_connection == 16
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--body-stall-timeout-s", "0"])
-    gateway = GatewayProcess(
-        host="127.0.0.1",
-        http_port=1,
-        grpc_port=2,
-        upstream_http="127.0.0.1:3",
-        upstream_grpc="127.0.0.1:4",
-        max_inflight_bytes_per_connection=16 << 20,
-        body_stall_timeout_s=2.5,
-        log_path=tmp_path / "gateway.log",
+    limits = GatewayLimits(max_inflight_bytes_per_connection=16 << 20, body_stall_timeout_s=2.5)
+    options = GatewayOptions(
+        http_port=1, grpc_port=2, upstream_http="127.0.0.1:3", upstream_grpc="127.0.0.1:4", limits=limits
     )
-    assert "--body-stall-timeout-s=2.5" in gateway.args
-    assert f"--max-inflight-bytes-per-connection={16 << 20}" in gateway.args
+    argv = GatewayProcess(options, log_path=tmp_path / "gateway.log").options.to_argv()
+    assert "--body-stall-timeout-s=2.5" in argv
+    assert f"--max-inflight-bytes-per-connection={16 << 20}" in argv

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_gateway.staging import Staging
 from mslite_gateway.upstream_address import UpstreamAddress
 from mslite_server.gateway_process import GatewayError, GatewayProcess
@@ -25,16 +26,15 @@ from tests.support.processes import free_port
 def test_a_stop_cancels_requests_waiting_for_triton_without_a_traceback(tmp_path: Path) -> None:
     log = tmp_path / "gateway.log"
     http_port = free_port()
-    gateway = GatewayProcess(
-        host="127.0.0.1",
+    options = GatewayOptions(
         http_port=http_port,
         grpc_port=free_port(),
         upstream_http=f"127.0.0.1:{free_port()}",  # nothing listens: the request is offered again and again
         upstream_grpc=f"127.0.0.1:{free_port()}",
         grace_s=0.3,
-        upstream_retry_s=60.0,
-        log_path=log,
+        limits=GatewayLimits(upstream_retry_s=60.0),
     )
+    gateway = GatewayProcess(options, log_path=log)
     gateway.start()
     clients = []
     try:
@@ -68,13 +68,10 @@ def test_a_port_it_cannot_bind_ends_its_start_at_once_with_the_reason(tmp_path: 
             occupant.listen()
             port = occupant.getsockname()[1]
             ports = {"http_port": free_port(), "grpc_port": free_port(), taken + "_port": port}
-            gateway = GatewayProcess(
-                host="127.0.0.1",
-                upstream_http=f"127.0.0.1:{free_port()}",
-                upstream_grpc=f"127.0.0.1:{free_port()}",
-                log_path=tmp_path / f"{taken}.log",
-                **ports,
+            options = GatewayOptions(
+                upstream_http=f"127.0.0.1:{free_port()}", upstream_grpc=f"127.0.0.1:{free_port()}", **ports
             )
+            gateway = GatewayProcess(options, log_path=tmp_path / f"{taken}.log")
             started = time.monotonic()
             with pytest.raises(GatewayError, match=f"port {port} on 127.0.0.1 could not be bound: .*already in use"):
                 gateway.start(timeout_s=30)

@@ -27,9 +27,12 @@ def test_batcher_defaults_never_add_a_queue_policy() -> None:
 
 
 def test_java_client_names_match_the_module() -> None:
-    java = dict(re.findall(r'static final String (\w+) = "([^"]*)";', JAVA_CONFIGS.read_text()))
+    java: dict[str, str] = {}
+    for source in (JAVA_CONFIGS, JAVA_SOURCES / "ModelParallelRunner.java", JAVA_SOURCES / "KServeHttp.java"):
+        java.update(re.findall(r'static final String (\w+) = "([^"]*)";', source.read_text()))
     shared = {name: value for name, value in vars(protocol).items() if name in java}
     assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
+    assert set(shared) >= {"RUNNER_SECTION", "MAX_PENDING_KEY", "WORKERS_KEY", "THREADS_KEY", "ADMIN_KEY_HEADER"}
     assert {name: java[name] for name in shared} == shared
 
 

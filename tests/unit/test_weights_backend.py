@@ -19,7 +19,7 @@ from mslite_backend import weight_store, weights
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
-from mslite_backend.runtime import ModelRuntime
+from mslite_backend.loading import load_runtime
 from mslite_backend.weight_store import WeightStore, layout, parse_update, sweep_stale
 from mslite_backend.weights import WeightSpec, prepare_model
 from mslite_contract import settings
@@ -436,7 +436,7 @@ def test_a_large_cpu_model_is_built_once_prepacked_and_loaded_from_the_cache(tmp
     assert entry.parent == Path(version_dir, ".mslite-cache")
     assert sorted(os.listdir(entry)) == ["meta.json", "model.onnx", "model.onnx.data"]
     assert prepared.io == read_graph_io(os.path.join(version_dir, "model.onnx"))
-    runtime = ModelRuntime.load(version_dir, cfg, CPU)
+    runtime = load_runtime(version_dir, cfg, CPU)
     x = np.random.default_rng(0).standard_normal((4, zoo.BIG_DIM), dtype=np.float32)
     np.testing.assert_array_equal(runtime.execute([{"x": x}])[0]["y"], zoo.run_reference(model, {"x": x})[0])
     assert runtime.shared and runtime.notes == ()
@@ -471,7 +471,7 @@ def test_a_cached_model_that_does_not_load_falls_back(tmp_path: Path) -> None:
     version_dir, cfg = _served(tmp_path, zoo.big_weights(4))
     first = prepare_model(version_dir, cfg, CPU)
     Path(str(first.source.model)).write_bytes(zoo.broken_bytes())
-    runtime = ModelRuntime.load(version_dir, cfg, CPU)
+    runtime = load_runtime(version_dir, cfg, CPU)
     assert not runtime.shared and "did not load" in runtime.notes[0]
     assert runtime.execute([{"x": np.ones((1, zoo.BIG_DIM), np.float32)}])[0]["y"].shape == (1, zoo.BIG_DIM)
 
@@ -487,7 +487,7 @@ def test_updatable_weights_become_inputs_fed_from_the_store(tmp_path: Path, exte
     assert [s.name for s in prepared.updatable] == ["w1", "b1"]
     session = ort.InferenceSession(prepared.source.model, providers=["CPUExecutionProvider"])
     assert {i.name for i in session.get_inputs()} == {"x", "w1", "b1"}
-    runtime = ModelRuntime.load(version_dir, cfg, CPU)
+    runtime = load_runtime(version_dir, cfg, CPU)
     x = np.random.default_rng(0).standard_normal((2, zoo.BIG_DIM), dtype=np.float32)
     before = runtime.execute([{"x": x}])[0]["y"]
     np.testing.assert_allclose(before, zoo.run_reference(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
@@ -502,12 +502,12 @@ def test_updatable_weights_become_inputs_fed_from_the_store(tmp_path: Path, exte
 def test_a_weight_that_is_not_an_initializer_fails_the_load(tmp_path: Path) -> None:
     version_dir, cfg = _served(tmp_path, zoo.big_weights(4), variable_weights_list="w0,x,nope")
     with pytest.raises(ModelLoadError, match=r"model 'm': updatable weight\(s\) \['x', 'nope'\] are not initializers"):
-        ModelRuntime.load(version_dir, cfg, CPU)
+        load_runtime(version_dir, cfg, CPU)
 
 
 def test_a_model_without_updatable_weights_rejects_updates(tmp_path: Path) -> None:
     version_dir, cfg = _served(tmp_path, zoo.multi_io())
-    runtime = ModelRuntime.load(version_dir, cfg, CPU)
+    runtime = load_runtime(version_dir, cfg, CPU)
     with pytest.raises(RequestError, match="model 'm' declares no updatable weights"):
         runtime.update_weights("[]", np.zeros(0, np.uint8))
 
@@ -520,7 +520,7 @@ def test_every_request_of_one_execute_sees_the_same_version(tmp_path: Path) -> N
         input=[{"name": "x", **tensor}],
         output=[{"name": "y", **tensor}],
     )
-    runtime = ModelRuntime.load(version_dir, cfg, CPU)
+    runtime = load_runtime(version_dir, cfg, CPU)
     seen = []
     real = runtime.session.run
 

@@ -14,8 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mslite_contract.protocol import (
+    ASCEND_DEVICE_IDS_PARAMETER,
+    ASCEND_PRECISION_MODE_PARAMETER,
+    ASCEND_PROVIDER_PARAMETER,
     DEFAULT_GPU_BUCKETS,
+    INTER_OP_PARALLEL_NUM_PARAMETER,
+    PRECISION_MODE_PARAMETER,
     RESIZED_INPUTS_PARAMETER,
+    SECTION_SEPARATOR,
+    THREAD_AFFINITY_CORE_LIST_PARAMETER,
+    THREAD_AFFINITY_MODE_PARAMETER,
+    THREAD_NUM_PARAMETER,
     VARIABLE_WEIGHTS_KEYS,
     WEIGHTS_INPUT,  # the optional input of weights updates: not one of the model's inputs
     capped_buckets,
@@ -27,18 +36,19 @@ from .resized import Shapes, declared_resized
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
 _ALIASES = {
-    "intra_op_threads": ("intra_op_thread_count", "thread_num"),
-    "inter_op_threads": ("inter_op_thread_count", "inter_op_parallel_num"),
+    "intra_op_threads": ("intra_op_thread_count", THREAD_NUM_PARAMETER),
+    "inter_op_threads": ("inter_op_thread_count", INTER_OP_PARALLEL_NUM_PARAMETER),
 }
+BATCH_BUCKETS_KEY = "batch_buckets"  # also read by auto-complete (graph.py)
 _SINGLE_KEYS = (
     "execution_mode",
     "enable_mem_arena",
     "graph_optimization_level",
-    "thread_affinity_mode",
-    "thread_affinity_core_list",
-    "precision_mode",
+    THREAD_AFFINITY_MODE_PARAMETER,
+    THREAD_AFFINITY_CORE_LIST_PARAMETER,
+    PRECISION_MODE_PARAMETER,
     "warmup",
-    "batch_buckets",
+    BATCH_BUCKETS_KEY,
     "merge_requests",
     "io_binding",
     "cuda_graphs",
@@ -46,12 +56,12 @@ _SINGLE_KEYS = (
     "max_request_bytes",
     "metrics",
     "execute_deadline_s",
-    "ascend_device_ids",
-    "ascend_provider",
-    "ascend_precision_mode",
+    ASCEND_DEVICE_IDS_PARAMETER,
+    ASCEND_PROVIDER_PARAMETER,
+    ASCEND_PRECISION_MODE_PARAMETER,
     RESIZED_INPUTS_PARAMETER,
 )
-DEVICE_KEYS = ("ascend_device_ids", "ascend_provider", "ascend_precision_mode")
+DEVICE_KEYS = (ASCEND_DEVICE_IDS_PARAMETER, ASCEND_PROVIDER_PARAMETER, ASCEND_PRECISION_MODE_PARAMETER)
 KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozenset(_SINGLE_KEYS)
 # Weights: sharing (bool) under either name; the updatable tensors under any of protocol.VARIABLE_WEIGHTS_KEYS.
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
@@ -137,7 +147,7 @@ class BackendConfig:
         if self.inter_op_threads < 1:
             raise ConfigError(self._msg("inter_op_thread_count", ">= 1", self.inter_op_threads))
         if self.thread_affinity_mode not in (0, 1, 2):
-            raise ConfigError(self._msg("thread_affinity_mode", "0, 1 or 2", self.thread_affinity_mode))
+            raise ConfigError(self._msg(THREAD_AFFINITY_MODE_PARAMETER, "0, 1 or 2", self.thread_affinity_mode))
         if not 0 <= self.execute_deadline_s < float("inf"):  # NaN fails this too
             raise ConfigError(self._msg("execute_deadline_s", "a number of seconds >= 0", self.execute_deadline_s))
 
@@ -166,7 +176,7 @@ class BackendConfig:
             f"model '{name}': unknown parameter '{k}' ignored (known: {', '.join(sorted(KNOWN_KEYS | WEIGHT_KEYS))})"
             for k in sorted(params)
             # `section.key` entries are MindSpore Lite config-file sections forwarded by the client
-            if k not in KNOWN_KEYS and k not in WEIGHT_KEYS and "." not in k
+            if k not in KNOWN_KEYS and k not in WEIGHT_KEYS and SECTION_SEPARATOR not in k
         )
         cores = cores or len(os.sched_getaffinity(0))
         workers = worker_count(model_config)
@@ -177,12 +187,13 @@ class BackendConfig:
             intra = max(1, cores // workers)
         inter = get.aliased("inter_op_threads", int) or 1
         mode = get.one("execution_mode", _execution_mode, "sequential")
-        precision = get.one("precision_mode", str, "enforce_fp32").lower()
+        precision = get.one(PRECISION_MODE_PARAMETER, str, "enforce_fp32").lower()
         if precision not in PRECISION_MODES:
             raise ConfigError(
-                f"model '{name}': parameter 'precision_mode' must be one of {list(PRECISION_MODES)}, got '{precision}'"
+                f"model '{name}': parameter '{PRECISION_MODE_PARAMETER}' must be one of {list(PRECISION_MODES)}, "
+                f"got '{precision}'"
             )
-        affinity = get.one("thread_affinity_mode", int, 0)
+        affinity = get.one(THREAD_AFFINITY_MODE_PARAMETER, int, 0)
         if affinity == 2:
             warnings += (f"model '{name}': thread_affinity_mode 2 (middle cores first) is not supported; not pinned",)
         return cls(
@@ -199,12 +210,12 @@ class BackendConfig:
             graph_optimization_level=get.one("graph_optimization_level", _opt_level, 99),
             allow_spinning=workers * intra <= cores,
             thread_affinity_mode=affinity,
-            thread_affinity_core_list=get.one("thread_affinity_core_list", _int_list, ()),
+            thread_affinity_core_list=get.one(THREAD_AFFINITY_CORE_LIST_PARAMETER, _int_list, ()),
             precision_mode=precision,
             warmup=get.one("warmup", _boolean, True),
             share_weights=get.same(SHARE_WEIGHTS_KEYS, _boolean, True),
             variable_weights=variable_weights(name, params),
-            batch_buckets=get.one("batch_buckets", _buckets, ()),
+            batch_buckets=get.one(BATCH_BUCKETS_KEY, _buckets, ()),
             merge_requests=get.one("merge_requests", _auto_boolean, None),
             io_binding=get.one("io_binding", _auto_boolean, None),
             cuda_graphs=get.one("cuda_graphs", _boolean, True),

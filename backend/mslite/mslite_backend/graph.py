@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mslite_contract import protocol
 from mslite_contract.dtypes import short_name, triton_type_of_onnx
 from mslite_contract.protocol import (
     BATCHING_SECTION,
@@ -14,11 +15,9 @@ from mslite_contract.protocol import (
     capped_buckets,
     sample_values,
 )
-from mslite_contract.protocol import batcher_defaults as protocol_batcher_defaults
-from mslite_contract.protocol import is_light as protocol_is_light
 
-from .buckets import parse as parse_buckets
-from .config import BackendConfig, TensorSpec
+from . import buckets
+from .config import BATCH_BUCKETS_KEY, BackendConfig, TensorSpec
 from .errors import ConfigError, ModelLoadError
 from .resized import Shapes, free_dims
 
@@ -51,7 +50,7 @@ class GraphIO:
 def is_light(io: GraphIO, batched: bool) -> bool:
     """Whether the graph is light (`protocol.is_light`): its size, and its input values per sample."""
     values = sample_values((t.dims for t in io.inputs), batched=batched)
-    return bool(io.inputs) and protocol_is_light(io.nodes, io.weight_bytes, values)
+    return bool(io.inputs) and protocol.is_light(io.nodes, io.weight_bytes, values)
 
 
 def read_graph_io(path: str, resized: Shapes = (), model_name: str = "") -> GraphIO:
@@ -163,13 +162,15 @@ def batcher_defaults(model_config: dict[str, Any], max_batch_size: int, *, light
     current = model_config.get(BATCHING_SECTION) or {}
     gpu_buckets: tuple[int, ...] = ()
     if gpu_only:
-        raw = (model_config.get("parameters") or {}).get("batch_buckets")
+        raw = (model_config.get("parameters") or {}).get(BATCH_BUCKETS_KEY)
         try:
-            sizes = parse_buckets(raw.get("string_value", "") if isinstance(raw, dict) else str(raw)) if raw else ()
+            sizes = buckets.parse(raw.get("string_value", "") if isinstance(raw, dict) else str(raw)) if raw else ()
         except ValueError as e:
-            raise ConfigError(f"model '{model_config.get('name', '?')}': parameter 'batch_buckets': {e}") from None
+            raise ConfigError(
+                f"model '{model_config.get('name', '?')}': parameter '{BATCH_BUCKETS_KEY}': {e}"
+            ) from None
         gpu_buckets = capped_buckets(sizes or DEFAULT_GPU_BUCKETS, max_batch_size)
-    return protocol_batcher_defaults(
+    return protocol.batcher_defaults(
         current, max_batch_size=max_batch_size, cpu_only=cpu_only, light=light, gpu_buckets=gpu_buckets
     )
 

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mslite_contract.protocol import ASCEND_DEVICE_IDS_PARAMETER, ASCEND_PRECISION_MODE_PARAMETER
+
 from .errors import ConfigError, ModelLoadError
 
 # MindSpore Lite's Ascend precision modes -> the CANN provider's `precision_mode` values
@@ -64,15 +66,17 @@ def choose(
         if cuda_graph:
             cuda["enable_cuda_graph"] = "1"
         return ProviderChoice("CUDAExecutionProvider", cuda)
-    if kind == "MODEL" and params.get("ascend_device_ids"):
-        devices = [int(d) for d in params["ascend_device_ids"].split(",") if d.strip()]
+    if kind == "MODEL" and params.get(ASCEND_DEVICE_IDS_PARAMETER):
+        devices = [int(d) for d in params[ASCEND_DEVICE_IDS_PARAMETER].split(",") if d.strip()]
         if index >= len(devices):
-            raise ConfigError(f"ascend_device_ids lists {len(devices)} devices, worker {index} has none")
+            raise ConfigError(f"{ASCEND_DEVICE_IDS_PARAMETER} lists {len(devices)} devices, worker {index} has none")
         options: dict[str, Any] = {"device_id": devices[index]}
-        mode = params.get("ascend_precision_mode", "")
+        mode = params.get(ASCEND_PRECISION_MODE_PARAMETER, "")
         if mode:
             if mode not in ASCEND_PRECISION:
-                raise ConfigError(f"ascend_precision_mode must be one of {sorted(ASCEND_PRECISION)}, got '{mode}'")
+                raise ConfigError(
+                    f"{ASCEND_PRECISION_MODE_PARAMETER} must be one of {sorted(ASCEND_PRECISION)}, got '{mode}'"
+                )
             options["precision_mode"] = ASCEND_PRECISION[mode]
         # the worker's device, for CANN's own runtime, set before onnxruntime is imported
         return ProviderChoice("CANNExecutionProvider", options, {"ASCEND_DEVICE_ID": str(devices[index])})

@@ -5,7 +5,7 @@ shape that contradicts a fixed dim of a graph input, so a model built with `RESI
 is loaded with those dims made symbolic. The graph's inner shape annotations (`value_info`) and the
 outputs' shapes were computed for the old sizes: they are dropped, and the outputs' shapes inferred
 again (a dim that cannot be inferred stays symbolic). Whether the graph really runs at the new shape
-(a Reshape to a constant shape does not) is for a run to tell: `runtime.ModelRuntime.load` probes it.
+(a Reshape to a constant shape does not) is for a run to tell: `loading.probe_resized` probes it.
 """
 
 from __future__ import annotations

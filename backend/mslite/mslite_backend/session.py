@@ -126,7 +126,7 @@ class OrtSession:
             raise ModelLoadError(f"{where}: asked for {wanted} but ONNX Runtime runs {active}")
         self.providers = tuple(active)
         # On CPU, ORT's own run without the Python wrapper's checks on every call (required inputs, which
-        # ModelRuntime.validate checks already; graph capture; OrtValue ownership; and its EP-failure
+        # RequestChecks.validate checks already; graph capture; OrtValue ownership; and its EP-failure
         # fallback, which on CPU has nowhere else to go): a few us per request, as much as a tiny model's run.
         inner: Any = getattr(self._session, "_sess", None)
         # ORT's run(output_names, feeds, run_options), or None; its exceptions go through `failure`

@@ -162,7 +162,9 @@ Status KServeHttp::Send(Connection *c, const std::string &path, const std::vecto
   if (header_length >= 0) {
     headers = curl_slist_append(headers, (std::string(kHeaderLength) + ": " + std::to_string(header_length)).c_str());
   }
-  if (!key_.empty()) headers = curl_slist_append(headers, (std::string(protocol::HEADER) + ": " + key_).c_str());
+  if (!key_.empty()) {
+    headers = curl_slist_append(headers, (std::string(protocol::ADMIN_KEY_HEADER) + ": " + key_).c_str());
+  }
   curl_easy_setopt(c->curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, headers);
   if (body != nullptr) {

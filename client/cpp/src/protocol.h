@@ -12,14 +12,14 @@ inline constexpr char MAX_QUEUE_DELAY_KEY[] = "max_queue_delay_microseconds";
 inline constexpr char MAX_QUEUE_SIZE_KEY[] = "max_queue_size";
 inline constexpr char QUEUE_POLICY_KEY[] = "default_queue_policy";
 inline constexpr char ADMIN_KEY_ENV[] = "MSLITE_TRITON_KEY";
-
-// The clients' own names (the Python client's _pending.py and _admin_key.py; the test checks these too).
+inline constexpr char ADMIN_KEY_HEADER[] = "mslite-key";  // the admin key's header (HTTP)
 inline constexpr char RUNNER_SECTION[] = "runner";  // client-side only, never sent to the server
 inline constexpr char MAX_PENDING_KEY[] = "max_pending_predicts";
 inline constexpr char WORKERS_KEY[] = "workers_num";  // a tuned config.ini's sizes (`mslite-triton tune`)
 inline constexpr char THREADS_KEY[] = "thread_num";
+
+// The clients' own names (the Python client's _pending.py, settings.py; the test checks these too).
 inline constexpr int DEFAULT_MAX_PENDING = 1000;  // MindSpore Lite's task-queue bound (kNumMaxTaskQueueSize)
-inline constexpr char HEADER[] = "mslite-key";  // the admin key's header
 inline constexpr char KEY_DIR_ENV[] = "MSLITE_TRITON_KEY_DIR";
 inline constexpr char URL_ENV[] = "MSLITE_TRITON_URL";
 inline constexpr char AUTOSTART_ENV[] = "MSLITE_TRITON_AUTOSTART";  // "0": never start a server of our own

@@ -24,7 +24,7 @@ import java.util.regex.Pattern;
  * many threads at once. Server errors become {@link ServerError}s classified in one place ({@link #check}).
  */
 final class KServeHttp {
-    static final String KEY_HEADER = "mslite-key"; // the admin key header of the model-control API
+    static final String ADMIN_KEY_HEADER = "mslite-key"; // the admin key header of the model-control API
     private static final String HEADER_LENGTH = "Inference-Header-Content-Length";
     private static final Pattern TRACEBACK = Pattern.compile("\\n\\s*At:\\n.*", Pattern.DOTALL);
 
@@ -220,7 +220,7 @@ final class KServeHttp {
             req.header(HEADER_LENGTH, Integer.toString(headerLength));
         }
         if (key != null) {
-            req.header(KEY_HEADER, key);
+            req.header(ADMIN_KEY_HEADER, key);
         }
         try {
             return http.send(req.build(), HttpResponse.BodyHandlers.ofByteArray());
