@@ -40,11 +40,16 @@ def transition(table: dict[tuple[State, str], State], state: State, event: str) 
         raise IllegalTransition(f"{event!r} is not a move from {state.name}") from None
 
 
-class CallState(enum.Enum):
-    """Where a checked unary call is."""
+class _State(enum.Enum):
+    """A state of one of the machines below."""
 
     # Members are singletons: hashed by identity (Enum's own hash, of the name, is Python code run per move)
     __hash__ = object.__hash__
+
+
+class CallState(_State):
+    """Where a checked unary call is."""
+
     RECEIVING = "receiving"  # its request message is arriving (checked once whole)
     CHECKING = "checking"  # whole; its check goes on off the event loop, the frame that completed it held here
     SENT = "sent"  # checked and passed on; Triton's answer has not begun (timed: the upstream timeout)
@@ -74,7 +79,7 @@ UNARY: dict[tuple[CallState, str], CallState] = {
 }
 
 
-class Phase(enum.Enum):
+class Phase(_State):
     """The client's side of a stream call."""
 
     OPEN = "open"
@@ -82,7 +87,7 @@ class Phase(enum.Enum):
     ENDED = "ended"
 
 
-class Answers(enum.Enum):
+class Answers(_State):
     """Triton's side of a stream call, as far as where a message of ours may go."""
 
     AWAITING_HEADERS = "awaiting headers"

@@ -5,8 +5,8 @@ each request header block (`call`), each DATA frame header and whole held frame 
 (`data_header`, `data_frame`), Triton's answers and resets (`finish`). What a call does with its messages is
 its kind's part: a unary call's (`grpc_unary_calls`: one message, held until whole, checked, passed on) or a
 `ModelStreamInfer` call's (`grpc_stream_calls`: messages both ways, each checked or read whole). What this part
-decides goes back through the connection (`Link`): frames of ours for the client (`send`), resets for Triton
-(`for_triton`), messages for Triton in place of the client's (the client frame reader's `out`).
+decides goes back through the connection (`grpc_relay_rules.Link`): frames of ours for the client (`send`),
+resets for Triton (`for_triton`), messages for Triton in place of the client's (the client frame reader's `out`).
 
 Admission control: a checked call's DATA is admitted frame by frame (a frame that would pass a bound, of
 all connections or of this one's, is refused with UNAVAILABLE kLiteServiceDeny) and counted as its bytes
@@ -20,22 +20,13 @@ back by Triton, so this part gives it back to the client itself (`grpc_window_cr
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import hpack
 
-from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
 from mslite_gateway import server_metadata
-from mslite_gateway.admission import Account, Admission, Overloaded
-from mslite_gateway.grpc_checks import (
-    SERVICE,
-    VERSIONED,
-    Pieces,
-    check_model_infer,
-    check_register,
-    check_unregister,
-    check_versioned,
-)
+from mslite_gateway.admission import Account, Overloaded
+from mslite_gateway.grpc_checks import Pieces
 from mslite_gateway.grpc_frames import (
     CANCEL,
     DROP,
@@ -50,80 +41,14 @@ from mslite_gateway.grpc_frames import (
     trailers,
     trailers_only,
 )
+from mslite_gateway.grpc_relay_rules import Link, RelayRules
 from mslite_gateway.grpc_request_headers import RequestHeaders
 from mslite_gateway.grpc_stream_calls import StreamCalls
 from mslite_gateway.grpc_stream_state import StreamCall
-from mslite_gateway.grpc_unary_calls import Later, UnaryCalls
-from mslite_gateway.grpc_unary_state import Check, UnaryCall
+from mslite_gateway.grpc_unary_calls import UnaryCalls
+from mslite_gateway.grpc_unary_state import UnaryCall
 from mslite_gateway.grpc_window_credit import WindowCredit
-from mslite_gateway.load_failures import LoadFailures
-from mslite_gateway.model_batching import ModelBatching
-from mslite_gateway.model_control import grpc_load_message
 from mslite_gateway.rules import holds_key
-from mslite_gateway.staging import Staging
-
-
-class RelayRules:
-    """What every connection of one gateway shares: the checks per method, the limits, the counters."""
-
-    def __init__(
-        self,
-        *,
-        max_request_bytes: int,
-        admission: Admission,
-        staging: Staging | None,
-        admin_key: str | None = None,
-        failures: LoadFailures | None = None,
-        batching: ModelBatching | None = None,
-        max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
-        upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
-    ) -> None:
-        self.admin_key = admin_key
-        self.batching = batching  # whether a model batches, for a request of batch size 0
-        self.max_strings = max_strings
-        self.upstream_timeout_s = upstream_timeout_s  # a call Triton has not begun to answer by then is ended
-        self.staging = staging
-        self.explain = None if failures is None else failures.explain_now  # a not-ready error: why
-        self.cap = max_request_bytes
-        self.admission = admission
-        self.refused = 0
-        self.calmed = 0  # connections ended for too many resets
-        self.closing = False  # the gateway is stopping: new calls are refused
-        self.infer_path = f"/{SERVICE}/ModelInfer".encode()
-        # (a ModelInfer call's check runs as `read_model_infer` in `grpc_unary_calls`, which also needs the request
-        # for staging and the batch-of-0 rule; this entry names the path as checked, and is the same check)
-        self.checks: dict[bytes, Check] = {
-            self.infer_path: lambda data, keyed: check_model_infer(
-                data, self.cap, keyed=keyed, max_strings=self.max_strings
-            )
-        }
-        for name, (kind, field) in VERSIONED.items():
-            self.checks[f"/{SERVICE}/{name}".encode()] = check_versioned(kind, field)
-        # the gateway's own regions are not the clients' to register or unregister; after any unregister
-        # call (one without a name unregisters them all) staging checks its registrations again
-        self.unregister_path = f"/{SERVICE}/SystemSharedMemoryUnregister".encode()
-        self.checks[self.unregister_path] = check_unregister
-        self.checks[f"/{SERVICE}/SystemSharedMemoryRegister".encode()] = check_register
-        self.stream_path = f"/{SERVICE}/ModelStreamInfer".encode()  # held and checked message by message
-        # calls whose message may be sent on changed or refused (`model_control`): held until whole (up to the
-        # cap, an upload's files too: its keys are checked), then rewritten
-        self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
-
-
-class Link(Protocol):
-    """What the calls need of their connection (`grpc_core.RelayCore`)."""
-
-    now: float  # the time of the latest call (seconds)
-    alone: bool  # Triton could not be reached: every call is answered here
-    open: set[int]  # streams forwarded to Triton and not ended there
-    for_triton: list[bytes]  # frames of ours for Triton, written at the client's next frame boundary
-    later: list[tuple[int, Later]]  # work for streams that the adapter runs off the loop
-
-    def send(self, data: bytes) -> None:
-        """A frame of ours to the client (at the next frame boundary in Triton's byte stream)."""
-
-    def close(self) -> None:
-        """Close both sides once what is written goes."""
 
 
 class CheckedCalls:

@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from mslite_gateway.admission import Account
-from mslite_gateway.grpc_calls import CheckedCalls, RelayRules
+from mslite_gateway.grpc_calls import CheckedCalls
 from mslite_gateway.grpc_frames import (
     ACK,
     COLLECT,
@@ -52,9 +52,9 @@ from mslite_gateway.grpc_frames import (
     frame,
     joined,
 )
+from mslite_gateway.grpc_relay_rules import Later, RelayRules
 from mslite_gateway.grpc_request_headers import HeaderBlock
 from mslite_gateway.grpc_triton_reader import TritonReader
-from mslite_gateway.grpc_unary_calls import Later
 from mslite_gateway.grpc_window_credit import CREDIT_BATCH_BYTES, WindowCredit
 from mslite_gateway.rules import no_answer
 
@@ -87,7 +87,7 @@ class Writes:
         self.pause_client = False  # stop reading the client (a calmed connection, until it closes)
         self.close = False  # close both connections once what is above is written
         self.wake_s = 0.0  # call `tick` again within this many seconds (0: no need beyond the usual sweep)
-        # work to run off the loop for these calls (`grpc_unary_calls.Later`), each followed by `resolved`
+        # work to run off the loop for these calls (`grpc_relay_rules.Later`), each followed by `resolved`
         self.later: list[tuple[int, Later]] = []
 
 

@@ -22,11 +22,11 @@ held back from the client's window updates to Triton, and the bytes of a dropped
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.admission import Overloaded
 from mslite_gateway.grpc_call_states import Answers, Phase
 from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer
 from mslite_gateway.grpc_frames import (
@@ -39,17 +39,15 @@ from mslite_gateway.grpc_frames import (
     RESOURCE_EXHAUSTED,
     U32,
     WINDOW_UPDATE,
-    Frames,
     frame,
     joined,
     unpadded,
 )
 from mslite_gateway.grpc_messages import PREFIX, Message, inflate, prefixed
+from mslite_gateway.grpc_relay_rules import Calls
 from mslite_gateway.grpc_stream_state import Pending, StreamCall, error_answer, read_answer, request_id
-from mslite_gateway.grpc_window_credit import WindowCredit
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.rules import Refusal, check_batches, empty_batch_refusal, empty_batches
-from mslite_gateway.staging import Staging
 
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
@@ -61,50 +59,12 @@ _MAX_ERROR_CHARS = 4000  # of an error answer's message: it stays within one 16 
 _MAX_ANSWER_BACKLOG_BYTES = 1 << 20
 
 
-class _Rules(Protocol):
-    cap: int
-    admission: Admission
-    staging: Staging | None
-    batching: ModelBatching | None
-    max_strings: int
-    refused: int
-
-
-class _Link(Protocol):
-    now: float
-    for_triton: list[bytes]
-
-    def send(self, data: bytes) -> None: ...
-
-
-class Owner(Protocol):
-    """What the stream calls need of their connection's checked calls (`grpc_calls.CheckedCalls`)."""
-
-    @property
-    def rules(self) -> _Rules:
-        """The gateway's limits and checks."""
-
-    @property
-    def link(self) -> _Link:
-        """The connection."""
-
-    frames: Frames  # the client's byte stream: its `out` is what goes to Triton
-    account: Account
-    window: WindowCredit
-
-    def take_bytes(self, sid: int, call: Any, length: int) -> str | None:
-        """Admit a DATA frame's bytes to the budget (None), or say why not."""
-
-    def refuse(self, sid: int, code: int, message: str) -> None:
-        """End call `sid` with this status (trailers of ours to the client, a reset to Triton)."""
-
-
 class StreamCalls:
-    """The ModelStreamInfer calls of one connection (a part of its `CheckedCalls`)."""
+    """The ModelStreamInfer calls of one connection (a part of its `grpc_calls.CheckedCalls`)."""
 
     __slots__ = ("owner", "calls", "window_owed")
 
-    def __init__(self, owner: Owner) -> None:
+    def __init__(self, owner: Calls) -> None:
         self.owner = owner
         self.calls: dict[int, StreamCall] = {}
         self.window_owed = 0  # connection window the client will give back for bytes Triton did not send
@@ -352,7 +312,7 @@ class StreamCalls:
 def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
     """A stream's request of batch size 0: refused unless the model is known not to batch (`rules.check_batches`).
 
-    A unary call waits for the model's configuration (`grpc_unary_calls.Later`); a stream's messages are answered in
+    A unary call waits for the model's configuration (`grpc_relay_rules.Later`); a stream's messages are answered in
     order, so one never answered would hold every answer after it, and the stream cannot wait for a reading
     either. So here a batch of 0 goes on only where a fresh reading says the model does not batch (or could not
     be read: Triton then answers for itself), and is refused where the model batches or was not read lately.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mslite_gateway.grpc_calls import CheckedCalls, Link
+from mslite_gateway.grpc_calls import CheckedCalls
 from mslite_gateway.grpc_frames import (
     ACK,
     COLLECT,
@@ -39,6 +39,7 @@ from mslite_gateway.grpc_frames import (
     unpadded,
 )
 from mslite_gateway.grpc_messages import PREFIX, prefixed
+from mslite_gateway.grpc_relay_rules import Link
 from mslite_gateway.server_metadata import served_message
 
 

@@ -16,10 +16,9 @@ bytes staying here; a model load's message is rewritten (`model_control`). Each 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from mslite_gateway.admission import Account, Overloaded
+from mslite_gateway.admission import Overloaded
 from mslite_gateway.grpc_call_states import ANSWERING, CHECKING, RECEIVING, SENT
 from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer, whole
 from mslite_gateway.grpc_frames import (
@@ -35,68 +34,28 @@ from mslite_gateway.grpc_frames import (
     RESOURCE_EXHAUSTED,
     TAP,
     UNAVAILABLE,
-    Frames,
     frame,
     grpc_code,
     joined,
     unpadded,
 )
-from mslite_gateway.grpc_messages import inflate, prefixed
+from mslite_gateway.grpc_messages import PREFIX, inflate, prefixed
+from mslite_gateway.grpc_relay_rules import BATCHING, INFLATED, Calls, Later
 from mslite_gateway.grpc_unary_state import UnaryCall
-from mslite_gateway.grpc_window_credit import WindowCredit
 from mslite_gateway.rules import Refusal, check_batches, empty_batches
 
 log = logging.getLogger(__name__)
 # The most we send Triton in place of a staged message: within its stream window (4 MiB), which the client,
 # whose bytes we credit back at once, does not hold back for.
 _STAGED_MAX_BYTES = 1 << 20
-INFLATED, BATCHING = "inflated", "batching"  # the kinds of work a call waits for off the loop
-
-
-class Later:
-    """Work a call waits for, done off the event loop by the adapter (`grpc_relay`), then `RelayCore.resolved`.
-
-    `kind` INFLATED: `run()` inflates and checks a compressed message, in a thread (zlib lets go of the GIL);
-    BATCHING: `run()` is a coroutine function that asks Triton for a model's max_batch_size (`model_batching`).
-    """
-
-    __slots__ = ("kind", "run")
-
-    def __init__(self, kind: str, run: Callable[[], Any]) -> None:
-        self.kind = kind
-        self.run = run
-
-    @property
-    def in_thread(self) -> bool:
-        """Whether `run` is plain blocking work for a thread (else a coroutine function)."""
-        return self.kind == INFLATED
-
-
-class Owner(Protocol):
-    """What the unary calls need of their connection's checked calls (`grpc_calls.CheckedCalls`)."""
-
-    rules: Any  # `grpc_calls.RelayRules`
-    link: Any  # `grpc_calls.Link`
-    frames: Frames  # the client's byte stream: its `out` is what goes to Triton
-    account: Account
-    window: WindowCredit
-
-    def take_bytes(self, sid: int, call: Any, length: int) -> str | None:
-        """Admit a DATA frame's bytes to the budget (None), or say why not."""
-
-    def refuse(self, sid: int, code: int, message: str) -> None:
-        """Answer call `sid` with this status ourselves, and reset it at Triton."""
-
-    def finish(self, sid: int, *, answered: bool = False) -> None:
-        """Call `sid` is over: what it holds is given back."""
 
 
 class UnaryCalls:
-    """The checked unary calls of one connection (a part of its `CheckedCalls`)."""
+    """The checked unary calls of one connection (a part of its `grpc_calls.CheckedCalls`)."""
 
     __slots__ = ("owner", "calls")
 
-    def __init__(self, owner: Owner) -> None:
+    def __init__(self, owner: Calls) -> None:
         self.owner = owner
         self.calls: dict[int, UnaryCall] = {}
 
@@ -174,7 +133,7 @@ class UnaryCalls:
     def _complete(self, sid: int, call: UnaryCall, flags: int) -> bool | None:
         """The message is whole: check it (None: the check goes on off the loop, `Later`), then admit it."""
         owner = self.owner
-        if call.got > 5 + call.size:
+        if call.got > PREFIX + call.size:
             owner.refuse(sid, INVALID_ARGUMENT, "a unary call carries one request message; this one carries more")
             return False
         rules = owner.rules
