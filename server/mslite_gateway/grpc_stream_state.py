@@ -3,7 +3,7 @@
 A unary call carries one request message and one answer; a stream carries any number of each (Triton 2.51
 answers a stream's requests in the order they came, a decoupled model's as it sends them, and a decoupled model
 may answer one request any number of times; the relay's own answers go as soon as they may). So the relay
-holds each of the client's messages whole (`MessageReader`) and checks it before it goes on, and reads
+holds each of the client's messages whole (`grpc_messages.MessageReader`) and checks it before it goes on, and reads
 Triton's answers message by message, both to know which of the stream's requests are over and to know where a
 message of its own (an error answer) may go in between Triton's.
 
