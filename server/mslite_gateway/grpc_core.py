@@ -308,7 +308,7 @@ class RelayCore:
         frames = self.frames
         frames.feed(data, self._on_header, self._on_frame)
         window = calls.window
-        if (window.credit >= CREDIT_BATCH_BYTES or window.streams) and window.due:
+        if (window.credit >= CREDIT_BATCH_BYTES or window.streams) and window.due:  # (cheap half first: every read)
             calls.give_credit()
         if self.for_triton and frames.at_boundary and not self.in_block:
             frames.out += self.for_triton
