@@ -12,9 +12,9 @@ import logging
 
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_calls import Later
 from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.grpc_frames import write
+from mslite_gateway.grpc_relay_rules import Later
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.staging import Staging
@@ -88,7 +88,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.upstream: _TritonProtocol | None = None
         self.connecting: asyncio.Task[None] | None = None  # kept: the loop holds only a weak reference to a task
         self.lingering = False  # the core closed the connection: written, write side shut, closing soon
-        self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc_calls.Later`)
+        self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc_relay_rules.Later`)
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -22,11 +22,12 @@ held back from the client's window updates to Triton, and the bytes of a dropped
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_gateway.admission import Overloaded
+from mslite_gateway.grpc_call_states import Answers, Phase
 from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer
 from mslite_gateway.grpc_frames import (
     COLLECT,
@@ -38,26 +39,15 @@ from mslite_gateway.grpc_frames import (
     RESOURCE_EXHAUSTED,
     U32,
     WINDOW_UPDATE,
-    Frames,
     frame,
     joined,
     unpadded,
 )
-from mslite_gateway.grpc_stream_state import (
-    PREFIX,
-    Answers,
-    Message,
-    Pending,
-    Phase,
-    StreamCall,
-    error_answer,
-    read_answer,
-    request_id,
-)
-from mslite_gateway.grpc_streams import inflate
+from mslite_gateway.grpc_messages import PREFIX, Message, inflate, prefixed
+from mslite_gateway.grpc_relay_rules import Calls
+from mslite_gateway.grpc_stream_state import Pending, StreamCall, error_answer, read_answer, request_id
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.rules import Refusal, check_batches, empty_batch_refusal, empty_batches
-from mslite_gateway.staging import Staging
 
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
@@ -69,51 +59,12 @@ _MAX_ERROR_CHARS = 4000  # of an error answer's message: it stays within one 16 
 _MAX_ANSWER_BACKLOG_BYTES = 1 << 20
 
 
-class _Rules(Protocol):
-    cap: int
-    admission: Admission
-    staging: Staging | None
-    batching: ModelBatching | None
-    max_strings: int
-    refused: int
-
-
-class _Link(Protocol):
-    now: float
-    for_triton: list[bytes]
-
-    def send(self, data: bytes) -> None: ...
-
-
-class Owner(Protocol):
-    """What the stream calls need of their connection's checked calls (`grpc_calls.CheckedCalls`)."""
-
-    @property
-    def rules(self) -> _Rules:
-        """The gateway's limits and checks."""
-
-    @property
-    def link(self) -> _Link:
-        """The connection."""
-
-    frames: Frames  # the client's byte stream: its `out` is what goes to Triton
-    account: Account
-    owed: int
-    owed_to: tuple[int, Any] | None
-    credit: int
-    stream_credit: dict[int, int]
-    debt: int
-
-    def refuse(self, sid: int, code: int, message: str) -> None:
-        """End call `sid` with this status (trailers of ours to the client, a reset to Triton)."""
-
-
 class StreamCalls:
-    """The ModelStreamInfer calls of one connection (a part of its `CheckedCalls`)."""
+    """The ModelStreamInfer calls of one connection (a part of its `grpc_calls.CheckedCalls`)."""
 
     __slots__ = ("owner", "calls", "window_owed")
 
-    def __init__(self, owner: Owner) -> None:
+    def __init__(self, owner: Calls) -> None:
         self.owner = owner
         self.calls: dict[int, StreamCall] = {}
         self.window_owed = 0  # connection window the client will give back for bytes Triton did not send
@@ -125,17 +76,8 @@ class StreamCalls:
     # -- the client's messages --
     def data_header(self, sid: int, call: StreamCall, length: int) -> int:
         """A DATA frame's header: admitted to the byte budget (or its message refused), and held (COLLECT)."""
-        owner = self.owner
-        arrived = min(length, owner.frames.avail)
-        try:
-            owner.rules.admission.take_bytes(arrived, owner.account, own=call.charged, admit=length)
-        except Overloaded as e:
-            call.denied = e.message  # its bytes are read but neither kept nor counted; its message is answered
-            return COLLECT
-        call.charged += arrived
-        call.moved = owner.link.now
-        if arrived < length:
-            owner.owed, owner.owed_to = length - arrived, (sid, call)
+        # refused: its bytes are read but neither kept nor counted; its message is answered
+        call.denied = self.owner.take_bytes(sid, call, length)
         return COLLECT
 
     def data_frame(self, sid: int, call: StreamCall, flags: int, parts: list[Any]) -> None:
@@ -197,7 +139,7 @@ class StreamCalls:
             self._send(sid, message.parts, message.length)
         else:
             staged = staged_model_infer(req, raw, region.name, region.view)
-            sent = b"\0" + U32.pack(len(staged)) + staged
+            sent = prefixed(staged)
             self._send(sid, [sent], len(sent))
             self._credit(sid, call, message.length - len(sent))  # Triton reads the rest from the region
         call.sent(Pending(str(req.id), model, nbytes, region))
@@ -243,19 +185,16 @@ class StreamCalls:
         """Have Triton send its response headers: a request it answers at once with an error, dropped here."""
         call.probe = f"{_PROBE_ID}{sid}"
         body = pb.ModelInferRequest(model_name=_PROBE_MODEL, id=call.probe).SerializeToString()
-        message = b"\0" + U32.pack(len(body)) + body
+        message = prefixed(body)
         self.owner.frames.out.append(frame(DATA, 0, sid, message))
-        self.owner.debt += len(message)  # Triton gives the client window back for it: the client never sent it
+        self.owner.window.sent_instead(len(message))  # Triton gives window back for it: the client never sent it
         call.debt += len(message)
 
     def _credit(self, sid: int, call: StreamCall, n: int) -> None:
         """Window for `n` of the client's bytes that Triton never saw, given back (less what we sent instead)."""
-        owner = self.owner
         paid = min(n, call.debt)
         call.debt -= paid
-        owner.credit += n  # the connection's: `CheckedCalls.give_credit` sets its `debt` off against it
-        if n > paid:
-            owner.stream_credit[sid] = owner.stream_credit.get(sid, 0) + n - paid
+        self.owner.window.owe(n, sid, n - paid)  # on the connection, the window's `debt` is set off against it
 
     def _flush(self, call: StreamCall) -> None:
         """Our answers waiting for a place among Triton's messages, to the client now."""
@@ -373,7 +312,7 @@ class StreamCalls:
 def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
     """A stream's request of batch size 0: refused unless the model is known not to batch (`rules.check_batches`).
 
-    A unary call waits for the model's configuration (`grpc_calls.Later`); a stream's messages are answered in
+    A unary call waits for the model's configuration (`grpc_relay_rules.Later`); a stream's messages are answered in
     order, so one never answered would hold every answer after it, and the stream cannot wait for a reading
     either. So here a batch of 0 goes on only where a fresh reading says the model does not batch (or could not
     be read: Triton then answers for itself), and is refused where the model batches or was not read lately.

@@ -3,11 +3,11 @@
 A unary call carries one request message and one answer; a stream carries any number of each (Triton 2.51
 answers a stream's requests in the order they came, a decoupled model's as it sends them, and a decoupled model
 may answer one request any number of times; the relay's own answers go as soon as they may). So the relay
-holds each of the client's messages whole (`MessageReader`) and checks it before it goes on, and reads
+holds each of the client's messages whole (`grpc_messages.MessageReader`) and checks it before it goes on, and reads
 Triton's answers message by message, both to know which of the stream's requests are over and to know where a
 message of its own (an error answer) may go in between Triton's.
 
-The call's state is two small machines, each with its transition table:
+The call's state is two small machines side by side, each with its transition table (`grpc_call_states`):
 
 - `Phase` (the client's side): OPEN while the client may send requests, HALF_CLOSED once it ended its side
   (answers still come), ENDED once Triton's trailers, a reset or a refusal ended the call.
@@ -18,120 +18,21 @@ The call's state is two small machines, each with its transition table:
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.protobuf_varint import field_spans
+from mslite_gateway.grpc_call_states import ANSWERS, PHASES, Answers, Phase, transition
 from mslite_gateway.grpc_checks import Pieces
-from mslite_gateway.grpc_streams import PREFIX
+from mslite_gateway.grpc_messages import Message, MessageReader, prefixed
 from mslite_gateway.staging import Region
 
 # The parameter Triton puts on each streamed answer: False while a (decoupled) model has more to say.
 FINAL_PARAMETER = "triton_final_response"
 _MODEL_NAME, _ID, _PARAMETERS = 1, 3, 4  # ModelInferRequest / ModelInferResponse field numbers
 _ERROR_MESSAGE, _INFER_RESPONSE = 1, 2  # ModelStreamInferResponse field numbers
-# What is kept of a message whose bytes were not admitted: clients write the id (field 3) near the start
-_KEPT_OF_REFUSED = 1024
-
-
-class Phase(enum.Enum):
-    """The client's side of the call."""
-
-    OPEN = "open"
-    HALF_CLOSED = "half-closed"
-    ENDED = "ended"
-
-
-class Answers(enum.Enum):
-    """Triton's side of the call, as far as where a message of ours may go."""
-
-    AWAITING_HEADERS = "awaiting headers"
-    BETWEEN = "between messages"
-    IN_MESSAGE = "in a message"
-
-
-_PHASES = {
-    (Phase.OPEN, "half_close"): Phase.HALF_CLOSED,
-    (Phase.OPEN, "end"): Phase.ENDED,
-    (Phase.HALF_CLOSED, "end"): Phase.ENDED,
-}
-_ANSWERS = {
-    (Answers.AWAITING_HEADERS, "headers"): Answers.BETWEEN,
-    (Answers.BETWEEN, "begin"): Answers.IN_MESSAGE,
-    (Answers.IN_MESSAGE, "complete"): Answers.BETWEEN,
-    (Answers.BETWEEN, "complete"): Answers.BETWEEN,  # a message begun and ended within one frame
-}
-
-
-class Message:
-    """One whole gRPC message of a stream: its pieces (views of what was read, the 5-byte prefix included)."""
-
-    __slots__ = ("parts", "length", "refusal", "end", "tail")
-
-    def __init__(self, parts: list[Any], length: int, refusal: str | None, end: int, tail: int) -> None:
-        self.parts = parts
-        self.length = length  # prefix included
-        self.refusal = refusal  # admission refused some of its bytes: only its start was kept (the reason)
-        self.end = end  # where it ends in the bytes fed last
-        self.tail = tail  # how many of its bytes those held (`length`: all of it)
-
-    @property
-    def compressed(self) -> bool:
-        """Whether its compressed flag is set."""
-        return bool(self.parts[0][0])
-
-    def body(self) -> Pieces:
-        """The message without its prefix, where it lies."""
-        return Pieces(self.parts, PREFIX)
-
-
-class MessageReader:
-    """Splits one direction of a stream's DATA into whole gRPC messages, without copying the bytes."""
-
-    __slots__ = ("parts", "got", "length", "refusal")
-
-    def __init__(self) -> None:
-        self.parts: list[Any] = []
-        self.got = 0  # bytes of the message in progress so far (kept or not)
-        self.length = -1  # its length with the prefix, once the prefix has come
-        self.refusal: str | None = None
-
-    @property
-    def between(self) -> bool:
-        """Whether no message is in progress."""
-        return self.got == 0
-
-    def feed(self, data: Any, refusal: str | None = None) -> list[Message]:
-        """The messages `data` completes; `refusal`: its bytes were not admitted (their message's start is kept)."""
-        done: list[Message] = []
-        view = memoryview(data)
-        fed = began = 0  # bytes fed so far; where the message in progress began in them
-        while view:
-            if self.got == 0:
-                began = fed
-            if refusal is not None and self.refusal is None:
-                self.refusal = refusal
-            if self.length < 0:
-                take = min(PREFIX - self.got, len(view))
-            else:
-                take = min(self.length - self.got, len(view))
-            if self.refusal is None or self.length < 0:
-                self.parts.append(view[:take])
-            elif self.got < _KEPT_OF_REFUSED:  # the start of a refused message: its request's id is there
-                self.parts.append(view[: min(take, _KEPT_OF_REFUSED - self.got)])
-            self.got += take
-            fed += take
-            view = view[take:]
-            if self.length < 0 and self.got >= PREFIX:
-                head = b"".join(self.parts)[:PREFIX]
-                self.length = PREFIX + int.from_bytes(head[1:PREFIX], "big")
-            if self.got == self.length:
-                done.append(Message(self.parts, self.length, self.refusal, fed, fed - began))
-                self.parts, self.got, self.length, self.refusal = [], 0, -1, None
-        return done
 
 
 class Pending:
@@ -185,12 +86,12 @@ class StreamCall:
         self.window_owed = 0  # stream window the client will give back for bytes Triton did not send
 
     def move(self, event: str) -> None:
-        """The client's side moves on (`_PHASES`)."""
-        self.phase = _PHASES[(self.phase, event)]
+        """The client's side moves on (`grpc_call_states.PHASES`)."""
+        self.phase = transition(PHASES, self.phase, event)
 
     def answers_move(self, event: str) -> None:
-        """Triton's side moves on (`_ANSWERS`)."""
-        self.answers = _ANSWERS[(self.answers, event)]
+        """Triton's side moves on (`grpc_call_states.ANSWERS`)."""
+        self.answers = transition(ANSWERS, self.answers, event)
 
     def sent(self, pending: Pending) -> None:
         """A request went to Triton: it holds its bytes until its last answer."""
@@ -214,8 +115,7 @@ class StreamCall:
 def error_answer(request_id: str, message: str) -> bytes:
     """A ModelStreamInferResponse carrying an error for the request `request_id`, as a gRPC message."""
     body = pb.ModelStreamInferResponse(error_message=message, infer_response=pb.ModelInferResponse(id=request_id))
-    data = body.SerializeToString()
-    return b"\0" + len(data).to_bytes(4, "big") + data
+    return prefixed(body.SerializeToString())
 
 
 def _fields(

@@ -47,7 +47,7 @@ class Wire:
     ) -> None:
         admission = admission or Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
         self.rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=staging, **rules)
-        self.later: list[tuple[int, Any]] = []  # work the core set aside (`grpc_calls.Later`), not yet run
+        self.later: list[tuple[int, Any]] = []  # work the core set aside (`grpc_relay_rules.Later`), not yet run
         self.core = RelayCore(self.rules)
         self.client, self.triton = End(), End()
         self.now = now

@@ -15,7 +15,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_core import _CREDIT_BATCH_BYTES, MAX_RESETS_PER_WINDOW
+from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
 from mslite_gateway.grpc_frames import (
     CANCEL,
     DATA,
@@ -32,6 +32,7 @@ from mslite_gateway.grpc_frames import (
     WINDOW_UPDATE,
     frame,
 )
+from mslite_gateway.grpc_window_credit import CREDIT_BATCH_BYTES
 from mslite_gateway.server_metadata import UNSERVED_EXTENSIONS
 from tests.support import relay_traffic
 from tests.support.relay_wire import Wire, frames_of
@@ -131,8 +132,8 @@ def test_the_window_of_refused_data_is_given_back_to_the_client():
     credited = sum(
         int.from_bytes(p, "big") for k, _, sid, p in frames_of(wire.client.data) if k == WINDOW_UPDATE and sid == 0
     )
-    assert credited >= _CREDIT_BATCH_BYTES
-    assert credited == len(message[:16000]) + 40 * 10000 - wire.core.credit  # all of it, given back in batches
+    assert credited >= CREDIT_BATCH_BYTES
+    assert credited == len(message[:16000]) + 40 * 10000 - wire.core.window.credit  # all of it, given back in batches
     assert not [f for f in frames_of(wire.triton.data[len(PREFACE) :]) if f[0] == DATA]
 
 
@@ -288,6 +289,7 @@ def test_a_staged_message_is_credited_back_to_the_client_less_what_triton_got_in
     for sid in (1, 3):
         assert sum(n for s, n in updates if s == sid) == len(message) - len(pieces[-1])
     connection = sum(n for sid, n in updates if sid == 0)
-    assert connection + wire.core.credit - wire.core.debt == 2 * len(message) - sum(to_triton.values())
-    assert wire.core.debt == to_triton[3]  # the first one's debt was paid from the second one's credit; not its own yet
+    window = wire.core.window
+    assert connection + window.credit - window.debt == 2 * len(message) - sum(to_triton.values())
+    assert window.debt == to_triton[3]  # the first one's debt was paid from the second one's credit; not its own yet
     assert staging.given_back == staging.taken and wire.core.inflight == 0 and wire.rules.admission.bytes == 0

@@ -10,6 +10,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
+from mslite_gateway.grpc_call_states import Answers, Phase
 from mslite_gateway.grpc_frames import (
     CANCEL,
     DATA,
@@ -23,7 +24,8 @@ from mslite_gateway.grpc_frames import (
     WINDOW_UPDATE,
     frame,
 )
-from mslite_gateway.grpc_stream_state import Answers, MessageReader, Phase, read_answer
+from mslite_gateway.grpc_messages import MessageReader
+from mslite_gateway.grpc_stream_state import read_answer
 from mslite_gateway.model_batching import ModelBatching
 from tests.support.relay_wire import FakeStaging, Wire, frames_of
 
@@ -177,9 +179,9 @@ def test_before_tritons_headers_a_probe_makes_triton_answer_and_its_answer_is_dr
     probe = pb.ModelInferRequest.FromString(sent[0].body().join())
     assert probe.model_name == "/"  # no repository holds such a model: Triton answers it at once
     # the client's window comes back for its message, less the probe's bytes (Triton gives those back itself)
-    calls = wire.core.calls
+    window = wire.core.window
     owed = len(garbage) - sent[0].length
-    assert calls.stream_credit[1] == owed and calls.credit - calls.debt == owed
+    assert window.streams[1] == owed and window.credit - window.debt == owed
     assert _streamed_to_client(wire) == []  # nothing of ours may go before Triton's headers
     _triton_headers(wire)
     triton_error = pb.ModelStreamInferResponse(
@@ -317,4 +319,4 @@ def test_a_call_that_ends_while_a_frame_of_either_side_is_half_read():
     wire.from_triton(frame(RST_STREAM, 0, 3, U32.pack(CANCEL)))  # Triton ends it while the client's frame comes
     wire.from_client(data[30:])
     assert wire.core.inflight == 0 and wire.rules.admission.bytes == 0
-    assert wire.core.credit == len(data) - 9  # its window is given back: Triton never saw it
+    assert wire.core.window.credit == len(data) - 9  # its window is given back: Triton never saw it
