@@ -43,12 +43,10 @@ PRODUCT = [
     Path(p.__file__).resolve().parent
     for p in (mslite_triton, mslite_server, mslite_gateway, mslite_contract, mslite_backend)
 ]
-# Left where another branch restructures the file (the HTTP front, the gRPC calls and streams); none may be added.
+# Left where another branch restructures the file (the HTTP front); none may be added.
 KNOWN_RENAMES = {
-    "grpc_calls.py: GRPC_PATH as METADATA_PATH",
     "http_front.py: ADMIN_KEY_HEADER as ADMIN_HEADER",
     "http_front.py: HTTP_PATH as METADATA_PATH",
-    "grpc_streams.py: ADMIN_KEY_GRPC_HEADER as GRPC_HEADER",
 }
 
 
