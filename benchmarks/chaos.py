@@ -50,7 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 import mslite_triton as mslite  # noqa: E402
-from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import LocalServer, ServerConfig  # noqa: E402
 from mslite_server.workers import workers_of  # noqa: E402
 from mslite_triton.errors import ServiceDenyError  # noqa: E402
 from tests.support.badinput.memory import rss_kib  # noqa: E402
@@ -79,7 +79,7 @@ def kill_campaign(seconds: float) -> int:
     path = work / "mobilenetv2.onnx"
     path.write_bytes(generate_models.build_mobilenetv2().SerializeToString())
     x = generate_models.make_input_bin()
-    with EmbeddedServer(ServerConfig(model_repository=work / "repo", exit_timeout_s=5)) as server:
+    with LocalServer(ServerConfig(model_repository=work / "repo", exit_timeout_s=5)) as server:
         runner = _runner(server.grpc_url, str(path), 2)
         expected = runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy()
         stop = threading.Event()
@@ -111,7 +111,7 @@ def kill_campaign(seconds: float) -> int:
         stop.set()
         for t in threads:
             t.join(timeout=120)
-        recoveries = server._supervisor.recoveries if server._supervisor else []
+        recoveries = [h.seconds for h in server.supervisor.heals] if server.supervisor else []
     print(f"predict calls: {ok[0]} ok, {len(failed)} failed (bar: 0); workers killed: {kills}")
     if recoveries:
         median = sorted(recoveries)[len(recoveries) // 2]
@@ -129,7 +129,7 @@ def overload_campaign(seconds: float) -> int:
     x = generate_models.make_input_bin()
     batching = {"dynamic_batching": {"max_batch_size": "1"}}
     config = ServerConfig(model_repository=work / "repo", gateway=True, max_inflight_per_model=8)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         runner = _runner(server.grpc_url, str(path), 1, batching)
         for _ in range(20):
             runner.predict([mslite.Tensor(x)])

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.http as httpclient
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
@@ -38,7 +38,7 @@ LIMIT_S = 90  # per case: a case that takes longer is reported as failing the ba
 BAR_S = 30.0
 
 
-def _call(srv: EmbeddedServer, model: str, n: int, out: dict[str, object]) -> None:
+def _call(srv: LocalServer, model: str, n: int, out: dict[str, object]) -> None:
     client = httpclient.InferenceServerClient(srv.http_url.split("://", 1)[1], network_timeout=600)
     data = httpclient.InferInput("n", [1], "INT64")
     data.set_data_from_numpy(np.array([n], np.int64))
@@ -50,7 +50,7 @@ def _call(srv: EmbeddedServer, model: str, n: int, out: dict[str, object]) -> No
     client.close()
 
 
-def _busy(srv: EmbeddedServer, model: str) -> tuple[threading.Thread, dict[str, object], int]:
+def _busy(srv: LocalServer, model: str) -> tuple[threading.Thread, dict[str, object], int]:
     [pid] = [w.pid for w in workers_of(srv.process.pid) if w.instance == f"{model}_0_0" and w.state != "Z"]
     out: dict[str, object] = {}
     thread = threading.Thread(target=_call, args=(srv, model, FOREVER, out), daemon=True)
@@ -72,7 +72,7 @@ def _gone_after(pid: int, since: float) -> float | None:
     return None
 
 
-def _serves(srv: EmbeddedServer, model: str) -> None:
+def _serves(srv: LocalServer, model: str) -> None:
     deadline = time.monotonic() + LIMIT_S
     while time.monotonic() < deadline:
         out: dict[str, object] = {}
@@ -82,7 +82,7 @@ def _serves(srv: EmbeddedServer, model: str) -> None:
         time.sleep(0.2)
 
 
-def _orphan_case(srv: EmbeddedServer, how: str) -> tuple[float | None, str]:
+def _orphan_case(srv: LocalServer, how: str) -> tuple[float | None, str]:
     thread, out, pid = _busy(srv, "spin")
     if how == "unload":
         srv.http_json("POST", "/v2/repository/models/spin/unload", {}, timeout_s=LIMIT_S)
@@ -99,7 +99,7 @@ def _orphan_case(srv: EmbeddedServer, how: str) -> tuple[float | None, str]:
     return seconds, str(out.get("answer", "no answer"))
 
 
-def _deadline_case(srv: EmbeddedServer) -> tuple[float | None, str, float | None]:
+def _deadline_case(srv: LocalServer) -> tuple[float | None, str, float | None]:
     started = time.monotonic()
     thread, out, _ = _busy(srv, "spin_deadline")
     thread.join(LIMIT_S)
@@ -116,7 +116,7 @@ def busy_campaign(rounds: int) -> int:
         deadline = f'parameters {{ key: "execute_deadline_s" value {{ string_value: "{DEADLINE_S}" }} }}\n'
         add_model(repo, "spin_deadline", model_zoo.spin(), ONE_WORKER + deadline)
         worst = 0.0
-        with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, startup_timeout_s=240)) as srv:
+        with LocalServer(ServerConfig(model_repository=repo, gateway=True, startup_timeout_s=240)) as srv:
             for r in range(rounds):
                 for how in ("unload", "reload"):
                     seconds, answer = _orphan_case(srv, how)

@@ -1,6 +1,6 @@
 """`python -m benchmarks.chaos costs`: requests that cost everyone else, against the gateway, one row per attack.
 
-The stack is an embedded server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
+The stack is a `LocalServer` with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
 on a repository of `seq` (the zoo's variable_seq: [N, T] float, batching), `strings` ([N, T] BYTES) and `tiny`.
 Each attack runs while another client uses the same model, loopback only, bounded in time:
 
@@ -31,7 +31,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.badinput.memory import rss_kib
@@ -90,7 +90,7 @@ class _Other:
         self._thread.join(timeout=60)
 
 
-def zero_batch(server: EmbeddedServer) -> str:
+def zero_batch(server: LocalServer) -> str:
     http_port, grpc_port = server.http_port, server.grpc_port
     tokens = np.arange(6, dtype=np.float32).reshape(2, 3)
     other_client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=10)
@@ -157,7 +157,7 @@ def zero_batch(server: EmbeddedServer) -> str:
     )
 
 
-def strings(server: EmbeddedServer) -> str:
+def strings(server: LocalServer) -> str:
     http_port = server.http_port
     count = 4_000_000
     payload = (b"\x02\x00\x00\x00ab") * count
@@ -202,7 +202,7 @@ def strings(server: EmbeddedServer) -> str:
     )
 
 
-def gzip_bomb(server: EmbeddedServer, seconds: float = 15.0) -> str:
+def gzip_bomb(server: LocalServer, seconds: float = 15.0) -> str:
     http_port = server.http_port
     values = 7_500_000  # "0," each: ~15 MiB of JSON, then padding to ~30 MiB, in ~30 KiB of gzip
     doc = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[' + b"0," * (values - 1) + b"0]}]}"
@@ -255,7 +255,7 @@ def costs_campaign(selected: list[str]) -> int:
     add_model(repo, "strings", model_zoo.string_identity())
     add_model(repo, "tiny", GEN.build_tiny())
     runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb}
-    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
+    with LocalServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)
     return 0
@@ -312,7 +312,7 @@ def zero_shapes_campaign(*, gateway: bool, timeout_s: float = 3.0) -> int:
         unbatched + 'input [ { name: "x", data_type: TYPE_FP32, dims: [ -1, -1, -1 ] } ]\n'
         'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, -1, -1 ] } ]\n',
     )
-    with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False, gateway=gateway)) as server:
+    with LocalServer(ServerConfig(model_repository=repo, supervise=False, gateway=gateway)) as server:
         http_url, grpc_url = f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"
         configs = {}
         for model in ("tiny", "seq", "ident3", "pair", "strings", "vbatched", "flat", "flat3"):

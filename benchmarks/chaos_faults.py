@@ -46,7 +46,8 @@ import mslite_triton as mslite
 from mslite_contract.protocol import CLIENT_REGION_PREFIX
 from mslite_contract.settings import KEY_DIR_ENV
 from mslite_server.ports import pick_ports
-from mslite_server.workers import children_of, state_of, workers_of
+from mslite_server.workers import state_of, workers_of
+from tests.support.processes import children_of
 from tests.support.repository import GEN as generate_models
 from tests.support.traffic import Loops
 from tests.support.updatable import build_updated

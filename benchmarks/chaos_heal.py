@@ -26,7 +26,8 @@ import numpy as np
 import mslite_triton as mslite
 from mslite_contract.settings import KEY_DIR_ENV
 from mslite_server.ports import pick_ports
-from mslite_server.workers import children_of, workers_of
+from mslite_server.workers import workers_of
+from tests.support.processes import children_of
 from tests.support.updatable import build_updated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +186,7 @@ def autostart_child(rounds: int) -> int:
     work = Path(tempfile.mkdtemp(prefix="chaos-heal-auto-"))
     url = _endpoint.server_url(None)
     runner = build_updated(url, work)
-    server = _endpoint._embedded
+    server = _endpoint.started_server()
     time.sleep(2)
     clients = Clients(runner).start()
     rows = []
@@ -195,7 +196,7 @@ def autostart_child(rounds: int) -> int:
                 "auto-started: SIGKILL tritonserver",
                 clients,
                 lambda: os.kill(server.process.pid, signal.SIGKILL),
-                lambda: server._supervisor.recoveries,
+                lambda: [h.seconds for h in server.supervisor.heals],
             )
             rows.append(row.__dict__)
     finally:

@@ -99,7 +99,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--model", default="mobilenetv2")
     a = p.parse_args()
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
 
     image = ROOT / "model_repository" / a.model / "input.bin"
     if not (ROOT / "model_repository" / a.model / "1" / "model.onnx").exists() or not image.exists():
@@ -112,7 +112,7 @@ def main() -> None:
         config = ServerConfig(  # what `mslite-triton serve` sets, the supervisor aside
             model_repository=ROOT / "model_repository", load_models=(a.model,), gateway=True, supervise=False
         )
-        with EmbeddedServer(config) as srv:
+        with LocalServer(config) as srv:
             address = srv.http_url.split("://", 1)[-1]
             print(f"server: gateway {srv.gateway is not None}, admin key {bool(srv.admin_key)}", flush=True)
             for r in range(a.rounds):

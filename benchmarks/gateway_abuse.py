@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 from mslite_gateway.grpc_frames import ENHANCE_YOUR_CALM  # noqa: E402
-from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import LocalServer, ServerConfig  # noqa: E402
 from mslite_server.gateway_process import GatewayProcess  # noqa: E402
 from tests.support.processes import free_port  # noqa: E402
 from tests.support.raw_h2 import announce, goaway_code, rapid_reset, stall_streams  # noqa: E402
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (ROOT / "model_repository" / "tiny" / "1" / "model.onnx").exists():
         sys.exit("run `make models` first")
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=("tiny",), supervise=False)
-    with EmbeddedServer(config) as srv, tempfile.TemporaryDirectory() as tmp:
+    with LocalServer(config) as srv, tempfile.TemporaryDirectory() as tmp:
         assert srv.process is not None
         gateway = GatewayProcess(
             host="127.0.0.1",

@@ -4,7 +4,7 @@
         [--models mobilenetv2 tiny] [--protocols grpc http] [--tcp-hop] [--relayed] [--floor] [--cpu-only]
         [--streaming]
 
-Two embedded servers on the same repository, with the launcher's defaults (admin key on, the gateway's
+Two local servers on the same repository, with the launcher's defaults (admin key on, the gateway's
 admission control on): `serve`'s (`gateway=True`: the gateway on the public ports, tritonserver behind it on
 Unix sockets) is the `gateway` path; one with `--no-gateway` (tritonserver on loopback TCP ports) is the
 `direct` path. Only the path under load works, so each sees the machine's load alike. For each model x
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.streaming and args.protocols != ["grpc"]:
         ap.error("--streaming applies to gRPC only: add --protocols grpc")
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     from tests.support.tools import ensure_tools
 
     for model in args.models:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = []
     print(f"cores {os.cpu_count()}, load average before start {os.getloadavg()}, {tools.version}", flush=True)
-    with EmbeddedServer(config) as srv, contextlib.ExitStack() as stack:
+    with LocalServer(config) as srv, contextlib.ExitStack() as stack:
         assert srv.gateway is not None and srv.gateway.pid is not None
         gw_pid = srv.gateway.pid
         addresses = {
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         gateways = {"gateway": gw_pid}
         servers = {"gateway": srv}
         if not args.cpu_only or args.tcp_hop:  # tritonserver on TCP ports, perf_analyzer straight at it
-            tcp = stack.enter_context(EmbeddedServer(replace(config, gateway=False)))
+            tcp = stack.enter_context(LocalServer(replace(config, gateway=False)))
             servers["direct"] = tcp
             addresses.update({("grpc", "direct"): tcp.triton.grpc_address, ("http", "direct"): tcp.triton.http_address})
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -190,7 +190,7 @@ def _passthrough_relay(srv: Any) -> tuple[subprocess.Popen[str], dict[str, str]]
 
 def _serving_cpu_s(pids: list[int]) -> float:
     """CPU seconds of these processes and their children (tritonserver with its workers, a gateway)."""
-    from mslite_server.workers import children_of
+    from tests.support.processes import children_of
 
     return sum(process_cpu_s(pid) + sum(process_cpu_s(child) for child, _ in children_of(pid)) for pid in pids)
 

@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--model", default="mobilenetv2")
     a = p.parse_args()
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
 
     if not (ROOT / "model_repository" / a.model / "1" / "model.onnx").exists():
         sys.exit("run `make models` first")
@@ -52,7 +52,7 @@ def main() -> None:
     )
     found: dict[str, list[dict[str, Any]]] = {"runner": [], "raw": []}
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()}", flush=True)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         print(f"server: gateway {srv.gateway is not None}, admin key {bool(srv.admin_key)}", flush=True)
         for r in range(a.rounds):
             for mode in ("runner", "raw") if r % 2 == 0 else ("raw", "runner"):

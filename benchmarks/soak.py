@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.soak [--duration-s 600] [--clients 16] [--protocol grpc|http|both]
     make soak        # this, then the long bad-input campaign (benchmarks/badinput)
 
-Without `--grpc`/`--http` it starts its own embedded tritonserver on 127.0.0.1 serving the repository's
+Without `--grpc`/`--http` it starts its own tritonserver (`LocalServer`) on 127.0.0.1 serving the repository's
 `mobilenetv2` (shipped config: 2 workers, dynamic batching; run `make models` first) and stops it at the end.
 Every client is a thread with its own tritonclient connection, sending one of 8 fixed seeded images in a loop;
 each answer must equal, bit for bit, the first answer to that image (batched results are exact on CPU).
@@ -136,12 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (ROOT / "model_repository" / MODEL / "1" / "model.onnx").exists():
             print("model_repository/mobilenetv2/1/model.onnx is missing: run `make models` first", file=sys.stderr)
             return 2
-        from mslite_server import EmbeddedServer, ServerConfig
+        from mslite_server import LocalServer, ServerConfig
 
-        server = EmbeddedServer(ServerConfig(model_repository=ROOT / "model_repository", load_models=(MODEL,)))
+        server = LocalServer(ServerConfig(model_repository=ROOT / "model_repository", load_models=(MODEL,)))
         server.start()
         assert server.process is not None
-        grpc_url, http_url, pid, shm_prefix = server.grpc_url, server.http_url, server.process.pid, server.shm_prefix
+        grpc_url, http_url, pid = server.grpc_url, server.http_url, server.process.pid
+        shm_prefix = server.workspace.shm_prefix
         note(f"server ready: {grpc_url} {http_url} (pid {pid})")
     protocols = {"grpc": ["grpc"], "http": ["http"], "both": ["grpc", "http"]}[args.protocol]
     if any((p == "grpc" and not grpc_url) or (p == "http" and not http_url) for p in protocols):

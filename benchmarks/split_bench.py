@@ -17,7 +17,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 import mslite_triton as mslite  # noqa: E402
-from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import LocalServer, ServerConfig  # noqa: E402
 from tests.support.repository import GEN as generate_models  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     path.write_bytes(model.SerializeToString())
     (work / "repo").mkdir()
     x = np.random.default_rng(0).standard_normal((2, 3, 224, 224), dtype=np.float32)
-    with EmbeddedServer(ServerConfig(model_repository=work / "repo")) as server:
+    with LocalServer(ServerConfig(model_repository=work / "repo")) as server:
         split = _runner(server.grpc_url, str(path), 2)
         single = _runner(server.grpc_url, str(path), 1)
         for _ in range(5):  # warm both

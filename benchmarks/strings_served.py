@@ -3,7 +3,7 @@
 `python -m benchmarks.strings_served [--elements 1000000] [--rounds 2] [--against OTHER_CHECKOUT]`
 
 Each measurement is a child interpreter of a checkout (its `.venv`, its product, its `tests.support`): it
-starts that checkout's embedded server (no gateway: its string-element bound would refuse the request)
+starts that checkout's `LocalServer` (no gateway: its string-element bound would refuse the request)
 with the string identity model on one CPU worker, warms it up, resets the worker's peak RSS
 (`/proc/<pid>/clear_refs`), sends one HTTP request of `--elements` two-byte strings (binary data) and
 checks every string that comes back. Each line: the request's wall time per element (client, Triton, the
@@ -27,7 +27,7 @@ import shutil, sys, tempfile, time
 from pathlib import Path
 import numpy as np
 import tritonclient.http as httpclient
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
@@ -40,7 +40,7 @@ n = int(sys.argv[1])
 repo = Path(tempfile.mkdtemp(prefix="bench-strings-served-"))
 try:
     add_model(repo, "s", model_zoo.string_identity(), MINIMAL + "instance_group [ { kind: KIND_CPU, count: 1 } ]\\n")
-    with EmbeddedServer(ServerConfig(model_repository=repo, startup_timeout_s=240)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, startup_timeout_s=240)) as srv:
         [pid] = [w.pid for w in workers_of(srv.process.pid) if w.instance == "s_0_0"]
         client = httpclient.InferenceServerClient(srv.http_url.split("://", 1)[1], network_timeout=600)
         sent = np.empty((1, n), dtype=object)

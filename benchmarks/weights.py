@@ -1,6 +1,6 @@
 """The shared-weights benchmark: `make bench-weights`, or `.venv/bin/python -m benchmarks.weights [--mb 200] [--quick]`.
 
-One embedded tritonserver, models uploaded through the library (`ModelParallelRunner`), one at a time where
+One tritonserver (`LocalServer`), models uploaded through the library (`ModelParallelRunner`), one at a time where
 memory is measured. Prints each step, then the figures and the bars; writes `weights.json` into `--out`
 (default `benchmarks/results/`).
 
@@ -36,7 +36,7 @@ from onnx import numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 import mslite_triton as mslite  # noqa: E402
-from mslite_server import EmbeddedServer, ServerConfig  # noqa: E402
+from mslite_server import LocalServer, ServerConfig  # noqa: E402
 from tests.support import model_zoo  # noqa: E402
 from tests.support.processes import worker_pids  # noqa: E402
 
@@ -58,7 +58,7 @@ def pss_mib(pid: int) -> dict[str, float]:
     return out
 
 
-def versions(server: EmbeddedServer, model: str) -> dict[str, int]:
+def versions(server: LocalServer, model: str) -> dict[str, int]:
     """Each worker's `mslite_weights_version` gauge, by instance."""
     text = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
     pattern = re.compile(
@@ -80,7 +80,7 @@ class Bench:
         (workdir / "repo").mkdir()
         wanted = {"model_repository": workdir / "repo", "load_models": (), "supervise": False}
         known = {f.name for f in dataclasses.fields(ServerConfig)}
-        self.server = EmbeddedServer(ServerConfig(**{k: v for k, v in wanted.items() if k in known}))
+        self.server = LocalServer(ServerConfig(**{k: v for k, v in wanted.items() if k in known}))
         self.x1 = np.random.default_rng(1).standard_normal((1, model_zoo.BIG_DIM), dtype=np.float32)
         self.x32 = np.random.default_rng(2).standard_normal((32, model_zoo.BIG_DIM), dtype=np.float32)
 

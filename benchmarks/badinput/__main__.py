@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.badinput [--duration-s 300] [--requests N] [--seed 7] [--threads 4]
     .venv/bin/python -m benchmarks.badinput --replay 1234 [--seed 7]    # one case, sent and printed
 
-Without `--http`/`--grpc` it starts its own embedded tritonserver on 127.0.0.1, serving the test repository
+Without `--http`/`--grpc` it starts its own tritonserver (`LocalServer`) on 127.0.0.1, serving the test repository
 (`tiny`, `mobilenetv2` and the model zoo of tests/support/repository.py), and stops it at the end. It sends
 300 valid warm-up requests, then cases from `--first` on, until `--requests` or `--duration-s`; prints the
 counts per category and status, the violations of the bar (each a known gap of Triton 2.51 or NEW) and RSS;
@@ -42,20 +42,20 @@ class Served:
 
 
 def start_server(*, gateway: bool = False) -> Served:
-    """An embedded server on loopback serving the test repository (built in a temporary directory).
+    """A `LocalServer` on loopback serving the test repository (built in a temporary directory).
 
     With `gateway`, the validating gateway fronts it (ServerConfig.gateway) and the URLs are the gateway's.
     """
     import tempfile
 
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     from tests.support.repository import build_repository  # the same models the test suite serves
 
     tmp = tempfile.TemporaryDirectory(prefix="mslite-badinput-")
     repo = Path(tmp.name) / "repo"
     repo.mkdir()
     build_repository(repo)
-    srv = EmbeddedServer(ServerConfig(model_repository=repo, startup_timeout_s=240, gateway=gateway)).start()
+    srv = LocalServer(ServerConfig(model_repository=repo, startup_timeout_s=240, gateway=gateway)).start()
     assert srv.process is not None
 
     def stop() -> None:

@@ -25,7 +25,7 @@ class _Prefixed(_logging.StreamHandler):  # type: ignore[type-arg]
             super().emit(record)
 
 
-# A level in `settings.LOG_ENV` (info) shows what the library does for you: the embedded server it starts, the
+# A level in `settings.LOG_ENV` (info) shows what the library does for you: the local server it starts, the
 # models it loads; without one, its warnings still reach stderr with the library's name.
 _level = _settings.log_level()
 _handler = _Prefixed()

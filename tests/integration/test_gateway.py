@@ -31,7 +31,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_server.ports import listening_ports, listening_unix_paths
 from mslite_triton import _admin_key
@@ -60,7 +60,7 @@ def gw(repository: Path):
         max_request_bytes=CAP,
         supervise=False,
     )
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 

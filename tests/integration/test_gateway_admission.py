@@ -21,7 +21,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
 from mslite_gateway.grpc_frames import DATA, END_STREAM, ENHANCE_YOUR_CALM, HEADERS, frame
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway, _port, _rss_mib
 from tests.support.raw_h2 import (
     MODEL_INFER,
@@ -45,7 +45,7 @@ _TINY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0,1,2,3
 def server(repository):
     """A tritonserver of its own (tiny only, no supervisor): the attacks here must not touch the session's."""
     config = ServerConfig(model_repository=repository, load_models=("tiny",), supervise=False)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 

@@ -30,7 +30,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract.protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_triton import _admin_key
 from tests.support.model_zoo import difference
@@ -45,12 +45,12 @@ SERVICE = "/inference.GRPCInferenceService"
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     repo = tmp_path_factory.mktemp("security_repo")
     add_model(repo, "pair", difference(), MINIMAL)
     add_model(repo, "tiny", GEN.build_tiny(), MINIMAL)
     config = ServerConfig(model_repository=repo, gateway=True, supervise=False, exit_timeout_s=5)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         yield server
 
 
@@ -270,17 +270,17 @@ def test_other_clients_are_served_while_a_gzip_bomb_is_checked(srv):
 
 
 # -- the gateway's own regions ---------------------------------------------------------------------------------
-def _registered(server: EmbeddedServer) -> list[str]:
+def _registered(server: LocalServer) -> list[str]:
     status, answer = _http(http_port(server), "/v2/systemsharedmemory/status", None, _key(server))
     assert status == 200, answer
     return [str(region["name"]) for region in json.loads(answer)]
 
 
-def _key(server: EmbeddedServer) -> dict[str, str]:
+def _key(server: LocalServer) -> dict[str, str]:
     return {_admin_key.HEADER: server.admin_key or ""}
 
 
-def _infer_pair(protocol: str, server: EmbeddedServer, seed: int) -> None:
+def _infer_pair(protocol: str, server: LocalServer, seed: int) -> None:
     mod = grpcclient if protocol == "grpc" else httpclient
     client = mod.InferenceServerClient(f"127.0.0.1:{server.grpc_port if protocol == 'grpc' else server.http_port}")
     try:

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway, _port
 from tests.support.repository import GEN, ROOT, add_model
 
@@ -74,7 +74,7 @@ def gws(tmp_path_factory: pytest.TempPathFactory):
     (repo / "pipeline" / "1").mkdir(parents=True)
     (repo / "pipeline" / "config.pbtxt").write_text(_PIPELINE)
     config = ServerConfig(model_repository=repo, gateway=True, max_request_bytes=CAP, supervise=False)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract import settings
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_triton import _admin_key
 from mslite_triton.errors import InferenceError, ModelLoadError
 from tests.support import private_shm
@@ -37,7 +37,7 @@ GRPC_KEY = f"triton-grpc-protocol-{_admin_key.HEADER}"
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("messages_repo")
-    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), gateway=True, supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, load_models=(), gateway=True, supervise=False)) as srv:
         yield srv
 
 
@@ -88,10 +88,11 @@ _SERVER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     repo = Path(sys.argv[1])
-    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
-        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket), "prefix": s.shm_prefix}
+    with LocalServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
+        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket),
+                "prefix": s.workspace.shm_prefix}  # fmt: skip
         print(json.dumps(seen), flush=True)
         sys.stdin.read()  # serve until the test closes our stdin
     """

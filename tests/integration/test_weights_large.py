@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract.protocol import PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT, sign_update
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support.repository import MINIMAL, add_model
 
 pytestmark = pytest.mark.integration
@@ -47,7 +47,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     config_text = MINIMAL + 'parameters { key: "variable_weights_list" value { string_value: "W,b" } }\n'
     add_model(repo, MODEL, _affine(), config_text)  # in the repository: its upload would be over the limit too
     config = ServerConfig(model_repository=repo, gateway=True, supervise=False, max_request_bytes=CAP)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         yield server
 
 

@@ -38,7 +38,7 @@ def test_a_package_reaches_only_what_its_rule_allows(package: str) -> None:
 def test_the_client_starts_a_server_only_through_its_public_handle() -> None:
     for module, path in modules("mslite_triton").items():
         server = {n for n in imported_names(module, path) if n.split(".")[0] == "mslite_server"}
-        assert server <= {"mslite_server", "mslite_server.EmbeddedServer", "mslite_server.ServerConfig"}, module
+        assert server <= {"mslite_server", "mslite_server.LocalServer", "mslite_server.ServerConfig"}, module
 
 
 def test_only_model_py_imports_triton_and_no_one_imports_the_backend_under_a_second_name() -> None:
