@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_server.config import ModelState
 from mslite_server.triton_endpoints import TritonEndpoints
-from mslite_triton._admin_key import HEADER as ADMIN_KEY_HEADER
 from mslite_triton.errors import ServerUnavailableError
 
 

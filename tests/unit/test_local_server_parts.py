@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from mslite_contract import settings
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_server.ports import LOOPBACK
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workspace import Workspace
-from mslite_triton._admin_key import HEADER, key_path, write_key
+from mslite_triton._admin_key import key_path, write_key
 from mslite_triton.errors import ServerUnavailableError
 
 
@@ -80,7 +81,7 @@ class _Triton(BaseHTTPRequestHandler):
     keys: list[str | None] = []
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's name)
-        self.keys.append(self.headers.get(HEADER))
+        self.keys.append(self.headers.get(ADMIN_KEY_HEADER))
         if self.path == "/v2/models/stats":
             self._answer(200, {"model_stats": [{"name": "ready_one"}, {"name": "unloading"}]})
         elif self.path == "/v2/models/ready_one/ready" or self.path == "/v2/health/live":
@@ -90,7 +91,7 @@ class _Triton(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.keys.append(self.headers.get(HEADER))
+        self.keys.append(self.headers.get(ADMIN_KEY_HEADER))
         self._answer(200, [{"name": "m", "version": "1", "state": "READY"}, {"name": "n", "state": "UNAVAILABLE"}])
 
     def _answer(self, status: int, body: object) -> None:
