@@ -167,11 +167,6 @@ class Supervisor(threading.Thread):
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=10)
 
-    def stop(self) -> None:
-        """`halt`, then `release`."""
-        self.halt()
-        self.release()
-
     @property
     def halted(self) -> bool:
         """True once `halt` was called."""
