@@ -29,7 +29,7 @@ models: $(DEMO_STAMP)
 	@cp -p model_repository/mobilenetv2/1/model.onnx examples/model/mobilenetv2.onnx
 	@cp -p model_repository/mobilenetv2/input.bin examples/model/input.bin
 
-## The main job: embedded server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks
+## The main job: a local server + MobileNetV2 at 3 workers + the Python concurrent-inference sample's 5 threads x 2 tasks
 ## (unedited; whole_lines.py keeps its threads' prints from interleaving mid-line).
 demo: models
 	cd examples && MSLITE_TRITON_LOG=info ../$(PY) ../scripts/whole_lines.py quick_start_parallel_python.py
@@ -42,7 +42,7 @@ lint: $(STAMP)
 	@# model.py imports the package beside it by the name Triton's stub gives it, from backend/mslite
 	cd backend/mslite && $(abspath $(PY)) -m mypy --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache model.py
 
-## Lint, type-check, unit and integration tests (real embedded tritonserver on free loopback ports).
+## Lint, type-check, unit and integration tests (real tritonserver on free loopback ports).
 test: system-packages $(STAMP) models lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests benchmarks/tests
 

@@ -31,7 +31,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
 from tests.support import model_zoo
 from tests.support.badinput.memory import rss_kib
@@ -82,7 +82,7 @@ class _Other(Loops):
             time.sleep(0.02)
 
 
-def zero_batch(server: EmbeddedServer) -> str:
+def zero_batch(server: LocalServer) -> str:
     http_port, grpc_port = server.http_port, server.grpc_port
     tokens = np.arange(6, dtype=np.float32).reshape(2, 3)
     other_client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}", network_timeout=10)
@@ -148,7 +148,7 @@ def zero_batch(server: EmbeddedServer) -> str:
     )
 
 
-def strings(server: EmbeddedServer) -> str:
+def strings(server: LocalServer) -> str:
     http_port = server.http_port
     count = 4_000_000
     payload = (b"\x02\x00\x00\x00ab") * count
@@ -193,7 +193,7 @@ def strings(server: EmbeddedServer) -> str:
     )
 
 
-def gzip_bomb(server: EmbeddedServer, seconds: float = 15.0) -> str:
+def gzip_bomb(server: LocalServer, seconds: float = 15.0) -> str:
     http_port = server.http_port
     values = 7_500_000  # "0," each: ~15 MiB of JSON, then padding to ~30 MiB, in ~30 KiB of gzip
     doc = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[' + b"0," * (values - 1) + b"0]}]}"
@@ -246,7 +246,7 @@ def costs_campaign(selected: list[str]) -> int:
     add_model(repo, "strings", model_zoo.string_identity())
     add_model(repo, "tiny", GEN.build_tiny())
     runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb}
-    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
+    with LocalServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)
     return 0

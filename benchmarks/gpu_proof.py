@@ -689,7 +689,7 @@ def main() -> None:
     proof.step("inprocess_graphs_c8", inprocess_bound, args.model, args.device, 8, args.seconds)
     proof.step("inprocess_c1", inprocess_c1, args.model, args.device, args.seconds)
 
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     from tests.support.perf_analyzer import perf_env
 
     served = {k: v for k, v in SERVED.items() if k != "cpp_peer" or args.peer_backend is not None}
@@ -710,11 +710,11 @@ def main() -> None:
     pa_env["LD_LIBRARY_PATH"] = ":".join(filter(None, [pa_libs, os.environ.get("LD_LIBRARY_PATH")]))
     pa_env = perf_env(args.perf_analyzer, pa_env)  # a venv's binary: its CUDA runtime too
     t0 = time.perf_counter()
-    server = EmbeddedServer(cfg)
+    server = LocalServer(cfg)
     try:
         if args.peer_backend is not None:  # beside python/ and mslite/, as in a Triton container's backends/
-            (server.workspace / "backends").mkdir(parents=True, exist_ok=True)
-            os.symlink(args.peer_backend.resolve(), server.workspace / "backends" / "onnxruntime")
+            server.workspace.backends.mkdir(parents=True, exist_ok=True)
+            os.symlink(args.peer_backend.resolve(), server.workspace.backends / "onnxruntime")
         server.start()
         r["server_start_s"] = time.perf_counter() - t0
         url = server.grpc_url.removeprefix("grpc://")

@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.relay_replay --replay tests/support/relay_traffic/perf_analyzer_tiny.reads \
         --against /tmp/base/server   # another version's gateway (e.g. `git archive BASE server | tar -x`)
 
-Starts the embedded server (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
+Starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
 Those reads, in their order, are then fed to the relay's socket-free core (`grpc_core.RelayCore`), and
 its writes to a transport that drops them. Prints the best of 5 replays as microseconds of Python per
@@ -154,12 +154,12 @@ def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str
     """perf_analyzer (or tritonclient: `driver`) through a recording pass-through relay, until `path` holds
     `chunks` reads."""
     from benchmarks import passthrough_relay
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     from mslite_server.ports import pick_ports
     from tests.support.perf_analyzer import PerfAnalyzerError, PerfRun, run
 
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=(model,), gateway=False)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         (port,) = pick_ports([("127.0.0.1", 0, "gRPC")])
         route = f"{port}:127.0.0.1:{srv.grpc_port}"
         relay = passthrough_relay.start([route], "--record", str(path), "--chunks", str(chunks))

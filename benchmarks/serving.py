@@ -1,4 +1,4 @@
-"""The benchmark's server: a composed model repository, the embedded tritonserver with the naive backend (and,
+"""The benchmark's server: a composed model repository, a `LocalServer` with the naive backend (and,
 when given, Triton's C++ ONNX Runtime backend) beside ours, explicit model load/unload, and CPU accounting from
 /proc and Triton's statistics.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support.processes import model_worker_pids
 
 NAIVE_MODEL_PY = Path(__file__).parent / "naive_backend" / "model.py"
@@ -139,7 +139,7 @@ def compose_repository(root: Path, source_repo: Path, specs: list[ModelSpec]) ->
 
 
 class BenchServer:
-    """The embedded server on loopback, with `backends/naive/model.py` (and the C++ peer's folder, when given)
+    """A `LocalServer` on loopback, with `backends/naive/model.py` (and the C++ peer's folder, when given)
     added before start; models loaded on demand."""
 
     def __init__(
@@ -155,17 +155,17 @@ class BenchServer:
         known = {f.name for f in dataclasses.fields(ServerConfig)}
         self.lifted = {k: v for k, v in wanted.items() if k in known}
         config = ServerConfig(model_repository=repository, load_models=(), **self.lifted)  # type: ignore[arg-type]
-        self.server = EmbeddedServer(config)
+        self.server = LocalServer(config)
         self.loaded: set[str] = set()
 
     def start(self) -> BenchServer:
-        naive = self.server.workspace / "backends" / "naive"
+        naive = self.server.workspace.backends / "naive"
         naive.mkdir(parents=True, exist_ok=True)
         shutil.copy2(NAIVE_MODEL_PY, naive / "model.py")
         if self.peer_backend is not None:  # beside python/ and mslite/, as in a Triton container's backends/
-            shutil.copytree(self.peer_backend, self.server.workspace / "backends" / "onnxruntime", symlinks=True)
+            shutil.copytree(self.peer_backend, self.server.workspace.backends / "onnxruntime", symlinks=True)
         for name, folder in self.extra_backends.items():
-            shutil.copytree(folder, self.server.workspace / "backends" / name, symlinks=True)
+            shutil.copytree(folder, self.server.workspace.backends / name, symlinks=True)
         self.server.start()
         return self
 

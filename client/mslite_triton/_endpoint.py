@@ -1,4 +1,4 @@
-"""Where the server is: `Context.server_url`, `settings.URL_ENV`, or an embedded server started on demand."""
+"""Where the server is: `Context.server_url`, `settings.URL_ENV`, or a local server started on demand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mslite_contract import settings
 
@@ -16,15 +16,18 @@ from ._admin_key import key_for
 from ._transport import Transport
 from .errors import ServerUnavailableError
 
+if TYPE_CHECKING:  # the launcher is imported only when a server is started (`_autostart`)
+    from mslite_server import LocalServer
+
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_embedded: Any = None
+_started: LocalServer | None = None  # the server this process started, once it has
 _transports: dict[tuple[str, str | None], Transport] = {}
 
 
 def server_url(explicit: str | None) -> str:
-    """The URL to use: the context's, else `settings.URL_ENV`, else an auto-started embedded server.
+    """The URL to use: the context's, else `settings.URL_ENV`, else a local server started here.
 
     Raises:
         ServerUnavailableError: no URL, and auto-start is off or impossible.
@@ -52,35 +55,40 @@ def _key(url: str) -> str | None:
 
     A `settings.ADMIN_KEY_ENV` set for another server must not be sent to the one started here (403).
     """
-    embedded = _embedded
-    if embedded is not None and url == str(embedded.grpc_url):
-        return str(embedded.admin_key) if embedded.admin_key else None
+    started = _started
+    if started is not None and url == started.grpc_url:
+        return started.admin_key
     return key_for(url)
 
 
+def started_server() -> LocalServer | None:
+    """The server this process started (`_autostart`), if it has started one."""
+    return _started
+
+
 def _autostart() -> str:
-    global _embedded
+    global _started
     with _lock:
-        if _embedded is not None and _embedded.is_serving():  # healing counts: same URL, clients retry
-            return str(_embedded.grpc_url)
+        if _started is not None and _started.is_serving():  # healing counts: same URL, clients retry
+            return _started.grpc_url
         if not settings.autostart():
             raise ServerUnavailableError(
                 "(no URL)", f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0 turns auto-start off"
             )
-        from mslite_server import EmbeddedServer, ServerConfig  # the launcher's public handle, loaded on demand
+        from mslite_server import LocalServer, ServerConfig  # the launcher's public handle, loaded on demand
 
         repo = Path(tempfile.mkdtemp(prefix="mslite-triton-repo-"))
-        server = EmbeddedServer(ServerConfig(model_repository=repo, load_models=()))
+        server = LocalServer(ServerConfig(model_repository=repo, load_models=()))
         try:
             server.start()
         except Exception as e:
             shutil.rmtree(repo, ignore_errors=True)
-            raise ServerUnavailableError("(embedded)", f"the embedded server did not start: {e}") from e
-        log.info("started an embedded Triton server at %s (log: %s); it stops when this process exits",
+            raise ServerUnavailableError("(local)", f"the local server did not start: {e}") from e
+        log.info("started a Triton server at %s (log: %s); it stops when this process exits",
                  server.grpc_url, server.log_path)  # fmt: skip
-        _embedded = server
-        atexit.register(_stop_embedded, server, repo)
-        return str(server.grpc_url)
+        _started = server
+        atexit.register(_stop_started, server, repo)
+        return server.grpc_url
 
 
 def _close_transports() -> None:
@@ -92,7 +100,7 @@ def _close_transports() -> None:
 atexit.register(_close_transports)
 
 
-def _stop_embedded(server: Any, repo: Path) -> None:
+def _stop_started(server: LocalServer, repo: Path) -> None:
     _close_transports()
     server.stop()
     server.remove_workspace()

@@ -21,7 +21,7 @@ class _Prefixed(logging.StreamHandler):  # type: ignore[type-arg]
 def install() -> None:
     """Give the library's logger its handler, at the level of `settings.LOG_ENV`.
 
-    A level there (info) shows what the library does for you: the embedded server it starts, the models it
+    A level there (info) shows what the library does for you: the local server it starts, the models it
     loads; without one, its warnings still reach stderr with the library's name.
     """
     level = settings.log_level()

@@ -116,4 +116,4 @@ class ExecutionTimeoutError(MSLiteError, RuntimeError):
 
 
 class ServerStartError(RuntimeError):
-    """The embedded server could not start: a port is taken, the binary is missing, or it died during start-up."""
+    """A local server could not start: a port is taken, the binary is missing, or it died during start-up."""

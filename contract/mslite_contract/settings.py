@@ -87,9 +87,9 @@ VARIABLES = (
         "",
         "client",
         "the server's URL (`grpc://host:port` or `http://host:port`) when the "
-        "context names none; unset: an embedded server is started on first use",
+        "context names none; unset: a local server is started on first use",
     ),
-    Variable(AUTOSTART_ENV, "1", "client", "`0`: never start an embedded server; a build with no URL fails"),
+    Variable(AUTOSTART_ENV, "1", "client", "`0`: never start a local server; a build with no URL fails"),
     Variable(
         SERVE_CMD_ENV,
         "",
@@ -163,7 +163,7 @@ def server_url(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def autostart(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the client may start an embedded server (everything but `0`)."""
+    """Whether the client may start a local server (everything but `0`)."""
     return _env(environ).get(AUTOSTART_ENV, "1") != "0"
 
 

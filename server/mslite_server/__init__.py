@@ -1,12 +1,13 @@
-"""What runs in the launcher process: the tritonserver child process, its supervisor, `mslite-triton` (serve, tune).
+"""What runs in the launcher process: a local Triton server (`LocalServer`), its supervisor, `mslite-triton`.
 
-The validating gateway, which the launcher starts in a process of its own, is the package `mslite_gateway`;
-`gateway_process` is the launcher's handle of it.
+`LocalServer` is the one handle the client uses to start a server of its own: tritonserver as a child
+process, on ports of this machine. The validating gateway, which the launcher starts in a process of its
+own, is the package `mslite_gateway`; `gateway_process` is the launcher's handle of it.
 """
 
 from mslite_contract.gateway_options import GatewayLimits
 
-from .launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
+from .local_server import LOOPBACK, LocalServer, ServerConfig, ServerStartError
 
 # GatewayLimits: the type of `ServerConfig.gateway_limits`, so a server's user needs this package only
-__all__ = ["LOOPBACK", "EmbeddedServer", "GatewayLimits", "ServerConfig", "ServerStartError"]
+__all__ = ["LOOPBACK", "GatewayLimits", "LocalServer", "ServerConfig", "ServerStartError"]

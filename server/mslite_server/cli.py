@@ -1,4 +1,4 @@
-"""`mslite-triton`: serve a model repository with the embedded Triton server."""
+"""`mslite-triton`: serve a model repository with a local Triton server."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from mslite_contract import settings
 from mslite_contract.gateway_options import GatewayLimits
 from mslite_server import tune
-from mslite_server.launcher import LOOPBACK, EmbeddedServer, ServerConfig, ServerStartError
+from mslite_server.local_server import LOOPBACK, LocalServer, ServerConfig, ServerStartError
 
 # Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
 _GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
@@ -64,7 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     if args.stop_on_stdin_close:
         threading.Thread(target=_stop_at_eof, args=(stop, received), name="stdin-watch", daemon=True).start()
-    server = EmbeddedServer(config)
+    server = LocalServer(config)
     try:
         server.start()
     except ServerStartError as e:
@@ -80,10 +80,11 @@ def _serve(args: argparse.Namespace) -> int:
             f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on Unix sockets in "
             f"{server.triton.socket_dir}/ (mode 0700: this user only; gRPC: {server.triton.grpc_address})\n"
         )
+    key_dir = server.workspace.key_files[0].parent if server.workspace.key_files else None
     if server.admin_key and config.admin_key:  # the deployment's: not written into its logs
-        out.write(f"ADMIN KEY from {settings.ADMIN_KEY_ENV}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+        out.write(f"ADMIN KEY from {settings.ADMIN_KEY_ENV}  (also in {key_dir}/, mode 0600)\n")
     elif server.admin_key:
-        out.write(f"ADMIN KEY {server.admin_key}  (also in {server.key_files[0].parent}/, mode 0600)\n")
+        out.write(f"ADMIN KEY {server.admin_key}  (also in {key_dir}/, mode 0600)\n")
     else:
         out.write(
             "ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models "
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="mslite-triton", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="start the embedded Triton server on a model repository")
+    serve = sub.add_parser("serve", help="start a Triton server on a model repository")
     serve.add_argument("--model-repository", default="model_repository", help="model repository directory")
     serve.add_argument("--host", default=LOOPBACK, help="address to bind (default: loopback only)")
     serve.add_argument(

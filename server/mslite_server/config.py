@@ -1,4 +1,4 @@
-"""How to start one embedded server (`ServerConfig`), and one model's row of its repository index."""
+"""How to start one local server (`ServerConfig`), and one model's row of its repository index."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ORPHAN_GRACE_S = 15.0
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """How to start one embedded server. Ports of 0 mean "pick a free one"."""
+    """How to start one local server (`LocalServer`). Ports of 0 mean "pick a free one"."""
 
     model_repository: Path
     host: str = LOOPBACK

@@ -146,7 +146,7 @@ class _Memory:
 
 
 class FaultDetector:
-    """Finds dead and hung processes of one embedded server, poll by poll (see the module docstring)."""
+    """Finds dead and hung processes of one local server, poll by poll (see the module docstring)."""
 
     def __init__(self, *, live_failures: int = 3, hang_s: float = 10.0, orphan_grace_s: float = ORPHAN_GRACE_S) -> None:
         self.live_failures = live_failures

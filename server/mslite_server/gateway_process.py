@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,8 +20,13 @@ from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_server.parent_death import dies_with_parent
+from mslite_server.ports import LOOPBACK
 
-__all__ = ["GatewayError", "GatewayProcess"]
+__all__ = ["GatewayError", "GatewayProcess", "answers_probe"]
+
+# A request line with no target and no version: the gateway answers it itself (400, malformed request
+# line) and sends nothing on to tritonserver.
+GATEWAY_PROBE = b"PROBE\r\n\r\n"
 
 
 class GatewayError(RuntimeError):
@@ -92,3 +98,19 @@ class GatewayProcess:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def answers_probe(host: str, http_port: int, timeout_s: float = 2.0) -> bool:
+    """True when the gateway on `host:http_port` answers, within `timeout_s`, a request that it refuses itself.
+
+    Not one it relays: an answer must prove the gateway's loop runs whatever tritonserver does, and a
+    relayed probe left in flight to a hung tritonserver would hold the gateway's drain at a stop.
+    """
+    # a gateway bound to every address is asked on loopback (a wildcard is no address to connect to)
+    host = LOOPBACK if host in ("0.0.0.0", "::", "") else host
+    try:
+        with socket.create_connection((host, http_port), timeout=timeout_s) as conn:
+            conn.sendall(GATEWAY_PROBE)
+            return conn.recv(5) == b"HTTP/"
+    except OSError:
+        return False

@@ -53,7 +53,7 @@ class Heal:
 
 
 class Healer:
-    """Carries out the heals of one embedded server and records them (see the module docstring)."""
+    """Carries out the heals of one local server and records them (see the module docstring)."""
 
     def __init__(
         self, server: SupervisedServer, catalog: ModelCatalog, halted: threading.Event, *, max_leaked: int = 8

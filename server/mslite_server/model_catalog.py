@@ -1,4 +1,4 @@
-"""The catalog: what it takes to load each model of the embedded server again, kept while it runs.
+"""The catalog: what it takes to load each model of a local server again, kept while it runs.
 
 For each ready model: the config it has (an override the admin loaded it with included), and for a model
 uploaded through the load API a hard-linked copy of its files in the launcher's workspace (Triton's own
@@ -41,7 +41,7 @@ class ModelCatalog:
         self.server = server
         self.known = False  # the catalog held every ready model at least once
         self._snapshots: dict[str, Snapshot] = {}
-        self._files_root = Path(server.workspace) / "uploads"
+        self._files_root = server.workspace.path / "uploads"
         self._dirs: dict[str, str] = {}  # instance name -> model directory, learnt from live workers
 
     def snapshots(self) -> dict[str, Snapshot]:

@@ -1,4 +1,4 @@
-"""The embedded server's ports: picked free (or checked free) before start, found held by it (or by another) after."""
+"""A local server's ports: picked free (or checked free) before start, found held by it (or by another) after."""
 
 from __future__ import annotations
 
@@ -105,6 +105,13 @@ def holder_of(port: int) -> str:
                 name = "?"
             return f"pid {proc.name} ({name})"
     return "a process this user cannot inspect (another user's)"
+
+
+def holders(ports: list[int], ours: set[int]) -> str:
+    """Who holds each of `ports` that someone other than processes `ours` listens on, for a failed start's message."""
+    own = set().union(*(listening_ports(pid) for pid in ours))  # a holder found there is no squatter
+    held = [f"port {p} on this host is held by {holder_of(p)}" for p in ports if p and p not in own]
+    return "; ".join(held) or "(no listener on the server's public ports now)"
 
 
 def _tcp_listeners(net: str) -> list[tuple[int, str]]:

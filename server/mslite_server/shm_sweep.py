@@ -31,7 +31,7 @@ SWEEP_INTERVAL_S = 2.0  # how often Triton is asked; a dead client's region goes
 
 
 class ClientRegionSweep:
-    """Finds and unregisters dead clients' regions on one embedded server (`server.http_json` carries the key)."""
+    """Finds and unregisters dead clients' regions on one local server (`server.http_json` carries the key)."""
 
     def __init__(self, server: SupervisedServer, interval_s: float = SWEEP_INTERVAL_S) -> None:
         self.server = server

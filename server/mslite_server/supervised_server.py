@@ -1,6 +1,6 @@
 """What the supervisor needs from the server it watches: the typed handle `SupervisedServer`.
 
-`EmbeddedServer` (`launcher.py`) is the one implementation; naming the members here keeps the supervisor's
+`LocalServer` (`local_server.py`) is the one implementation; naming the members here keeps the supervisor's
 reach into the launcher visible and checked by mypy, and lets the supervisor's parts be read without it.
 Members are read-only properties so that a plain attribute of the launcher satisfies them.
 """
@@ -8,12 +8,12 @@ Members are read-only properties so that a plain attribute of the launcher satis
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from mslite_server.config import ServerConfig
 from mslite_server.triton_endpoints import TritonEndpoints
+from mslite_server.workspace import Workspace
 
 
 class SupervisedGateway(Protocol):
@@ -32,15 +32,19 @@ class SupervisedGateway(Protocol):
 
 
 class SupervisedServer(Protocol):
-    """The embedded server as the supervisor sees it: its processes, a few calls, and how to restart them."""
+    """The local server as the supervisor sees it: its processes, a few calls, and how to restart them."""
 
     @property
     def config(self) -> ServerConfig:
         """The server's settings (host, gateway on or off)."""
 
     @property
-    def workspace(self) -> Path:
-        """The launcher's own folder; the catalog keeps uploaded models' files under it."""
+    def workspace(self) -> Workspace:
+        """What the server leaves on this machine, which heals add to.
+
+        The catalog keeps uploaded models' files in its folder; the upload copies workers run from are noted
+        there (removed once tritonserver exits).
+        """
 
     @property
     def log_path(self) -> Path:
@@ -77,9 +81,6 @@ class SupervisedServer(Protocol):
         Raises:
             ServerUnavailableError: no answer.
         """
-
-    def note_model_dirs(self, model_dirs: Iterable[str]) -> None:
-        """Remember the upload copies that workers run from (removed once the server exits)."""
 
     def restart(self, *, load_models: tuple[str, ...] | None = None) -> None:
         """Kill tritonserver and start it again on the same ports.

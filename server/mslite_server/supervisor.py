@@ -1,4 +1,4 @@
-"""Heals the embedded server: a dead worker, a dead or hung tritonserver, a dead or hung gateway.
+"""Heals a local server: a dead worker, a dead or hung tritonserver, a dead or hung gateway.
 
 Nothing restarts a dead process of the server otherwise (Triton does not even report a dead worker), so a
 thread of the launcher looks at all three every `interval_s` and heals what is dead or hung. It is made
@@ -89,7 +89,7 @@ class ServerLook:
         """The workers of tritonserver, noted by the launcher and the catalog."""
         process = self.server.process
         workers = workers_of(process.pid) if process is not None else []
-        self.server.note_model_dirs(w.model_dir for w in workers if w.state != "Z")
+        self.server.workspace.note_model_dirs(w.model_dir for w in workers if w.state != "Z")
         self.catalog.note_workers(workers)
         return workers
 
@@ -135,11 +135,6 @@ class Supervisor(threading.Thread):
         return self.healer.heals
 
     @property
-    def recoveries(self) -> list[float]:
-        """Seconds each heal took, in order."""
-        return [h.seconds for h in self.heals]
-
-    @property
     def catalog(self) -> dict[str, Snapshot]:
         """The models that a heal loads again, by name."""
         return self._catalog.snapshots()
@@ -171,11 +166,6 @@ class Supervisor(threading.Thread):
         self._release.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout=10)
-
-    def stop(self) -> None:
-        """`halt`, then `release`."""
-        self.halt()
-        self.release()
 
     @property
     def halted(self) -> bool:

@@ -1,112 +1,202 @@
-"""The tritonserver child process: its backend directory, command line and environment, and its log.
+"""The tritonserver child process, `TritonProcess`: started and waited for until ready, stopped, started again.
 
 The server is the real `tritonserver` 2.51 from the nvidia-pytriton wheel, or another installation's binary
-(the Triton image's `/opt/tritonserver/bin/tritonserver`). Each launcher composes a backend directory of its
-own (that installation's python backend and the stub matching this interpreter, copied, plus
-`backend/mslite`) and starts the server with model control `explicit`.
+(the Triton image's `/opt/tritonserver/bin/tritonserver`), run with the backend directory composed in the
+launcher's workspace (`workspace.py`) and model control `explicit`. This module also writes its command line
+and environment, and reads its log.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-import shutil
+import signal
 import subprocess
 import sys
-from importlib import resources
+import threading
+import time
 from pathlib import Path
 
 from mslite_contract.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_server.config import ServerConfig
 from mslite_server.parent_death import dies_with_parent
+from mslite_server.ports import listening_ports, listening_unix_paths
+from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
+from mslite_server.workers import state_of, workers_of
+from mslite_server.workspace import Workspace, triton_dir, wheel_libs
 from mslite_triton._admin_key import restricted_api_flags
 from mslite_triton.errors import ServerStartError
 
-_STUB = "triton_python_backend_stub"
+log = logging.getLogger(__name__)
+
+EXIT_POLL_S = 0.25  # how often a stop looks at an exiting tritonserver's log
+READY_POLL_S = 0.2  # how often a start asks whether tritonserver is ready
 _ERROR_LINE = re.compile(r"^E\d{4} |unrecognized option|error:", re.I)
 # What Triton logs once a second while its exit waits for models to finish unloading
 _EXIT_WAIT = re.compile(rb"Timeout \d+: Found (\d+) live models and (\d+) in-flight non-inference requests")
 STALLED_EXIT_LINES = 3  # seconds of Triton's exit countdown without progress before a stop calls it stalled
 
 
-def triton_dir() -> Path:
-    """The `tritonserver` folder of the nvidia-pytriton wheel.
+class TritonProcess:
+    """One launcher's tritonserver: one process at a time, on the same workspace and shm prefix each start."""
 
-    Raises:
-        ServerStartError: the wheel (the `[server]` extra) is not installed.
-    """
-    try:
-        import pytriton  # noqa: F401  (only to locate the wheel's files)
-    except ImportError as e:
+    def __init__(self, config: ServerConfig, workspace: Workspace) -> None:
+        self.config = config
+        self.workspace = workspace
+        self.binary: Path | None = None  # composed into the workspace at the first start
+        # where it listens: Unix sockets in a private folder behind a gateway, else the public ports
+        self.endpoints = TritonEndpoints()
+        self.metrics_port = 0
+        self.popen: subprocess.Popen[bytes] | None = None
+        self._stop_lock = threading.Lock()
+
+    def start(
+        self,
+        endpoints: TritonEndpoints,
+        metrics_port: int,
+        *,
+        admin_key: str | None,
+        load_models: tuple[str, ...],
+        die_with_parent: bool,
+    ) -> None:
+        """Start tritonserver and wait until it is ready: live, done loading `load_models`, on every endpoint.
+
+        `endpoints` are cleared of a killed server's socket files first, or replaced by new ones where their
+        folder is no longer private (`TritonEndpoints.ready_for_start`). With `die_with_parent`, it gets
+        SIGTERM when the calling thread ends (`parent_death`).
+
+        Raises:
+            ServerStartError: it exited or timed out (its log's tail included); `terminate` stops what is left.
+        """
+        if self.binary is None:
+            self.binary = self.workspace.compose(self.config.tritonserver)
+        self.endpoints, self.metrics_port = endpoints.ready_for_start(), metrics_port
+        args = command_line(
+            str(self.binary),
+            self.config,
+            workspace=self.workspace,
+            endpoints=self.endpoints,
+            metrics_port=metrics_port,
+            admin_key=admin_key,
+            load_models=load_models,
+        )
+        env = environment(self.binary, admin_key=admin_key, weights_owner=self.workspace.weights_owner)
+        shown = " ".join(args)
+        log.info("starting tritonserver: %s", shown.replace(admin_key, "<key>") if admin_key else shown)
+        self.popen = spawn(args, env, self.workspace.log_path, die_with_parent=die_with_parent)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        api = TritonApi(self.endpoints)
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while time.monotonic() < deadline:
+            proc = self.popen
+            if proc is None or proc.poll() is not None:
+                code = None if proc is None else proc.returncode
+                raise ServerStartError(
+                    f"tritonserver exited during start-up (code {code}); log tail:\n{self.log_tail()}"
+                )
+            if api.answers_ready() and self._holds_endpoints(proc.pid):
+                return
+            time.sleep(READY_POLL_S)
         raise ServerStartError(
-            "the embedded server needs the [server] extra: pip install 'mslite-triton[server]'"
-        ) from e
-    return Path(pytriton.__file__).parent / "tritonserver"
+            f"tritonserver not ready after {self.config.startup_timeout_s:.0f} s; log tail:\n{self.log_tail()}"
+        )
 
+    def _holds_endpoints(self, pid: int) -> bool:
+        """Whether process `pid` listens on every endpoint of the server: an answer may come from another process.
 
-def wheel_libs() -> Path:
-    """The shared libraries the wheel's `tritonserver` needs on `LD_LIBRARY_PATH`."""
-    return triton_dir().parent.parent / "nvidia_pytriton.libs"
+        A TCP port picked free can be taken by someone else before tritonserver binds it; a socket file in
+        the private folder can only be this user's, but a leftover of an earlier server must not count.
+        """
+        sockets = {str(p) for p in (self.endpoints.http_socket, self.endpoints.grpc_socket) if p is not None}
+        return set(self.tcp_ports()) <= listening_ports(pid) and sockets <= listening_unix_paths(pid)
 
+    def tcp_ports(self) -> list[int]:
+        """The TCP ports it listens on: metrics, and its HTTP and gRPC ports unless it is on Unix sockets."""
+        public = [] if self.endpoints.socket_dir is not None else [self.endpoints.http_port, self.endpoints.grpc_port]
+        return [self.metrics_port, *public]
 
-def compose_workspace(workspace: Path, binary: Path | None = None) -> Path:
-    """Fill `workspace` with the backend and cache directories; returns the `tritonserver` binary.
+    def is_running(self) -> bool:
+        """True while the process is alive."""
+        return self.popen is not None and self.popen.poll() is None
 
-    `binary`: another installation's tritonserver, whose folder (`<root>/bin/tritonserver`) holds the python
-    backend and the cache beside it, as the Triton image's `/opt/tritonserver` does; None: the wheel's.
+    def terminate(self, timeout_s: float | None = None) -> int | None:
+        """Stop it: SIGTERM, then SIGKILL after `timeout_s` (default: its exit timeout and 5 s); SIGKILL at once at 0.
 
-    Raises:
-        ServerStartError: no such binary, or its installation has no python backend stub for this interpreter.
-    """
-    if binary is None:
-        src = triton_dir()
-        binary = src / "bin" / "tritonserver"
-    elif not binary.is_file():
-        raise ServerStartError(f"the tritonserver binary '{binary}' does not exist")
-    else:
-        src = binary.resolve().parent.parent
-    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-    # the wheel keeps one stub per Python version; an image's python backend holds the one of its Python
-    stubs = [src / "python_backend_stubs" / ver / _STUB, src / "backends" / "python" / _STUB]
-    stub = next((s for s in stubs if s.exists()), None)
-    if stub is None:
-        raise ServerStartError(f"the tritonserver in {src} has no python backend stub for Python {ver}")
-    backends = workspace / "backends"
-    python_dir = backends / "python"
-    python_dir.mkdir(parents=True)
-    # Copies, not symlinks: Triton rejects backend files that resolve outside the backend directory.
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        shutil.copy2(src / "backends" / "python" / name, python_dir / name)
-    shutil.copy2(stub, python_dir / _STUB)
-    # backend/mslite is model.py (package `mslite_triton_backend`) beside the runtime package `mslite_backend`,
-    # each located where it is installed; an editable install's backend/mslite already holds the runtime.
-    adapter = Path(str(resources.files("mslite_triton_backend")))
-    runtime = Path(str(resources.files("mslite_backend")))
-    shutil.copytree(adapter, backends / "mslite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", runtime.name))
-    shutil.copytree(runtime, backends / "mslite" / runtime.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    caches = workspace / "caches" / "local"
-    caches.mkdir(parents=True)
-    shutil.copy2(src / "caches" / "local" / "libtritoncache_local.so", caches)
-    return binary
+        Then removes what it leaves: its workers (the stubs, in its session), the upload copies they ran from,
+        and the shm regions. Returns its exit code, None when none was running.
+        """
+        with self._stop_lock:
+            proc, self.popen = self.popen, None
+            code = None
+            if proc is not None:
+                wait_s = timeout_s if timeout_s is not None else self.config.exit_timeout_s + 5
+                if proc.poll() is None:
+                    self.workspace.note_model_dirs(w.model_dir for w in workers_of(proc.pid))
+                    if wait_s > 0:
+                        proc.send_signal(signal.SIGTERM)
+                try:
+                    code = self._wait_exit(proc, wait_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    code = proc.wait()
+                try:  # the stubs live in the server's session: make sure none outlives it
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                self.workspace.remove_upload_copies()
+            self.workspace.remove_shm()
+            return code
+
+    def _wait_exit(self, proc: subprocess.Popen[bytes], wait_s: float) -> int:
+        """`proc.wait(wait_s)`, given up early when the server is stopped or its exit waits on nothing.
+
+        Raises:
+            subprocess.TimeoutExpired: the server is still running.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return proc.wait(timeout=max(0.0, min(EXIT_POLL_S, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+                # stopped (SIGSTOP, a debugger): it acts on no SIGTERM until it is continued, so waiting is in vain
+                if state_of(proc.pid) == "T":
+                    log.warning("tritonserver (pid %d) is stopped and cannot exit; killing it", proc.pid)
+                    raise
+                # every worker is gone, and Triton still counts live models: those never unload
+                if exit_stalled(self.workspace.log_path) and not workers_of(proc.pid):
+                    # a normal stop can end this way too (the last workers gone, Triton still counting): not a warning
+                    log.debug(
+                        "tritonserver's exit keeps counting live models that have no worker left (Triton keeps "
+                        "some failed loads among them); stopping it now instead of after its exit timeout"
+                    )
+                    raise
+
+    def log_tail(self, lines: int = 30) -> str:
+        """Its log's error lines (up to 10), then its last lines."""
+        return log_tail(self.workspace.log_path, lines)
 
 
 def command_line(
     binary: str,
     cfg: ServerConfig,
     *,
-    workspace: Path,
+    workspace: Workspace,
     endpoints: TritonEndpoints,
     metrics_port: int,
-    shm_prefix: str,
     admin_key: str | None,
     load_models: tuple[str, ...],
 ) -> list[str]:
     """The server's arguments: Triton's own endpoints (private Unix sockets behind a gateway), and the rest."""
     flags = [
         f"--model-repository={Path(cfg.model_repository).resolve()}",
-        f"--backend-directory={workspace / 'backends'}",
-        f"--cache-directory={workspace / 'caches'}",
+        f"--backend-directory={workspace.backends}",
+        f"--cache-directory={workspace.caches}",
         "--model-control-mode=explicit",
         # One bad model must not stop the server, nor keep /v2/health/ready at 400:
         # per-model state is reported from the repository index instead.
@@ -117,7 +207,7 @@ def command_line(
         f"--metrics-address={cfg.host}",
         f"--metrics-port={metrics_port}",
         f"--log-verbose={cfg.log_verbose}",
-        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        f"--backend-config=python,shm-region-prefix-name={workspace.shm_prefix}",
         f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
         f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
     ]

@@ -1,7 +1,7 @@
 """`mslite-triton tune`: sweep workers x threads of one model with Triton Model Analyzer, pick the best.
 
 Model Analyzer (the `[tune]` extra) starts our tritonserver itself (`triton_launch_mode: local`) through a
-wrapper script that adds the backend directory the embedded server composes, loads one config variant
+wrapper script that adds the backend directory a local server composes (`Workspace`), loads one config variant
 at a time, and measures it with perf_analyzer. Its results name the variants `MODEL_config_N`; the
 variant's own config.pbtxt says which workers and threads it had (its `backend_parameter` column does
 not). The chosen variant's config.pbtxt is written beside the results table and a throughput vs p99 plot,
@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mslite_contract.protocol import RUNNER_SECTION, THREAD_NUM_PARAMETER, THREADS_KEY, WORKERS_KEY
-from mslite_server.launcher import LOOPBACK, EmbeddedServer, ServerConfig
-from mslite_server.ports import pick_ports
-from mslite_server.triton_process import wheel_libs
+from mslite_server.ports import LOOPBACK, pick_ports
+from mslite_server.workspace import Workspace, wheel_libs
 
 CLIENT_CONFIG = "config.ini"  # the choice for `build_from_file`: context.parallel.config_path / config_path
 
@@ -85,12 +84,12 @@ def tune(options: TuneOptions, progress: Callable[[str], None]) -> tuple[list[Va
     if perf is None:
         raise TuneError(f"perf_analyzer not found ('{options.perf_analyzer}'); give its path with --perf-analyzer")
     work = Path(tempfile.mkdtemp(prefix="mslite-tune-"))
-    server = EmbeddedServer(ServerConfig(model_repository=work))
+    workspace = Workspace()
     try:
         repo = work / "repository"
         repo.mkdir()
         shutil.copytree(model_dir, repo / model_dir.name)
-        config = _analyzer_config(options, model_dir.name, repo, work, server)
+        config = _analyzer_config(options, model_dir.name, repo, work, workspace)
         (work / "config.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
         _run_analyzer(analyzer, work, progress)
         variants = _read_results(work / "export" / "results" / "metrics-model-inference.csv", work / "out")
@@ -103,11 +102,11 @@ def tune(options: TuneOptions, progress: Callable[[str], None]) -> tuple[list[Va
             progress("(matplotlib is not installed: no plot)")
         return variants, chosen
     finally:
-        server.remove_workspace()
+        workspace.remove()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _analyzer_config(options: TuneOptions, name: str, repo: Path, work: Path, server: EmbeddedServer) -> dict:
+def _analyzer_config(options: TuneOptions, name: str, repo: Path, work: Path, workspace: Workspace) -> dict:
     http, grpc, metrics = pick_ports([(LOOPBACK, 0, "http"), (LOOPBACK, 0, "grpc"), (LOOPBACK, 0, "metrics")])
     return {
         "model_repository": str(repo),
@@ -116,7 +115,7 @@ def _analyzer_config(options: TuneOptions, name: str, repo: Path, work: Path, se
         "export_path": str(work / "export"),
         "checkpoint_directory": str(work / "checkpoints"),
         "triton_launch_mode": "local",
-        "triton_server_path": str(_server_wrapper(work, server)),
+        "triton_server_path": str(_server_wrapper(work, workspace)),
         "perf_analyzer_path": str(_perf_wrapper(work, options.perf_analyzer)),
         "triton_http_endpoint": f"{LOOPBACK}:{http}",
         "triton_grpc_endpoint": f"{LOOPBACK}:{grpc}",
@@ -147,16 +146,15 @@ def _sweep(options: TuneOptions) -> dict:
     return sweep
 
 
-def _server_wrapper(work: Path, server: EmbeddedServer) -> Path:
+def _server_wrapper(work: Path, workspace: Workspace) -> Path:
     """A `tritonserver` that Model Analyzer can start: the wheel's binary with our backend directory."""
-    binary = server._compose_workspace()
+    binary = workspace.compose()
     libs = wheel_libs()
     return _script(
         work / "tritonserver",
         f'export PATH="{Path(sys.executable).parent}:$PATH"\n'  # the workers' python packages
         f'export LD_LIBRARY_PATH="{libs}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
-        f'exec "{binary}" --backend-directory="{server.workspace / "backends"}" '
-        f'--cache-directory="{server.workspace / "caches"}" "$@"\n',
+        f'exec "{binary}" --backend-directory="{workspace.backends}" --cache-directory="{workspace.caches}" "$@"\n',
     )
 
 

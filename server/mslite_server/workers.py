@@ -3,7 +3,7 @@
 Triton's load API writes the files of an uploaded model to a fresh `/tmp/folderXXXXXX` and removes it
 when the model is unloaded or the server stops cleanly; a killed server, or a model uploaded over HTTP,
 leaves the copy behind. The worker processes name their model's directory on their command line, which
-is how `EmbeddedServer` learns which copies are its own.
+is how a `LocalServer` learns which copies are its own.
 """
 
 from __future__ import annotations
@@ -87,11 +87,6 @@ def state_of(pid: int) -> str:
 def _after_name(stat: str) -> list[str]:
     """The fields of a `/proc/<pid>/stat` line after the command name (which may hold spaces and parentheses)."""
     return stat[stat.rindex(")") + 2 :].split()
-
-
-def children_of(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the direct children of `pid`."""
-    return [(p.pid, b"\0".join(p.args).decode(errors="replace")) for p in _children(pid)]
 
 
 def workers_of(server_pid: int) -> list[Worker]:

@@ -1,4 +1,4 @@
-"""One real embedded tritonserver for the whole test session, on free loopback ports."""
+"""One real tritonserver (`LocalServer`) for the whole test session, on free loopback ports."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support.repository import build_repository
 from tests.support.server_checks import assert_never_healed, dead_workers, health_marks
 
 # the session server once started: each test's teardown checks it still has its first processes
-_SESSION: list[EmbeddedServer] = []
+_SESSION: list[LocalServer] = []
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +23,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(repository: Path):
-    with EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240)) as srv:
+    with LocalServer(ServerConfig(model_repository=repository, startup_timeout_s=240)) as srv:
         _SESSION.append(srv)
         yield srv
         _SESSION.clear()

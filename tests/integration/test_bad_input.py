@@ -24,7 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support.badinput.bar import Outcome, Tally
 from tests.support.badinput.cases import GRPC_CATEGORIES, HTTP_CATEGORIES, Case, CaseGenerator
 from tests.support.badinput.encoding import HttpRequest, grpc_request, http_binary, http_json, make_tensor
@@ -51,13 +51,13 @@ def kind(request) -> str:
 
 @pytest.fixture(scope="module")
 def gateway_server(repository):
-    with EmbeddedServer(ServerConfig(model_repository=repository, startup_timeout_s=240, gateway=True)) as srv:
+    with LocalServer(ServerConfig(model_repository=repository, startup_timeout_s=240, gateway=True)) as srv:
         yield srv
         assert_never_healed(srv)
 
 
 @pytest.fixture(scope="module")
-def target(kind, request) -> EmbeddedServer:
+def target(kind, request) -> LocalServer:
     return request.getfixturevalue("server" if kind == "triton" else "gateway_server")
 
 
@@ -66,7 +66,7 @@ def _xfail_on_triton(request, kind: str, reason: str) -> None:
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
-def _rss_kb(srv: EmbeddedServer) -> dict[int, int]:
+def _rss_kb(srv: LocalServer) -> dict[int, int]:
     """The server and its workers, and the gateway process when there is one."""
     rss = tree_rss_kb(srv.process.pid)
     if srv.gateway is not None:
@@ -184,12 +184,12 @@ def test_rss_of_server_and_workers_grows_under_10_percent(campaign):
 @pytest.fixture(scope="module")
 def scratch(repository, kind):
     config = ServerConfig(model_repository=repository, load_models=("tiny", "variable_seq"), gateway=kind == "gateway")
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 
-def _shm_mib(srv: EmbeddedServer) -> int:
-    return sum(os.path.getsize(p) for p in glob.glob(f"/dev/shm/{srv.shm_prefix}*")) >> 20
+def _shm_mib(srv: LocalServer) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(f"/dev/shm/{srv.workspace.shm_prefix}*")) >> 20
 
 
 def _oversized_cases() -> dict[str, Case]:

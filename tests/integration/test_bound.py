@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
 from tests.support.triton_direct import grpc_address
@@ -36,11 +36,11 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     repo: Path = tmp_path_factory.mktemp("bound_repo")
     add_model(repo, "bound", model_zoo.multi_io(), BOUND)
     add_model(repo, "control_flow", model_zoo.control_flow(), BOUND)
-    with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, supervise=False)) as srv:
         yield srv
 
 
-def _infer(srv: EmbeddedServer, model: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _infer(srv: LocalServer, model: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     client = grpcclient.InferenceServerClient(grpc_address(srv))
     tensors = []
     for name, array in feeds.items():
@@ -51,7 +51,7 @@ def _infer(srv: EmbeddedServer, model: str, feeds: dict[str, np.ndarray]) -> dic
     return {name: result.as_numpy(name) for name in ("sum", "prod", "y") if result.get_output(name) is not None}
 
 
-def test_concurrent_requests_on_bound_buffers_equal_plain_runs(served: EmbeddedServer) -> None:
+def test_concurrent_requests_on_bound_buffers_equal_plain_runs(served: LocalServer) -> None:
     log = Path(served.log_path).read_text()
     assert "executor=bound" in log  # the worker took the bound path
     rng = np.random.default_rng(3)
@@ -66,7 +66,7 @@ def test_concurrent_requests_on_bound_buffers_equal_plain_runs(served: EmbeddedS
         assert got["sum"].tobytes() == want[0].tobytes() and got["prod"].tobytes() == want[1].tobytes()
 
 
-def test_a_model_the_bound_path_cannot_run_is_served_and_logged_once(served: EmbeddedServer) -> None:
+def test_a_model_the_bound_path_cannot_run_is_served_and_logged_once(served: LocalServer) -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(_infer(served, "control_flow", {"x": x})["y"], x)
     log = Path(served.log_path).read_text()

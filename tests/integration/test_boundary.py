@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.ports import listening_ports, listening_unix_paths
 from tests.support.repository import GEN, add_model
 from tests.support.squatter import Squatter
@@ -34,15 +34,15 @@ BACK_WITHIN_S = 30.0  # the issue's bound on a restart with the ports taken; gen
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     repo = tmp_path_factory.mktemp("boundary_repo")
     add_model(repo, "tiny", GEN.build_tiny())
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         yield server
 
 
-def _predict_http(srv: EmbeddedServer) -> list[float]:
+def _predict_http(srv: LocalServer) -> list[float]:
     """A predict through the gateway's HTTP port, carrying the admin key as a careless client might."""
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]})
     request = urllib.request.Request(f"{srv.http_url}/v2/models/tiny/infer", body.encode(), method="POST")
@@ -51,7 +51,7 @@ def _predict_http(srv: EmbeddedServer) -> list[float]:
         return list(json.load(r)["outputs"][0]["data"])
 
 
-def _predict_grpc(srv: EmbeddedServer) -> list[float]:
+def _predict_grpc(srv: LocalServer) -> list[float]:
     client = grpcclient.InferenceServerClient(srv.grpc_url.split("://", 1)[1])
     try:
         x = grpcclient.InferInput("x", [1, 4], "FP32")
@@ -62,7 +62,7 @@ def _predict_grpc(srv: EmbeddedServer) -> list[float]:
         client.close()
 
 
-def _serving_again(srv: EmbeddedServer, within_s: float, expected: list[float]) -> float:
+def _serving_again(srv: LocalServer, within_s: float, expected: list[float]) -> float:
     """Seconds until both protocols answer a predict through the gateway; requests keep going meanwhile."""
     started = time.monotonic()
     while True:

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from mslite_contract.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import Worker, workers_of
 from tests.support import model_zoo
 from tests.support.repository import MINIMAL, add_model
@@ -32,19 +32,19 @@ WAIT_S = 120  # generous: the machine may be busy; nothing here measures speed
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     repo = tmp_path_factory.mktemp("busy")
     add_model(repo, "spin", model_zoo.spin(), ONE_WORKER)
     add_model(repo, "spin_deadline", model_zoo.spin(), ONE_WORKER + DEADLINE)
     config = ServerConfig(model_repository=repo, startup_timeout_s=240, orphan_grace_s=2)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 
 class Call(threading.Thread):
     """One inference of `model` for `n` loop iterations, in a thread; `outcome` is its count or its error."""
 
-    def __init__(self, srv: EmbeddedServer, model: str, n: int) -> None:
+    def __init__(self, srv: LocalServer, model: str, n: int) -> None:
         super().__init__(daemon=True)
         self.srv, self.model, self.n = srv, model, n
         self.outcome: str | float | None = None
@@ -66,11 +66,11 @@ class Call(threading.Thread):
         return self.outcome
 
 
-def _live(srv: EmbeddedServer, instance: str) -> list[Worker]:
+def _live(srv: LocalServer, instance: str) -> list[Worker]:
     return [w for w in workers_of(srv.process.pid) if w.instance == instance and w.state != "Z"]
 
 
-def _busy_worker(srv: EmbeddedServer, model: str) -> tuple[Call, int]:
+def _busy_worker(srv: LocalServer, model: str) -> tuple[Call, int]:
     """A call that keeps the model's one worker inside `execute`, and that worker's pid."""
     [worker] = _live(srv, f"{model}_0_0")
     idle = _cpu_ticks(worker.pid)  # what its load and warm-up took
@@ -103,26 +103,26 @@ def _wait(condition, what: str) -> None:
         time.sleep(0.1)
 
 
-def _load(srv: EmbeddedServer, model: str, config: dict | None = None) -> None:
+def _load(srv: LocalServer, model: str, config: dict | None = None) -> None:
     body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
     srv.http_json("POST", f"/v2/repository/models/{model}/load", body, timeout_s=WAIT_S)
 
 
-def test_an_unloaded_models_busy_worker_is_ended(server: EmbeddedServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unloaded_models_busy_worker_is_ended(server: LocalServer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="mslite_server.healer")
-    heals = len(server._supervisor.heals)
+    heals = len(server.supervisor.heals)
     call, pid = _busy_worker(server, "spin")
     server.http_json("POST", "/v2/repository/models/spin/unload", {}, timeout_s=WAIT_S)
     _wait(lambda: _gone(pid), "end of the unloaded model's busy worker")
     assert "is not healthy" in str(call.result())  # Triton's answer once its worker is gone
     assert f"(pid {pid}): model 'spin' was unloaded, and its worker was still running 2 s later" in caplog.text
-    assert len(server._supervisor.heals) == heals  # a worker ended on purpose is no loss to heal
+    assert len(server.supervisor.heals) == heals  # a worker ended on purpose is no loss to heal
     _load(server, "spin")
     assert _finished(server, "spin", 5) == 5.0
 
 
-def test_a_reloaded_models_old_busy_worker_is_ended_and_the_new_one_serves(server: EmbeddedServer) -> None:
-    heals = len(server._supervisor.heals)
+def test_a_reloaded_models_old_busy_worker_is_ended_and_the_new_one_serves(server: LocalServer) -> None:
+    heals = len(server.supervisor.heals)
     call, old = _busy_worker(server, "spin")
     config = server.http_json("GET", "/v2/models/spin/config", None)
     config.setdefault("parameters", {})["test.reload"] = {"string_value": str(time.monotonic())}
@@ -131,25 +131,25 @@ def test_a_reloaded_models_old_busy_worker_is_ended_and_the_new_one_serves(serve
     assert "is not healthy" in str(call.result())
     assert [w.pid for w in _live(server, "spin_0_0")] != [old]
     assert _finished(server, "spin", 7) == 7.0
-    assert len(server._supervisor.heals) == heals
+    assert len(server.supervisor.heals) == heals
 
 
 def test_a_request_past_the_models_execute_deadline_is_answered_so_and_its_worker_replaced(
-    server: EmbeddedServer,
+    server: LocalServer,
 ) -> None:
-    heals = len(server._supervisor.heals)
+    heals = len(server.supervisor.heals)
     call, pid = _busy_worker(server, "spin_deadline")
     outcome = str(call.result())
     assert f"model 'spin_deadline': the request {DEADLINE_PASSED} (execute_deadline_s 2 s)" in outcome
     _wait(lambda: _gone(pid), "end of the worker past its deadline")
-    _wait(lambda: len(server._supervisor.heals) > heals, "heal of the model")
-    heal = server._supervisor.heals[heals]
+    _wait(lambda: len(server.supervisor.heals) > heals, "heal of the model")
+    heal = server.supervisor.heals[heals]
     assert heal.what == "worker" and heal.models == ("spin_deadline",) and heal.ok
     assert f"exited with code {DEADLINE_EXIT_CODE} (its execute ran past the model's execute_deadline_s)" in heal.cause
     assert _finished(server, "spin_deadline", 3) == 3.0  # the new worker serves, within the deadline
 
 
-def _finished(srv: EmbeddedServer, model: str, n: int) -> str | float | None:
+def _finished(srv: LocalServer, model: str, n: int) -> str | float | None:
     """The outcome of a short call of `model` (retried while a heal is still loading it)."""
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -165,7 +165,7 @@ def test_a_stop_ends_a_worker_busy_in_execute(tmp_path: Path) -> None:
     """Triton gives requests in flight its exit timeout at a stop; then the busy worker goes with it."""
     add_model(tmp_path, "spin", model_zoo.spin(), ONE_WORKER)
     config = ServerConfig(model_repository=tmp_path, startup_timeout_s=240, exit_timeout_s=2)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         call, pid = _busy_worker(srv, "spin")
     _wait(lambda: _gone(pid), "end of the busy worker after the stop")
     assert call.result() is not None and not isinstance(call.outcome, float)  # answered with an error

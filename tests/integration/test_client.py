@@ -288,7 +288,7 @@ def test_autostart_off_names_the_variable_and_starts_nothing(files):
         "    mslite.ModelParallelRunner().build_from_file(sys.argv[1])\n"
         "except mslite.errors.ServerUnavailableError as e:\n"
         "    print('REFUSED', e, flush=True)\n"
-        "print('EMBEDDED', _endpoint._embedded, flush=True)\n"
+        "print('EMBEDDED', _endpoint.started_server(), flush=True)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
     env[settings.AUTOSTART_ENV] = "0"
@@ -360,7 +360,8 @@ r = mslite.ModelParallelRunner()
 r.build_from_file(sys.argv[1])
 i = r.get_inputs(); i[0].set_data_from_numpy(np.ones(4, np.float32))
 print("RESULT", r.predict(i)[0].get_data_to_numpy().tolist(), flush=True)
-print("PID", _endpoint._embedded.process.pid, "PREFIX", _endpoint._embedded.shm_prefix, flush=True)
+server = _endpoint.started_server()
+print("PID", server.process.pid, "PREFIX", server.workspace.shm_prefix, flush=True)
 if sys.argv[2] == "hang":
     import time; time.sleep(600)
 """

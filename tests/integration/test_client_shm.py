@@ -89,7 +89,7 @@ _FULL = textwrap.dedent(
     """
     import json, os, subprocess, sys
     from pathlib import Path
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     client = '''
     import sys
     import numpy as np
@@ -106,7 +106,7 @@ _FULL = textwrap.dedent(
         print("error", type(e).__name__, e)
     '''
     config = ServerConfig(model_repository=Path(sys.argv[1]), supervise=False, shm_default_byte_size=2 << 20)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         free = os.statvfs("/dev/shm")
         fd = os.open("/dev/shm/filler", os.O_RDWR | os.O_CREAT, 0o600)
         os.posix_fallocate(fd, 0, free.f_bavail * free.f_frsize - (128 << 10))  # leave 128 KiB

@@ -103,7 +103,7 @@ def test_batching_section_configures_the_batcher(server, tiny):
 
 def test_full_queue_rejects_at_once_with_service_deny(server):
 
-    path = Path(server.workspace) / "mobilenet_q1.onnx"
+    path = server.workspace.path / "mobilenet_q1.onnx"
     path.write_bytes(GEN.build_mobilenetv2().SerializeToString())
     ctx = mslite.Context()
     ctx.server_url = server.grpc_url

@@ -29,7 +29,7 @@ import pytest
 from mslite_contract import settings
 from mslite_server.cli import build_parser
 from mslite_server.ports import pick_ports
-from mslite_server.triton_process import triton_dir
+from mslite_server.workspace import triton_dir
 from tests.support.repository import GEN, ROOT, add_model
 
 pytestmark = pytest.mark.integration

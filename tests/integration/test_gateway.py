@@ -61,7 +61,7 @@ def gw(repository: Path):
         gateway_limits=GatewayLimits(max_request_bytes=CAP),
         supervise=False,
     )
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 

@@ -45,7 +45,7 @@ _TINY = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[0,1,2,3
 def server(repository):
     """A tritonserver of its own (tiny only, no supervisor): the attacks here must not touch the session's."""
     config = ServerConfig(model_repository=repository, load_models=("tiny",), supervise=False)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 

@@ -40,7 +40,7 @@ def server(tmp_path_factory):
     # ~0.5 s of one core per request (100 rounds of ~5 ms; more under load), one worker: outlasts a short time-out
     add_model(repo, "slow", model_zoo.slow(rounds=100), 'backend: "mslite"\ninstance_group [ { count: 1 } ]\n')
     flat_tiny(repo)
-    with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, supervise=False)) as srv:
         yield srv
 
 

@@ -50,12 +50,12 @@ SERVICE = "/inference.GRPCInferenceService"
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     repo = tmp_path_factory.mktemp("security_repo")
     add_model(repo, "pair", difference(), MINIMAL)
     add_model(repo, "tiny", GEN.build_tiny(), MINIMAL)
     config = ServerConfig(model_repository=repo, gateway=True, supervise=False, exit_timeout_s=5)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         yield server
 
 
@@ -273,7 +273,7 @@ def test_other_clients_are_served_while_a_gzip_bomb_is_checked(srv):
 
 
 # -- the gateway's own regions ---------------------------------------------------------------------------------
-def _registered(server: EmbeddedServer) -> list[str]:
+def _registered(server: LocalServer) -> list[str]:
     status, answer = _http(http_port(server), "/v2/systemsharedmemory/status", None, _key(server))
     assert status == 200, answer
     return [str(region["name"]) for region in json.loads(answer)]
@@ -283,7 +283,7 @@ def _key(server: EmbeddedServer) -> dict[str, str]:
     return {ADMIN_KEY_HEADER: server.admin_key or ""}
 
 
-def _infer_pair(protocol: str, server: EmbeddedServer, seed: int) -> None:
+def _infer_pair(protocol: str, server: LocalServer, seed: int) -> None:
     mod = grpcclient if protocol == "grpc" else httpclient
     client = mod.InferenceServerClient(f"127.0.0.1:{server.grpc_port if protocol == 'grpc' else server.http_port}")
     try:

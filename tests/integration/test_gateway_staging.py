@@ -24,7 +24,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from mslite_contract.protocol import GATEWAY_REGION_PREFIX
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support.model_zoo import difference
 from tests.support.repository import MINIMAL, add_model
 from tests.support.triton_direct import grpc_address, http_address
@@ -36,11 +36,11 @@ SHM = Path("/dev/shm")
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     repo = tmp_path_factory.mktemp("staging_repo")
     add_model(repo, "pair", difference(), MINIMAL)
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         yield server
 
 
@@ -61,20 +61,20 @@ def _infer(protocol: str, address: str, a: np.ndarray, b: np.ndarray) -> np.ndar
         client.close()
 
 
-def _addresses(server: EmbeddedServer, protocol: str) -> tuple[str, str]:
+def _addresses(server: LocalServer, protocol: str) -> tuple[str, str]:
     """(through the gateway, straight to Triton)."""
     if protocol == "grpc":
         return f"127.0.0.1:{server.grpc_port}", grpc_address(server)
     return f"127.0.0.1:{server.http_port}", http_address(server)
 
 
-def _registered(server: EmbeddedServer) -> list[str]:
+def _registered(server: LocalServer) -> list[str]:
     status, body = server.triton_http("GET", "/v2/systemsharedmemory/status", None)
     assert status == 200, body
     return [str(region["name"]) for region in json.loads(body)]
 
 
-def _gateway_prefix(server: EmbeddedServer) -> str:
+def _gateway_prefix(server: LocalServer) -> str:
     assert server.gateway is not None
     return f"{GATEWAY_REGION_PREFIX}{server.gateway.pid}_"
 
@@ -130,10 +130,10 @@ def test_clients_cannot_name_the_gateways_regions(srv, where):
 def test_staging_comes_back_after_a_tritonserver_restart(srv):
     a, b = _inputs(11)
     _infer("http", f"127.0.0.1:{srv.http_port}", a, b)
-    assert srv.process is not None and srv._supervisor is not None
-    before = len(srv._supervisor.heals)
+    assert srv.process is not None and srv.supervisor is not None
+    before = len(srv.supervisor.heals)
     os.kill(srv.process.pid, signal.SIGKILL)
-    _wait(lambda: len(srv._supervisor.heals) > before and srv._supervisor.heals[-1].ok, "tritonserver's heal")
+    _wait(lambda: len(srv.supervisor.heals) > before and srv.supervisor.heals[-1].ok, "tritonserver's heal")
     for protocol in ("http", "grpc", "grpc"):
         np.testing.assert_array_equal(_infer(protocol, _addresses(srv, protocol)[0], a, b), a - b)
     assert any(n.startswith(_gateway_prefix(srv)) for n in _registered(srv))
@@ -144,10 +144,10 @@ def test_a_killed_gateways_regions_are_unregistered_and_removed(srv):
     _infer("http", f"127.0.0.1:{srv.http_port}", a, b)
     old = _gateway_prefix(srv)
     assert [n for n in _registered(srv) if n.startswith(old)] and [n for n in os.listdir(SHM) if n.startswith(old)]
-    assert srv.gateway is not None and srv.gateway.pid is not None and srv._supervisor is not None
-    before = len(srv._supervisor.heals)
+    assert srv.gateway is not None and srv.gateway.pid is not None and srv.supervisor is not None
+    before = len(srv.supervisor.heals)
     os.kill(srv.gateway.pid, signal.SIGKILL)
-    _wait(lambda: len(srv._supervisor.heals) > before, "the gateway's heal")
+    _wait(lambda: len(srv.supervisor.heals) > before, "the gateway's heal")
     _wait(lambda: not [n for n in _registered(srv) if n.startswith(old)], "its regions unregistered")
     _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed")
     np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{srv.http_port}", a, b), a - b)
@@ -158,15 +158,15 @@ def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
     a, b = _inputs(19)
     _infer("http", f"127.0.0.1:{srv.http_port}", a, b)
     old = _gateway_prefix(srv)
-    assert srv.process is not None and srv._supervisor is not None
-    before = len(srv._supervisor.heals)
+    assert srv.process is not None and srv.supervisor is not None
+    before = len(srv.supervisor.heals)
     os.kill(srv.process.pid, signal.SIGKILL)
-    _wait(lambda: len(srv._supervisor.heals) > before and srv._supervisor.heals[-1].ok, "tritonserver's heal")
+    _wait(lambda: len(srv.supervisor.heals) > before and srv.supervisor.heals[-1].ok, "tritonserver's heal")
     assert [n for n in os.listdir(SHM) if n.startswith(old)] and not [n for n in _registered(srv) if n.startswith(old)]
     assert srv.gateway is not None and srv.gateway.pid is not None
-    before = len(srv._supervisor.heals)
+    before = len(srv.supervisor.heals)
     os.kill(srv.gateway.pid, signal.SIGKILL)
-    _wait(lambda: len(srv._supervisor.heals) > before, "the gateway's heal")
+    _wait(lambda: len(srv.supervisor.heals) > before, "the gateway's heal")
     _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed", timeout_s=20)
     np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{srv.http_port}", a, b), a - b)
 
@@ -174,7 +174,7 @@ def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
 def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
     add_model(tmp_path, "pair", difference(), MINIMAL)
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         a, b = _inputs(17)
         np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{server.http_port}", a, b), a - b)
         prefix = _gateway_prefix(server)
@@ -185,7 +185,7 @@ def test_a_stopped_gateway_leaves_no_region(tmp_path: Path):
 def test_a_killed_gateway_leaves_no_region_once_the_server_stops(tmp_path: Path):
     add_model(tmp_path, "pair", difference(), MINIMAL)
     config = ServerConfig(model_repository=tmp_path, gateway=True, supervise=False, exit_timeout_s=5)
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         a, b = _inputs(23)
         np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{server.http_port}", a, b), a - b)
         prefix = _gateway_prefix(server)

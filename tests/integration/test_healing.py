@@ -23,10 +23,11 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_contract import settings
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.ports import pick_ports
-from mslite_server.workers import children_of, state_of, workers_of
+from mslite_server.workers import state_of, workers_of
 from mslite_triton.errors import ServerUnavailableError
+from tests.support.processes import children_of
 from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
 from tests.support.updatable import build_updated
@@ -55,16 +56,16 @@ class Clients(Traffic):
 
 
 @pytest.fixture(scope="module")
-def healing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedServer, mslite.ModelParallelRunner]]:
+def healing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, mslite.ModelParallelRunner]]:
     root = tmp_path_factory.mktemp("healing")
     repo = root / "repo"
     (repo / "tiny" / "1").mkdir(parents=True)
     (repo / "tiny" / "1" / "model.onnx").write_bytes(GEN.build_tiny().SerializeToString())
     (repo / "tiny" / "config.pbtxt").write_text('backend: "mslite"\n')
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         runner = build_updated(srv.grpc_url, root)
-        _wait(lambda: runner._remote.info.name in srv._supervisor.catalog, "the model in the catalog")
+        _wait(lambda: runner._remote.info.name in srv.supervisor.catalog, "the model in the catalog")
         yield srv, runner
 
 
@@ -75,17 +76,17 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = HEAL_DEAD
         time.sleep(0.05)
 
 
-def _heal_after(srv: EmbeddedServer, clients: Clients, kill: Callable[[], None], what: str, *, strict: bool = True):
+def _heal_after(srv: LocalServer, clients: Clients, kill: Callable[[], None], what: str, *, strict: bool = True):
     """Kill something under the clients; returns the supervisor's heal event once they are served again.
 
     `strict`: no predict may fail (a kill); a hang may outlast a predict's retry window on a busy machine.
     """
     clients.wait_for(20)
-    before = len(srv._supervisor.heals)
+    before = len(srv.supervisor.heals)
     kill()
-    _wait(lambda: len(srv._supervisor.heals) > before, f"a heal of the {what}")
+    _wait(lambda: len(srv.supervisor.heals) > before, f"a heal of the {what}")
     clients.wait_for(20)
-    heals = srv._supervisor.heals[before:]
+    heals = srv.supervisor.heals[before:]
     assert [h.what for h in heals] == [what], heals
     assert heals[0].ok, heals
     assert clients.failures == [] or not strict
@@ -118,16 +119,16 @@ def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(heal
     name = runner._remote.info.name
     with Clients(runner) as clients:
         clients.wait_for(20)
-        before = len(srv._supervisor.heals)
+        before = len(srv.supervisor.heals)
         first = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(first.pid, signal.SIGKILL)
-        _wait(lambda: len(srv._supervisor.heals) > before, "the first heal")
+        _wait(lambda: len(srv.supervisor.heals) > before, "the first heal")
         # at once, before the supervisor's next look: the new worker was never seen alive
         new = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(new.pid, signal.SIGKILL)
-        _wait(lambda: len(srv._supervisor.heals) > before + 1, "a heal of the new worker")
+        _wait(lambda: len(srv.supervisor.heals) > before + 1, "a heal of the new worker")
         clients.wait_for(20)
-    assert [h.what for h in srv._supervisor.heals[before:]] == ["worker", "worker"]
+    assert [h.what for h in srv.supervisor.heals[before:]] == ["worker", "worker"]
     live = [w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z"]
     assert len(live) == 2, live
     assert clients.failures == []
@@ -165,9 +166,9 @@ def test_a_hung_tritonserver_is_killed_and_restarted(healing):
     assert all("ServerUnavailableError" in f or "ExecutionTimeoutError" in f for f in clients.failures)
 
 
-def _predict_after_stopping(srv: EmbeddedServer, runner: mslite.ModelParallelRunner, pids: list[int]):
+def _predict_after_stopping(srv: LocalServer, runner: mslite.ModelParallelRunner, pids: list[int]):
     """SIGSTOP `pids`, then one predict; returns (its seconds from the stop, the heals since)."""
-    before = len(srv._supervisor.heals)
+    before = len(srv.supervisor.heals)
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
@@ -176,8 +177,8 @@ def _predict_after_stopping(srv: EmbeddedServer, runner: mslite.ModelParallelRun
     y = runner.predict(inputs)[0].get_data_to_numpy()  # retried by the client until the heal
     answered_s = time.monotonic() - stopped
     assert np.array_equal(y, 10 * X), y
-    _wait(lambda: len(srv._supervisor.heals) > before, "the heal's event")
-    return answered_s, srv._supervisor.heals[before:]
+    _wait(lambda: len(srv.supervisor.heals) > before, "the heal's event")
+    return answered_s, srv.supervisor.heals[before:]
 
 
 def test_a_stopped_gateway_is_killed_and_replaced(healing):
@@ -219,7 +220,7 @@ def _alive(pid: int) -> bool:
 def test_stopping_a_hung_server_does_not_wait_its_exit_timeout(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     caplog.set_level(logging.INFO, logger="mslite_triton")  # what the stop decided, shown if this fails
     (tmp_path / "repo").mkdir()
-    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True, exit_timeout_s=60))
+    srv = LocalServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True, exit_timeout_s=60))
     with srv:  # as `serve` runs it: gateway and supervisor
         os.kill(srv.process.pid, signal.SIGSTOP)  # as a deadlocked signal handler would: SIGTERM does nothing
         started = time.monotonic()
@@ -231,12 +232,12 @@ def test_a_server_found_stopped_while_it_is_given_time_to_exit_is_killed(tmp_pat
     # The stop's first look can miss a SIGSTOP that has not taken effect yet (it failed 3 of 13 full runs,
     # waiting the whole exit timeout): what it waits on is looked at again. Here the look is skipped.
     (tmp_path / "repo").mkdir()
-    with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=60, supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=60, supervise=False)) as srv:
         pid = srv.process.pid
         os.kill(pid, signal.SIGSTOP)
         _wait(lambda: state_of(pid) == "T", "the server stopped", 10)
         started = time.monotonic()
-        srv._terminate()  # SIGTERM, and up to the exit timeout (65 s) to act on it
+        srv.tritonserver.terminate()  # SIGTERM, and up to the exit timeout (65 s) to act on it
         assert time.monotonic() - started < 10
         assert not _alive(pid)
 
@@ -246,10 +247,10 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
     build_repository(tmp_path / "repo")
     config = ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5, startup_timeout_s=240)
     started = time.monotonic()
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         # what loading every model takes on this machine now: on a busy one, more than the bar
         start_s = time.monotonic() - started
-        supervisor = srv._supervisor
+        supervisor = srv.supervisor
         ready = set(srv.loaded_models())
         _wait(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog")
         first = srv.process.pid
@@ -296,18 +297,18 @@ AUTOSTART_CLIENT = textwrap.dedent(
 
     url = _endpoint.server_url(None)  # starts the loopback server
     runner = build_updated(url, Path(sys.argv[2]))
-    server = _endpoint._embedded
+    server = _endpoint.started_server()
     deadline = time.monotonic() + 30
-    while runner._remote.info.name not in server._supervisor.catalog and time.monotonic() < deadline:
+    while runner._remote.info.name not in server.supervisor.catalog and time.monotonic() < deadline:
         time.sleep(0.05)
     with Clients(runner) as clients:
         clients.wait_for(20)
         os.kill(server.process.pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while not server._supervisor.heals and time.monotonic() < deadline:
+        while not server.supervisor.heals and time.monotonic() < deadline:
             time.sleep(0.05)
         clients.wait_for(20)
-    print("heals", [(h.what, h.ok) for h in server._supervisor.heals], "failures", len(clients.failures))
+    print("heals", [(h.what, h.ok) for h in server.supervisor.heals], "failures", len(clients.failures))
     print("first failure", clients.failures[:1])
     print("same url", _endpoint.server_url(None) == url)
     """

@@ -1,4 +1,4 @@
-"""The Java client (client/java, JDK standard library only) against the session's embedded server.
+"""The Java client (client/java, JDK standard library only) against the session's server (`LocalServer`).
 
 It is compiled with javac here; its example Main (MindSpore Lite's Java concurrent-inference flow: MSContext ->
 RunnerConfig -> ModelParallelRunner.init -> getInputs / predict from 5 threads x 2 tasks -> free) runs against

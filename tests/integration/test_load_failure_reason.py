@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support import model_zoo
 from tests.support.repository import GEN, ROOT, add_model
 
@@ -33,11 +33,11 @@ def gw(tmp_path_factory: pytest.TempPathFactory):
     add_model(repo, "tiny", GEN.build_tiny(), (ROOT / "model_repository" / "tiny" / "config.pbtxt").read_text())
     add_model(repo, "corrupt", model_zoo.broken_bytes())
     config = ServerConfig(model_repository=repo, gateway=True, supervise=False, startup_timeout_s=240)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 
-def _http(srv: EmbeddedServer, method: str, path: str, body: bytes | None = None) -> tuple[int, str]:
+def _http(srv: LocalServer, method: str, path: str, body: bytes | None = None) -> tuple[int, str]:
     """(status, the JSON error message or the body) of a call without the admin key."""
     req = urllib.request.Request(srv.http_url + path, data=body, method=method)
     try:
@@ -47,12 +47,12 @@ def _http(srv: EmbeddedServer, method: str, path: str, body: bytes | None = None
         return e.code, json.loads(e.read())["error"]
 
 
-def _no_server_detail(text: str, srv: EmbeddedServer) -> None:
+def _no_server_detail(text: str, srv: LocalServer) -> None:
     assert not _PATH.search(text) and "At:" not in text, text
     assert str(srv.config.model_repository) not in text and "Traceback" not in text, text
 
 
-def test_http_calls_of_a_failed_model_say_why_and_keep_tritons_status(gw: EmbeddedServer):
+def test_http_calls_of_a_failed_model_say_why_and_keep_tritons_status(gw: LocalServer):
     infer = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}).encode()
     for method, path, body, status, triton_says in [
         ("GET", "/v2/models/corrupt/ready", None, 400, "Model version not ready"),
@@ -69,7 +69,7 @@ def test_http_calls_of_a_failed_model_say_why_and_keep_tritons_status(gw: Embedd
     assert _http(gw, "GET", "/v2/models/tiny/ready")[0] == 200
 
 
-def test_grpc_calls_of_a_failed_model_say_why_and_keep_tritons_status(gw: EmbeddedServer):
+def test_grpc_calls_of_a_failed_model_say_why_and_keep_tritons_status(gw: LocalServer):
     client = grpcclient.InferenceServerClient(gw.grpc_url.split("://", 1)[1])
     x = grpcclient.InferInput("x", [1], "FP32")
     x.set_data_from_numpy(np.ones(1, np.float32))

@@ -36,7 +36,7 @@ PATH = re.compile(r"(?<![\w.\-:])(?:/[\w.\-+@]+){2,}")
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("messages_repo")
-    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), gateway=True, supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, load_models=(), gateway=True, supervise=False)) as srv:
         yield srv
 
 
@@ -87,10 +87,11 @@ _SERVER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from mslite_server import EmbeddedServer, ServerConfig
+    from mslite_server import LocalServer, ServerConfig
     repo = Path(sys.argv[1])
-    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
-        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket), "prefix": s.shm_prefix}
+    with LocalServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
+        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket),
+                "prefix": s.workspace.shm_prefix}  # fmt: skip
         print(json.dumps(seen), flush=True)
         sys.stdin.read()  # serve until the test closes our stdin
     """

@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract import settings
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
@@ -81,7 +81,7 @@ def test_killed_workers_are_replaced_without_failed_predicts(tmp_path: Path):
     (tmp_path / "repo").mkdir()
     model = tmp_path / "tiny.onnx"
     model.write_bytes(GEN.build_tiny().SerializeToString())
-    with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5)) as srv:
+    with LocalServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=5)) as srv:
         ctx = mslite.Context()
         ctx.server_url = srv.grpc_url
         ctx.parallel.workers_num = 2
@@ -96,10 +96,10 @@ def test_killed_workers_are_replaced_without_failed_predicts(tmp_path: Path):
                 time.sleep(2)
                 victim = next(w for w in workers_of(srv.process.pid) if w.state != "Z")
                 os.kill(victim.pid, signal.SIGKILL)
-                killed_at, heals = time.monotonic(), len(srv._supervisor.heals)
-                while len(srv._supervisor.heals) == heals and time.monotonic() - killed_at < 60:
+                killed_at, heals = time.monotonic(), len(srv.supervisor.heals)
+                while len(srv.supervisor.heals) == heals and time.monotonic() - killed_at < 60:
                     time.sleep(0.05)
-                assert [h.what for h in srv._supervisor.heals[heals:]] == ["worker"], "dead worker not replaced"
+                assert [h.what for h in srv.supervisor.heals[heals:]] == ["worker"], "dead worker not replaced"
             time.sleep(2)
         finally:
             stop.set()

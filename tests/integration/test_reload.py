@@ -37,18 +37,18 @@ def _config(count: int, **parameters: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     """A server of its own: a crash here must not take the session's server with it, nor be healed.
 
     Without the supervisor, a tritonserver that aborts stays dead, and the tests see it.
     """
     repo = tmp_path_factory.mktemp("reload")
     add_model(repo, MODEL, GEN.build_tiny(), 'backend: "mslite"\n')
-    with EmbeddedServer(ServerConfig(model_repository=repo, load_models=(), supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, load_models=(), supervise=False)) as srv:
         yield srv
 
 
-def _load(server: EmbeddedServer, config: dict[str, Any]) -> None:
+def _load(server: LocalServer, config: dict[str, Any]) -> None:
     """Load (or reload) the model with `config`; a refusal fails the test with Triton's message."""
     body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
     req = urllib.request.Request(
@@ -66,7 +66,7 @@ def _load(server: EmbeddedServer, config: dict[str, Any]) -> None:
 class _Traffic(Traffic):
     """Raw gRPC clients calling the model in a loop, one connection per thread."""
 
-    def __init__(self, server: EmbeddedServer, clients: int = 3) -> None:
+    def __init__(self, server: LocalServer, clients: int = 3) -> None:
         super().__init__(clients, pause_after_failure_s=0.05)
         self.url = server.grpc_url.split("://", 1)[1]
         self._local = threading.local()
@@ -81,7 +81,7 @@ class _Traffic(Traffic):
         assert np.array_equal(y, x * 2 + 1)
 
 
-def _series_pids(server: EmbeddedServer, name: str) -> dict[str, set[int]]:
+def _series_pids(server: LocalServer, name: str) -> dict[str, set[int]]:
     """instance -> the worker pids that have a `name` series of the model on the metrics page."""
     text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
     found: dict[str, set[int]] = {}
@@ -92,12 +92,12 @@ def _series_pids(server: EmbeddedServer, name: str) -> dict[str, set[int]]:
     return found
 
 
-def _workers(server: EmbeddedServer) -> dict[str, int]:
+def _workers(server: LocalServer) -> dict[str, int]:
     assert server.process is not None
     return {w.instance: w.pid for w in workers_of(server.process.pid) if w.model == MODEL}
 
 
-def _wait_workers(server: EmbeddedServer, count: int, timeout_s: float = 60) -> dict[str, int]:
+def _wait_workers(server: LocalServer, count: int, timeout_s: float = 60) -> dict[str, int]:
     """instance -> pid of the model's workers, once they are exactly instances 0..count-1 (old ones exit late)."""
     expected, deadline = {f"{MODEL}_0_{k}" for k in range(count)}, time.monotonic() + timeout_s
     while set(workers := _workers(server)) != expected:
@@ -106,14 +106,14 @@ def _wait_workers(server: EmbeddedServer, count: int, timeout_s: float = 60) -> 
     return workers
 
 
-def _wait_series(server: EmbeddedServer, expected: dict[str, set[int]], timeout_s: float = 30) -> None:
+def _wait_series(server: LocalServer, expected: dict[str, set[int]], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while (got := _series_pids(server, "mslite_execution_ms_count")) != expected:
         assert time.monotonic() < deadline, f"execution series by instance: {got}, expected {expected}"
         time.sleep(0.5)
 
 
-def test_reloads_with_metrics_under_traffic_keep_the_server_serving(server: EmbeddedServer) -> None:
+def test_reloads_with_metrics_under_traffic_keep_the_server_serving(server: LocalServer) -> None:
     _load(server, _config(2))
     pid = server.process.pid if server.process else 0
     with _Traffic(server) as traffic:
@@ -130,7 +130,7 @@ def test_reloads_with_metrics_under_traffic_keep_the_server_serving(server: Embe
     _wait_series(server, {name: {worker} for name, worker in _wait_workers(server, 2).items()})
 
 
-def test_more_instances_through_a_reload(server: EmbeddedServer) -> None:
+def test_more_instances_through_a_reload(server: LocalServer) -> None:
     _load(server, _config(1))
     first = _wait_workers(server, 1)
     # only the count differs: Triton adds an instance to the live model rather than reloading it

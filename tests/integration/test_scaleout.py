@@ -1,4 +1,4 @@
-"""Scale-out on loopback: two embedded servers behind Debian's nginx (HTTP and gRPC), the client bound by name.
+"""Scale-out on loopback: two local servers behind Debian's nginx (HTTP and gRPC), the client bound by name.
 
 The nginx configuration is deploy/nginx/mslite-triton.conf.template, filled for loopback the way the official
 nginx image fills it in docker-compose.yml. Each replica serves `mobilenetv2` from its own repository; the
@@ -26,7 +26,7 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_contract import settings
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
 from tests.support.settled import settled
@@ -85,7 +85,7 @@ def no_shm():
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory):
-    """Two embedded servers, each with its own copy of the repository's mobilenetv2, started in parallel."""
+    """Two local servers, each with its own copy of the repository's mobilenetv2, started in parallel."""
     mobilenet = ROOT / "model_repository" / MODEL
     if not (mobilenet / "1" / "model.onnx").exists():
         GEN.save_model(GEN.build_mobilenetv2(), mobilenet / "1" / "model.onnx")
@@ -95,7 +95,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory):
         shutil.copytree(mobilenet, repo / MODEL, ignore=shutil.ignore_patterns("input.bin"))
         # no supervisor: the killed replica must stay down, the proxy's failover is what is measured
         config = ServerConfig(model_repository=repo, load_models=(MODEL,), exit_timeout_s=5, supervise=False)
-        servers.append(EmbeddedServer(config))
+        servers.append(LocalServer(config))
     try:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda s: s.start(), servers))
@@ -179,7 +179,7 @@ def _status(url: str) -> int:
         return 0
 
 
-def _success_count(server: EmbeddedServer) -> int:
+def _success_count(server: LocalServer) -> int:
     with urllib.request.urlopen(f"{server.http_url}/v2/models/{MODEL}/stats", timeout=5) as resp:
         stats = json.load(resp)["model_stats"]
     return sum(int(m["inference_stats"]["success"]["count"]) for m in stats)

@@ -1,4 +1,4 @@
-"""The embedded server: start-up, per-model readiness, bad models, ports, shutdown and /dev/shm cleanup."""
+"""`LocalServer`: start-up, per-model readiness, bad models, ports, shutdown and /dev/shm cleanup."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mslite_contract import settings
-from mslite_server import EmbeddedServer, ServerConfig, ServerStartError, launcher
+from mslite_server import LocalServer, ServerConfig, ServerStartError, local_server
 from mslite_server.ports import LOOPBACK, pick_ports
 from mslite_server.workers import workers_of
 from mslite_triton._admin_key import key_path, write_key
@@ -64,7 +64,7 @@ def test_port_in_use_is_named(tmp_path: Path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        srv = EmbeddedServer(ServerConfig(model_repository=tmp_path, grpc_port=port))
+        srv = LocalServer(ServerConfig(model_repository=tmp_path, grpc_port=port))
         with pytest.raises(ServerStartError, match=f"grpc port {port} on 127.0.0.1 is already in use"):
             srv.start()
         srv.remove_workspace()
@@ -74,18 +74,18 @@ def test_stop_removes_shm_and_workers(repository: Path, tmp_path: Path):
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "tiny").symlink_to(repository / "tiny")
-    srv = EmbeddedServer(ServerConfig(model_repository=repo))
+    srv = LocalServer(ServerConfig(model_repository=repo))
     with srv:
-        assert glob.glob(f"/dev/shm/{srv.shm_prefix}*"), "the python backend should have created shm regions"
+        assert glob.glob(f"/dev/shm/{srv.workspace.shm_prefix}*"), "the python backend should have created shm regions"
         pid = srv.process.pid
         stubs = subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True).stdout.split()
         assert len(stubs) >= 2  # the server and at least one worker
         started = time.monotonic()
     assert time.monotonic() - started < 30
-    assert not glob.glob(f"/dev/shm/{srv.shm_prefix}*")
+    assert not glob.glob(f"/dev/shm/{srv.workspace.shm_prefix}*")
     left = subprocess.run(["pgrep", "-s", str(pid)], capture_output=True, text=True).stdout.split()
     assert left == []
-    assert not srv.workspace.exists()
+    assert not srv.workspace.path.exists()
 
 
 def test_the_workers_regions_are_private(server):
@@ -94,20 +94,20 @@ def test_the_workers_regions_are_private(server):
     for worker in (w for w in workers_of(server.process.pid) if w.state != "Z"):  # a dead one has no command line
         args = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
         regions[worker.instance] = Path("/dev/shm", args[2].decode())
-    assert len(regions) >= 8 and all(p.name.startswith(server.shm_prefix) for p in regions.values())
+    assert len(regions) >= 8 and all(p.name.startswith(server.workspace.shm_prefix) for p in regions.values())
     modes = {instance: oct(path.stat().st_mode & 0o777) for instance, path in regions.items()}
     assert set(modes.values()) == {"0o600"}, modes
 
 
 def test_missing_repository_is_named(tmp_path: Path):
-    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path / "missing"))
+    srv = LocalServer(ServerConfig(model_repository=tmp_path / "missing"))
     with pytest.raises(ServerStartError, match="missing' is not a directory"):
         srv.start()
     srv.remove_workspace()
 
 
 def test_dead_server_fails_fast_with_log_tail(tmp_path: Path):
-    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag=1",)))
+    srv = LocalServer(ServerConfig(model_repository=tmp_path, extra_args=("--no-such-flag=1",)))
     started = time.monotonic()
     with pytest.raises(ServerStartError, match="exited during start-up") as info:
         srv.start()
@@ -121,7 +121,7 @@ def test_upload_copies_do_not_outlive_the_server(repository: Path, tmp_path: Pat
     """Triton copies uploaded models to /tmp/folderXXXXXX; a killed server (or an HTTP upload) left them there."""
     import mslite_triton as mslite
 
-    srv = EmbeddedServer(ServerConfig(model_repository=tmp_path, load_models=()))
+    srv = LocalServer(ServerConfig(model_repository=tmp_path, load_models=()))
     with srv:
         copies = set()
         for url in (srv.http_url, srv.grpc_url):
@@ -159,7 +159,7 @@ def test_warm_up_runs_before_the_model_is_ready(tmp_path: Path):
         (tmp_path / name / "1").mkdir(parents=True)
         (tmp_path / name / "1" / "model.onnx").write_bytes(_pairs_model())
         (tmp_path / name / "config.pbtxt").write_text('backend: "mslite"\n' + extra)
-    with EmbeddedServer(ServerConfig(model_repository=tmp_path)) as srv:
+    with LocalServer(ServerConfig(model_repository=tmp_path)) as srv:
         states = _states(srv)
         assert not states["warm"].ready and "reshape" in states["warm"].reason.lower(), states["warm"]
         assert states["cold"].ready, states["cold"]
@@ -189,10 +189,10 @@ def test_a_port_taken_between_its_pick_and_the_start_is_picked_again(
         picks.append(ports)
         return ports
 
-    monkeypatch.setattr(launcher, "pick_ports", pick_then_lose_one)
+    monkeypatch.setattr(local_server, "pick_ports", pick_then_lose_one)
     (tmp_path / "repo").mkdir()
     with occupant:
-        with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True)) as srv:
+        with LocalServer(ServerConfig(model_repository=tmp_path / "repo", gateway=True)) as srv:
             occupant_port = occupant.getsockname()[1]
             lost = key_path(LOOPBACK, occupant_port)
             assert len(picks) == 2, picks  # one start lost a port; the next, on other ports, started

@@ -54,11 +54,11 @@ def _repository(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     repo = _repository(tmp_path_factory.mktemp("clients_repo"))
-    with EmbeddedServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as srv:
+    with LocalServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as srv:
         yield srv
 
 
-def _client(srv: EmbeddedServer, route: str, protocol: str):
+def _client(srv: LocalServer, route: str, protocol: str):
     if protocol == "grpc":
         address = f"127.0.0.1:{srv.grpc_port}" if route == "gateway" else grpc_address(srv)
         return grpcclient, grpcclient.InferenceServerClient(address)
@@ -202,7 +202,7 @@ def test_output_order_is_the_same_in_every_server_start(tmp_path):
     x = np.ones((1, 4), dtype=np.float32)
     seen = set()
     for _ in range(5):
-        with EmbeddedServer(ServerConfig(model_repository=repo, supervise=False, restrict_admin=False)) as srv:
+        with LocalServer(ServerConfig(model_repository=repo, supervise=False, restrict_admin=False)) as srv:
             client = grpcclient.InferenceServerClient(f"127.0.0.1:{srv.grpc_port}")
             orders: list = []
             # concurrent requests, so both workers answer some of them; requested names in reverse order
@@ -223,7 +223,7 @@ def test_a_failed_reload_does_not_hold_up_the_stop(tmp_path):
     """Triton 2.51 counts a failed reload of a served model as live until its exit timeout (30 s here)."""
     repo = tmp_path / "repo"
     add_model(repo, "simple", model_zoo.six_outputs())
-    srv = EmbeddedServer(ServerConfig(model_repository=repo, supervise=False, restrict_admin=False))
+    srv = LocalServer(ServerConfig(model_repository=repo, supervise=False, restrict_admin=False))
     try:
         srv.start()
         client = httpclient.InferenceServerClient(f"127.0.0.1:{srv.http_port}", network_timeout=60)

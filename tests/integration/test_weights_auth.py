@@ -23,7 +23,7 @@ from mslite_contract.protocol import (
     WEIGHTS_INPUT,
     sign_update,
 )
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_triton.errors import PermissionDeniedError
 from tests.support.triton_direct import grpc_address, http_address
 
@@ -58,11 +58,11 @@ def gw(tmp_path_factory: pytest.TempPathFactory):
     )
     # no supervisor: the test restarts tritonserver itself, as a heal does
     config = ServerConfig(model_repository=repo, gateway=True, supervise=False, startup_timeout_s=240)
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 
-def _ways_in(server: EmbeddedServer) -> dict[str, tuple[object, str]]:
+def _ways_in(server: LocalServer) -> dict[str, tuple[object, str]]:
     """(tritonclient module, address) of each way to the worker: the gateway and Triton's own ports."""
     return {
         "http-gateway": (httpclient, f"127.0.0.1:{server.http_port}"),
@@ -95,7 +95,7 @@ def _proof(key: str, weights: np.ndarray) -> str:
     return sign_update(key, MODEL, MANIFEST, data=_sent(weights))
 
 
-def _predict(server: EmbeddedServer) -> np.ndarray:
+def _predict(server: LocalServer) -> np.ndarray:
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     try:
         x = httpclient.InferInput("x", [1, 4], "FP32")
@@ -160,7 +160,7 @@ def test_the_client_library_proves_the_key_and_without_it_is_told_why(gw, protoc
     np.testing.assert_array_equal(_predict(gw), X)
 
 
-def _restore(server: EmbeddedServer) -> None:
+def _restore(server: LocalServer) -> None:
     parameters = {UPDATE_PARAMETER: MANIFEST, PROOF_PARAMETER: _proof(server.admin_key, np.eye(4))}
     _update(httpclient, f"127.0.0.1:{server.http_port}", np.eye(4), parameters)
 

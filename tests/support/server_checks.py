@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mslite_server import EmbeddedServer
+from mslite_server import LocalServer
 from mslite_server.workers import describe_exit, workers_of
 
 # What the server log holds after a crash or a bug of ours: Triton's crash handler ("Signal (11) received"),
@@ -22,14 +22,14 @@ def log_alarms(text: str) -> list[str]:
     return [line for line in text.splitlines() if any(alarm in line for alarm in LOG_ALARMS)][:10]
 
 
-def health_marks(srv: EmbeddedServer) -> tuple[int, tuple[str, ...]]:
+def health_marks(srv: LocalServer) -> tuple[int, tuple[str, ...]]:
     """Tritonserver restarts and the causes of the supervisor's heals so far: a change means something died."""
-    supervisor = srv._supervisor
+    supervisor = srv.supervisor
     heals = tuple(f"{h.what}: {h.cause} (healed in {h.seconds:.1f} s)" for h in supervisor.heals) if supervisor else ()
     return srv.restarts, heals
 
 
-def dead_workers(srv: EmbeddedServer) -> list[str]:
+def dead_workers(srv: LocalServer) -> list[str]:
     """Workers that died and are not reaped yet (the supervisor heals them at its next polls), and how.
 
     A worker that ended cleanly (its model unloaded, exit code 0) is not one.
@@ -43,7 +43,7 @@ def dead_workers(srv: EmbeddedServer) -> list[str]:
     ]
 
 
-def assert_never_healed(srv: EmbeddedServer) -> None:
+def assert_never_healed(srv: LocalServer) -> None:
     """The server never restarted nor replaced a worker, and its log holds no crash.
 
     The supervisor heals crashes and the client retries meanwhile, so without this check a backend crash
