@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from mslite_gateway.http_framing import HttpError
 from mslite_gateway.http_front import Upstream
+from mslite_gateway.http_messages import HttpError
 from mslite_gateway.upstream_address import UpstreamAddress
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
