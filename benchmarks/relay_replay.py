@@ -94,7 +94,7 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         "RelayRules": core.RelayRules,
         "write": frames.write,
         "HttpFront": modules["mslite_gateway.http_front"].HttpFront,
-        "Upstream": modules["mslite_gateway.http_front"].Upstream,
+        "Upstream": modules["mslite_gateway.http_front"].Upstream,  # every version's http_front has the name
     }
 
 

@@ -65,6 +65,7 @@ OUR_MOVES = {
     (CLOSED, "ended"): CLOSED,  # the end of lingering after a refusal
 }
 _NEVER = float("inf")
+_CRLF = b"\r\n"
 
 
 class ProtocolBug(RuntimeError):
@@ -251,7 +252,8 @@ class HttpConnection:
                 raise HttpError(414, f"request line longer than {MAX_TARGET_BYTES} bytes", linger=True)
             raise HttpError(431, f"request headers longer than {MAX_HEAD_BYTES} bytes", linger=True)
         self._scanned = 0
-        req = parse_head(cut(src, 0, at + 4).lstrip(b"\r\n")[:-4])
+        # blank lines before a request line are skipped (RFC 9112 2.2), as far as the first empty line
+        req = parse_head(cut(src, 0, at) if src[0] not in _CRLF else cut(src, 0, at + 4).lstrip(b"\r\n")[:-4])
         length, coding = req.header(b"content-length"), req.header(b"transfer-encoding")
         if coding is not None and length is not None:
             raise HttpError(400, "a request may not have both Transfer-Encoding and Content-Length", close=True)
@@ -263,16 +265,22 @@ class HttpConnection:
         if size > self.cap:
             message = f"request body of {size} bytes is over this server's limit of {self.cap} bytes"
             raise HttpError(413, message, linger=True)
+        start = at + 4
         if coding is None and not size:
             self._hand_out(req)
-            return at + 4
+            return start
         if (req.header(b"expect") or b"").lower() == b"100-continue":
             self.step.writes.append(CONTINUE)
+        if coding is None and len(src) - start >= size:  # the whole body came with its head: the usual case
+            self._charge(size)
+            req.body = cut(src, start, start + size)
+            self._hand_out(req)
+            return start + size
         self._head = req
         self._body = ChunkedBody(self.cap, self._charge) if coding is not None else SizedBody(size, self._charge)
         self._body_until = now + self.body_s
         self._move("head")
-        return at + 4
+        return start
 
     def _charge(self, n: int) -> None:
         """Count `n` bytes of body that arrived (503 kLiteServiceDeny beyond a bound)."""

@@ -14,12 +14,12 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from mslite_contract.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
 from mslite_contract.scrub import json_error, scrub_json_error
-from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_RETRY_S
+from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.admission import Admission, Overloaded
 from mslite_gateway.deadlines import within
 from mslite_gateway.http_checks import (
@@ -37,15 +37,15 @@ from mslite_gateway.http_checks import (
 )
 from mslite_gateway.http_connection import HttpConnection
 from mslite_gateway.http_messages import HttpError, Request, Response, client_head, error_response, upstream_head
+from mslite_gateway.http_upstream import READ_BYTES, Upstream
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
-from mslite_gateway.rules import Refusal, holds_key, no_answer
+from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
 from mslite_gateway.server_metadata import served_json
 from mslite_gateway.staging import Staging
-from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 
@@ -55,133 +55,6 @@ _KEY_HEADER = ADMIN_HEADER.encode()
 # While requests wait for Triton, their clients' connections are looked at this often: one that hung up has its
 # request's upstream connection closed (all HTTP allows to cancel it) and its admission slot given back.
 CLIENT_WATCH_S = 1.0
-READ_BYTES = 1 << 20  # the most one read of a client connection takes (what its stream buffered)
-
-
-async def read_response(reader: asyncio.StreamReader) -> Response:
-    """One HTTP/1.1 response (interim 1xx answers skipped), body framed by Content-Length, chunks or EOF."""
-    while True:
-        lines = (await reader.readuntil(b"\r\n\r\n"))[:-4].split(b"\r\n")
-        code = int(lines[0].split(b" ", 2)[1])
-        if not 100 <= code < 200:
-            break
-    headers = [(line.partition(b":")[0].strip().lower(), line) for line in lines[1:]]
-    values = {name: line.partition(b":")[2].strip().lower() for name, line in headers}
-    reusable = lines[0].startswith(b"HTTP/1.1") and values.get(b"connection") != b"close"
-    if code in (204, 304):
-        body = b""
-    elif values.get(b"transfer-encoding") == b"chunked":
-        parts = []
-        while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16):
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        while await reader.readuntil(b"\r\n") != b"\r\n":
-            pass
-        body = b"".join(parts)
-    elif b"content-length" in values:
-        body = await reader.readexactly(int(values[b"content-length"]))
-    else:
-        body, reusable = await reader.read(), False
-    return Response(lines[0], headers, body, reusable)
-
-
-class _Unanswered(Exception):
-    """Triton gave no answer: `sent` when the request may have reached it."""
-
-    def __init__(self, status: int, message: str, sent: bool) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.sent = sent
-
-
-class Upstream:
-    """Keep-alive connections to Triton's HTTP endpoint, reused by whichever request comes next."""
-
-    def __init__(
-        self,
-        address: UpstreamAddress,
-        *,
-        timeout_s: float,
-        retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
-        max_idle: int = 64,
-    ) -> None:
-        self.address = address
-        self.timeout_s = timeout_s
-        self.retry_s = retry_s
-        self.max_idle = max_idle
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-    async def exchange(
-        self, head: bytes, body: bytes, *, idempotent: bool, prepare: Callable[[], Awaitable[bool]] | None = None
-    ) -> Response:
-        """Send one request and read its answer.
-
-        While Triton is away (the supervisor restarts it in a few seconds), the request waits and is sent
-        again for up to `retry_s`: always when it could not be delivered, and when Triton dropped it
-        unanswered only if it is `idempotent` (GET, inference), which is what a direct client would retry.
-        A request that is not goes on a new connection of its own: on a pooled one, a connection the server
-        dropped while idle and a server that died of the request look the same, and only the first may be
-        sent again. On a new connection `prepare` runs first (a staged request's region registered with this
-        Triton).
-
-        Raises:
-            HttpError: 503 when Triton cannot be reached, 502 when it breaks off, 504 past the timeout.
-        """
-        deadline, delay = time.monotonic() + self.retry_s, 0.05
-        while True:
-            try:
-                return await self._attempt(head, body, prepare, idempotent)
-            except _Unanswered as e:
-                if (e.sent and not idempotent) or time.monotonic() + delay > deadline:
-                    raise HttpError(e.status, e.message) from None
-            await asyncio.sleep(delay)
-            delay = min(1.0, delay * 2)
-
-    async def _attempt(
-        self, head: bytes, body: bytes, prepare: Callable[[], Awaitable[bool]] | None, idempotent: bool
-    ) -> Response:
-        for _ in range(2):
-            fresh = not self._idle or not idempotent
-            if fresh:
-                try:
-                    conn = await asyncio.wait_for(self.address.open_connection(limit=1 << 20), 10)
-                except (OSError, asyncio.TimeoutError) as e:
-                    raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
-                if prepare is not None and not await prepare():
-                    conn[1].close()
-                    raise _Unanswered(503, "the inference server is not ready for this request (restarting?)", False)
-            else:
-                conn = self._idle.pop()
-            reader, writer = conn
-            try:
-                writer.writelines((head, body))  # one writev: no copy of the body, one segment for a small one
-                await writer.drain()
-                resp = await within(read_response(reader), self.timeout_s)
-            except (ConnectionError, asyncio.IncompleteReadError) as e:
-                writer.close()
-                if fresh or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
-                    raise _Unanswered(
-                        502, "the inference server closed the connection without an answer", True
-                    ) from None
-                continue  # an idle keep-alive connection the server had closed: once more on a fresh one
-            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
-                writer.close()
-                raise HttpError(504, no_answer(self.timeout_s)) from None
-            except asyncio.CancelledError:  # the client hung up: its answer must never reach the next request
-                writer.close()
-                raise
-            if resp.reusable and len(self._idle) < self.max_idle:
-                self._idle.append(conn)
-            else:
-                writer.close()
-            return resp
-        raise _Unanswered(502, "the inference server closed the connection without an answer", True)
-
-    def close(self) -> None:
-        """Close every pooled connection."""
-        while self._idle:
-            self._idle.pop()[1].close()
 
 
 class HttpFront:
@@ -241,9 +114,9 @@ class HttpFront:
                 self.refused += step.refused
                 if step.half_close:
                     writer.write_eof()
-                if step.close or self.closing:
+                if step.close:
                     return
-                if step.request is not None:
+                if step.request is not None:  # served even once the gateway stops: it was read whole
                     self.inflight += 1
                     try:
                         parts, close = await self._serve(step.request, reader, conn)
@@ -251,6 +124,8 @@ class HttpFront:
                         self.inflight -= 1
                     step = conn.answer(parts, close, loop.time())
                     continue
+                if self.closing:  # stopping: nothing more is read
+                    return
                 try:
                     data = await within(reader.read(READ_BYTES), conn.deadline() - loop.time())
                 except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
