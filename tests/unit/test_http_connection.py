@@ -171,11 +171,14 @@ def _record(conn: HttpConnection, step: Step, events: list) -> None:
 
 
 def _replay(pieces: list[bytes]) -> list:
-    conn, events = _connection(), []
+    """The events of feeding `pieces`, then the client's end; every byte counted in flight is given back."""
+    admission = _admission()
+    conn, events = _connection(admission), []
     for piece in [*pieces, b""]:
         if conn.client is CLOSED:
             break
         _record(conn, conn.feed(piece, 0.0), events)
+    assert conn.client is CLOSED and admission.bytes == 0
     return events
 
 
