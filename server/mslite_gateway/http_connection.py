@@ -64,6 +64,13 @@ OUR_MOVES = {
     (ANSWERING, "ended"): CLOSED,
     (CLOSED, "ended"): CLOSED,  # the end of lingering after a refusal
 }
+# Both tables at once, for `_move`: (client state, our state, event) -> (client state, our state).
+_MOVES = {
+    (client, ours, event): (after, OUR_MOVES[ours, event])
+    for (client, event), after in CLIENT_MOVES.items()
+    for ours in (IDLE, ANSWERING, CLOSED)
+    if (ours, event) in OUR_MOVES
+}
 _NEVER = float("inf")
 _CRLF = b"\r\n"
 
@@ -205,21 +212,27 @@ class HttpConnection:
 
     def _move(self, event: str) -> None:
         try:
-            client, ours = CLIENT_MOVES[self.client, event], OUR_MOVES[self.ours, event]
+            self.client, self.ours = _MOVES[self.client, self.ours, event]
         except KeyError:
             raise ProtocolBug(f"HTTP connection: no move '{event}' from states {self.client}/{self.ours}") from None
-        self.client, self.ours = client, ours
 
     def _parse(self, data: bytes, now: float) -> None:
-        """Read heads and bodies from `_buf` + `data` until a request is whole, or the bytes run out."""
+        """Read a head and its body from `_buf` + `data` until the request is whole, or the bytes run out."""
         buf = self._buf
         if buf:
             buf += data
             src: Source = buf
         else:
-            src = data
+            src = data  # the usual case: nothing left over, the bytes are read where they lie
         try:
-            pos = self._read(src, now)
+            pos = self._read_head(src, now) if self.client is IDLE else 0
+            body = self._body
+            if body is not None:
+                pos = body.take(src, pos)
+                if body.done:
+                    assert self._head is not None
+                    self._head.body = body.result()
+                    self._hand_out(self._head)
         except HttpError as e:
             self._refuse(e, now)
             return
@@ -227,19 +240,6 @@ class HttpConnection:
             del buf[:pos]
         elif pos < len(src):
             buf += memoryview(src)[pos:]
-
-    def _read(self, src: Source, now: float) -> int:
-        pos = 0
-        if self.client is IDLE:
-            pos = self._read_head(src, now)
-        if self.client is BODY:
-            body = self._body
-            assert body is not None and self._head is not None
-            pos = body.take(src, pos)
-            if body.done:
-                self._head.body = body.result()
-                self._hand_out(self._head)
-        return pos
 
     def _read_head(self, src: Source, now: float) -> int:
         end = len(src)

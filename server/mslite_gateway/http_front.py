@@ -111,7 +111,8 @@ class HttpFront:
                 if step.writes:
                     writer.writelines(step.writes)
                     await writer.drain()
-                self.refused += step.refused
+                if step.refused:
+                    self.refused += 1
                 if step.half_close:
                     writer.write_eof()
                 if step.close:

@@ -69,9 +69,11 @@ class ResponseReader:
             body = self._body
             if body is None:
                 size = self._size
-                if len(src) - pos >= size:  # the whole body came with its head: the usual case
-                    whole = cut(src, pos, pos + size) if size else b""
-                    self._keep(src, pos + size)
+                end = pos + size
+                if len(src) >= end:  # the whole body came with its head: the usual case
+                    whole = cut(src, pos, end) if size else b""
+                    if src is self._buf or end < len(src):
+                        self._keep(src, end)
                     return Response(self._head, self._headers, whole, self._reusable and not self._buf)
                 body = self._body = SizedBody(size, _free)
             pos = body.take(src, pos)
