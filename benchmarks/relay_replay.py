@@ -205,13 +205,17 @@ def replay_http(reads: list[tuple[str, bytes]], gateway: dict[str, Any] | None =
     admission = g["Admission"](max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
     upstream = g["Upstream"](_Triton(answers), timeout_s=60.0)
     front = g["HttpFront"](upstream, max_request_bytes=64 << 20, admission=admission)
-    client = _Peer(iter(requests), 64 << 10)
-    client.reply()  # the first request; each answer brings the next
+
+    async def serve() -> tuple[float, _Peer]:
+        client = _Peer(iter(requests), 64 << 10)  # its reader belongs to the loop that runs this
+        client.reply()  # the first request; each answer brings the next
+        start = time.thread_time()
+        await front.handle(client.reader, client)
+        return time.thread_time() - start, client
+
     loop = uvloop.new_event_loop()
     try:
-        start = time.thread_time()
-        loop.run_until_complete(front.handle(client.reader, client))  # type: ignore[arg-type]
-        spent = time.thread_time() - start
+        spent, client = loop.run_until_complete(serve())
     finally:
         loop.close()
     return spent, client.status_lines.count(b"HTTP/1.1 200")
