@@ -1,39 +1,52 @@
-"""The gateway's gRPC relay without sockets: its Python cost per request, on traffic recorded from a real run.
+"""The gateway's relays without sockets: their Python cost per request, on traffic recorded from a real run.
 
     .venv/bin/python -m benchmarks.relay_replay [--model tiny] [--concurrency 8] [--chunks 40000] [--profile]
     .venv/bin/python -m benchmarks.relay_replay --replay tests/support/relay_traffic/perf_analyzer_tiny.reads \
         --against /tmp/base/server   # another version's gateway (e.g. `git archive BASE server | tar -x`)
+    .venv/bin/python -m benchmarks.relay_replay --protocol http --rounds 5 \
+        --replay tests/support/relay_traffic/perf_analyzer_tiny_http.reads --against /tmp/base/server
 
 Starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
 Those reads, in their order, are then fed to the relay's socket-free core (`grpc_core.RelayCore`), and
-its writes to a transport that drops them. Prints the best of 5 replays as microseconds of Python per
-request (requests counted by admission control); `--profile` adds cProfile's top functions. Nothing here
+its writes to a transport that drops them. Prints the median (and the best) of 5 replays as microseconds
+of Python per request (requests counted by admission control); `--profile` adds cProfile's top functions. Nothing here
 waits on a socket or another process, so the figure holds steady on a busy machine, where throughput
 ratios do not; in the real process the same work costs about twice as much (cold caches between requests).
 
+`--protocol http` records perf_analyzer's HTTP traffic instead (one connection, concurrency 1) and replays it
+through the whole HTTP front (`http_front.HttpFront.handle`: framing, checks, the answer's head) on in-memory
+streams: the client's next request is fed once the answer to the last one is written, and the upstream
+connection answers each request with Triton's recorded answer (the recording `HTTP_REPEAT` times over,
+on one connection). That includes asyncio's stream code on both
+sides, as the real process has it (and as any version of the front needs, so versions compare alike).
+
 `--against DIR` times a second version of the gateway (the `mslite_gateway` package in DIR) on the same
 reads in the same process, the two alternated replay by replay (the order reversed every other round), so
-a change of the machine's load reaches both alike; it prints each one's best and their ratio.
+a change of the machine's load reaches both alike; it prints each one's median and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import importlib
 import importlib.util
 import pickle
 import pstats
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.support import relay_traffic
 
 ROOT = Path(__file__).resolve().parent.parent
+HTTP_REPEAT = 20  # an HTTP recording's exchanges, one after another, this many times in one replay
 
 
 class _Sink:
@@ -54,6 +67,7 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
     """
     if root is None:
         import mslite_gateway.grpc_core  # noqa: F401  (the installed version, as every other caller sees it)
+        import mslite_gateway.http_front  # noqa: F401
 
         modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "mslite_gateway"}
     else:
@@ -67,6 +81,7 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
             sys.modules["mslite_gateway"] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(sys.modules["mslite_gateway"])  # its submodules are then found in `folder`
             importlib.import_module("mslite_gateway.grpc_core")
+            importlib.import_module("mslite_gateway.http_front")
             modules = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
         finally:
             sys.modules.update(saved)
@@ -78,6 +93,8 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         "RelayCore": core.RelayCore,
         "RelayRules": core.RelayRules,
         "write": frames.write,
+        "HttpFront": modules["mslite_gateway.http_front"].HttpFront,
+        "Upstream": modules["mslite_gateway.http_front"].Upstream,  # every version's http_front has the name
     }
 
 
@@ -116,6 +133,94 @@ def replay(reads: list[tuple[str, bytes]], gateway: dict[str, Any] | None = None
     return time.thread_time() - start, entered
 
 
+class _Peer:
+    """The far end of an in-memory connection: each write to it is answered with its next recorded bytes."""
+
+    def __init__(self, replies: Iterator[bytes], limit: int) -> None:
+        self.reader = asyncio.StreamReader(limit=limit)  # the gateway's: 64 KiB for clients, 1 MiB for Triton
+        self.replies = replies
+        self.status_lines: list[bytes] = []  # the start of each message written to this side
+
+    def reply(self) -> None:
+        data = next(self.replies, None)
+        if data is None:
+            self.reader.feed_eof()
+        else:
+            self.reader.feed_data(data)
+
+    def write(self, data: Any) -> None:
+        self.status_lines.append(data[:12])
+        self.reply()
+
+    def writelines(self, data: Any) -> None:
+        self.status_lines.append(data[0][:12])
+        self.reply()
+
+    async def drain(self) -> None:
+        pass
+
+    def write_eof(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Triton:
+    """An upstream address whose connections answer with the recorded answers, in order."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        self.answers = iter(answers)  # one order for all: the pool may open another connection
+
+    async def open_connection(self, **kwargs: Any) -> tuple[asyncio.StreamReader, _Peer]:
+        peer = _Peer(self.answers, 1 << 20)
+        return peer.reader, peer
+
+
+def exchanges(reads: list[tuple[str, bytes]]) -> tuple[list[bytes], list[bytes]]:
+    """A recorded HTTP connection as its requests and Triton's answers (the last, perhaps cut off, left out)."""
+    requests: list[bytes] = []
+    answers: list[bytes] = []
+    for side, data in reads:
+        if side == "client":
+            if len(answers) == len(requests):
+                requests.append(b"")
+            requests[-1] += data
+        else:
+            if len(answers) < len(requests):
+                answers.append(b"")
+            answers[-1] += data
+    n = min(len(requests), len(answers)) - 1
+    return requests[:n], answers[:n]
+
+
+def replay_http(reads: list[tuple[str, bytes]], gateway: dict[str, Any] | None = None) -> tuple[float, int]:
+    """CPU seconds the HTTP front (of `gateway`) spent on the recorded connection `reads`, and the answers it
+    wrote that were Triton's 200s."""
+    import uvloop
+
+    g = gateway or load_gateway()
+    requests, answers = exchanges(reads)
+    requests, answers = requests * HTTP_REPEAT, answers * HTTP_REPEAT
+    admission = g["Admission"](max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
+    upstream = g["Upstream"](_Triton(answers), timeout_s=60.0)
+    front = g["HttpFront"](upstream, max_request_bytes=64 << 20, admission=admission)
+
+    async def serve() -> tuple[float, _Peer]:
+        client = _Peer(iter(requests), 64 << 10)  # its reader belongs to the loop that runs this
+        client.reply()  # the first request; each answer brings the next
+        start = time.thread_time()
+        await front.handle(client.reader, client)
+        return time.thread_time() - start, client
+
+    loop = uvloop.new_event_loop()
+    try:
+        spent, client = loop.run_until_complete(serve())
+    finally:
+        loop.close()
+    return spent, client.status_lines.count(b"HTTP/1.1 200")
+
+
 def drive_client(url: str, model: str, seconds: float) -> None:
     """tritonclient's gRPC traffic on one channel: 8 inferences in flight, and now and then a call refused."""
     import threading
@@ -150,7 +255,9 @@ def drive_client(url: str, model: str, seconds: float) -> None:
     client.close()
 
 
-def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str = "perf_analyzer") -> None:
+def record(
+    model: str, concurrency: int, chunks: int, path: Path, *, driver: str = "perf_analyzer", protocol: str = "grpc"
+) -> None:
     """perf_analyzer (or tritonclient: `driver`) through a recording pass-through relay, until `path` holds
     `chunks` reads."""
     from benchmarks import passthrough_relay
@@ -161,7 +268,7 @@ def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str
     config = ServerConfig(model_repository=ROOT / "model_repository", load_models=(model,), gateway=False)
     with LocalServer(config) as srv:
         (port,) = pick_ports([("127.0.0.1", 0, "gRPC")])
-        route = f"{port}:127.0.0.1:{srv.grpc_port}"
+        route = f"{port}:127.0.0.1:{srv.grpc_port if protocol == 'grpc' else srv.http_port}"
         relay = passthrough_relay.start([route], "--record", str(path), "--chunks", str(chunks))
         try:
             deadline = time.monotonic() + 300
@@ -172,7 +279,9 @@ def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str
                 from tests.support.tools import ensure_tools
 
                 tools = ensure_tools(ROOT, note=lambda s: print(s, flush=True))
-                spec = PerfRun(tools.perf_analyzer, model, f"127.0.0.1:{port}", "grpc", concurrency, 2000, max_trials=3)
+                spec = PerfRun(
+                    tools.perf_analyzer, model, f"127.0.0.1:{port}", protocol, concurrency, 2000, max_trials=3
+                )
                 try:  # only its traffic matters: the relay may cut it off once it has recorded enough
                     run(spec, tools.env)
                 except PerfAnalyzerError:
@@ -184,17 +293,24 @@ def record(model: str, concurrency: int, chunks: int, path: Path, *, driver: str
             relay.wait()
 
 
+def _per_request_us(runs: list[tuple[float, int]]) -> tuple[float, float]:
+    """The median and the best of `runs` ((seconds, requests) each) in microseconds per request."""
+    per = [seconds / max(requests, 1) * 1e6 for seconds, requests in runs]
+    return statistics.median(per), min(per)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--chunks", type=int, default=40000, help="reads to record (both ways together)")
     ap.add_argument("--profile", action="store_true", help="also cProfile's top functions of one replay")
-    ap.add_argument("--driver", choices=("perf_analyzer", "tritonclient"), default="perf_analyzer")
+    ap.add_argument("--driver", choices=("perf_analyzer", "tritonclient"), default="perf_analyzer", help="gRPC only")
+    ap.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     ap.add_argument("--save", type=Path, help="also write the recording here (tests/support/relay_traffic.py format)")
     ap.add_argument("--replay", type=Path, help="replay this saved recording instead of recording one")
     ap.add_argument("--against", type=Path, help="also time the mslite_gateway package in this folder, alternated")
-    ap.add_argument("--rounds", type=int, default=5, help="replays per version (the best one counts)")
+    ap.add_argument("--rounds", type=int, default=5, help="replays per version (the median counts)")
     args = ap.parse_args(argv)
     if args.replay is not None:
         reads = relay_traffic.load(args.replay)
@@ -203,40 +319,31 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit("run `make models` first")
         with tempfile.TemporaryDirectory(prefix="relay-replay-") as tmp:
             path = Path(tmp) / "reads.pickle"
-            record(args.model, args.concurrency, args.chunks, path, driver=args.driver)
+            record(args.model, args.concurrency, args.chunks, path, driver=args.driver, protocol=args.protocol)
             reads = pickle.loads(path.read_bytes())
         if args.save is not None:
             relay_traffic.save(args.save, reads)
     ours = load_gateway()
-    if args.against is not None:
-        other = load_gateway(args.against.resolve())
-        theirs, runs = [], []
-        for i in range(args.rounds):
-            if i % 2:
-                runs.append(replay(reads, ours))
-                theirs.append(replay(reads, other))
-            else:
-                theirs.append(replay(reads, other))
-                runs.append(replay(reads, ours))
-        other_best, other_requests = min(theirs)
-        print(
-            f"{args.against}: {other_best / max(other_requests, 1) * 1e6:.2f} us per request "
-            f"({other_requests} requests, best of {args.rounds})",
-            flush=True,
-        )
-    else:
-        runs = [replay(reads, ours) for _ in range(args.rounds)]
-    best, requests = min(runs)
-    print(
-        f"{args.model} gRPC c={args.concurrency}: {len(reads)} reads, {requests} requests, "
-        f"{best / max(requests, 1) * 1e6:.2f} us of relay Python per request (best of {args.rounds})",
-        flush=True,
-    )
-    if args.against is not None:
-        print(f"this version / {args.against}: {best / requests / (other_best / other_requests):.3f}", flush=True)
+    replay_one = replay_http if args.protocol == "http" else replay
+    runs: list[tuple[float, int]] = []
+    theirs: list[tuple[float, int]] = []
+    other = load_gateway(args.against.resolve()) if args.against is not None else None
+    for i in range(args.rounds):  # alternated, the order reversed every other round
+        for version in (ours, other) if i % 2 else (other, ours):
+            if version is not None:
+                (runs if version is ours else theirs).append(replay_one(reads, version))
+    print(f"{args.model} {args.protocol} c={args.concurrency}: {len(reads)} reads, {runs[0][1]} requests", flush=True)
+    us = {"this version": _per_request_us(runs)}
+    if theirs:
+        us[str(args.against)] = _per_request_us(theirs)
+    for name, (median, best) in us.items():
+        print(f"{name}: {median:.2f} us of relay Python per request (median of {args.rounds}; best {best:.2f})")
+    if theirs:
+        ratio = us["this version"][0] / us[str(args.against)][0]
+        print(f"this version / {args.against}: {ratio:.3f} (medians)", flush=True)
     if args.profile:
         profiler = cProfile.Profile()
-        profiler.runcall(replay, reads, ours)
+        profiler.runcall(replay_one, reads, ours)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
     return 0
 

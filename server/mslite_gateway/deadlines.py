@@ -1,6 +1,6 @@
 """Timeouts for the gateway's awaits: one timer per task, re-armed only when it would fire too late.
 
-Every HTTP request waits three times (its head, its body, Triton's answer), each with a timeout. An
+Every HTTP request waits at least twice (a read of its bytes, Triton's answer), each with a timeout. An
 `asyncio.timeout` scope costs 3.6 us on uvloop (an object, a timer scheduled and cancelled); here a task keeps
 one timer (`_Clock`), each await only writes its deadline, and the timer, when it fires early, sets itself
 again for the deadline now current. It is scheduled anew only where a deadline comes sooner than the timer.

@@ -1,8 +1,10 @@
-"""The gateway's HTTP proxy: one asyncio task per client connection, pooled keep-alive connections to Triton.
+"""The gateway's HTTP proxy: an asyncio adapter per client connection, pooled keep-alive connections to Triton.
 
-Framing and checks live in `http_framing`; this module only moves bytes. Requests on one connection are
-served in order (pipelining works, one at a time). A refused body is read and dropped for a few seconds
-after the answer ("lingering close"), so a client still sending it sees the 413 instead of a reset.
+Framing, admission of the body's bytes and the connection's deadlines live in the socket-free core
+(`http_connection.HttpConnection`): `HttpFront.handle` only reads, feeds it, writes what it returns and
+answers the requests it hands out. What an answer is (the body checks of `http_checks`, Triton's answer
+through `Upstream`, errors scrubbed) is decided here. Requests on one connection are served in order
+(pipelining works, one at a time).
 """
 
 from __future__ import annotations
@@ -12,47 +14,38 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from mslite_contract.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
 from mslite_contract.scrub import json_error, scrub_json_error
-from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_RETRY_S
-from mslite_gateway.admission import Account, Admission, Overloaded
+from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
+from mslite_gateway.admission import Admission, Overloaded
 from mslite_gateway.deadlines import within
-from mslite_gateway.http_framing import (
+from mslite_gateway.http_checks import (
     GENERATE_ROUTE,
     INFER_ROUTE,
-    LINGER_BYTES,
-    LINGER_S,
-    HttpError,
-    Request,
     check_infer,
     check_infer_elsewhere,
     check_json_body,
     check_region_call,
-    client_head,
-    error_response,
     infer_empty_batches,
     needs_offload,
-    parse_head,
-    read_body,
-    read_head,
     remap_parse_500,
     stage_body,
-    upstream_head,
     work_bytes,
 )
+from mslite_gateway.http_connection import HttpConnection
+from mslite_gateway.http_messages import HttpError, Request, Response, client_head, error_response, upstream_head
+from mslite_gateway.http_upstream import READ_BYTES, Upstream
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
-from mslite_gateway.rules import Refusal, holds_key, no_answer
+from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
 from mslite_gateway.server_metadata import served_json
 from mslite_gateway.staging import Staging
-from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
 
@@ -62,142 +55,6 @@ _KEY_HEADER = ADMIN_HEADER.encode()
 # While requests wait for Triton, their clients' connections are looked at this often: one that hung up has its
 # request's upstream connection closed (all HTTP allows to cancel it) and its admission slot given back.
 CLIENT_WATCH_S = 1.0
-
-
-@dataclass
-class Response:
-    """Triton's answer, read whole."""
-
-    status_line: bytes
-    headers: list[tuple[bytes, bytes]]  # (lower-case name, raw line)
-    body: bytes
-    reusable: bool
-
-
-async def read_response(reader: asyncio.StreamReader) -> Response:
-    """One HTTP/1.1 response (interim 1xx answers skipped), body framed by Content-Length, chunks or EOF."""
-    while True:
-        lines = (await reader.readuntil(b"\r\n\r\n"))[:-4].split(b"\r\n")
-        code = int(lines[0].split(b" ", 2)[1])
-        if not 100 <= code < 200:
-            break
-    headers = [(line.partition(b":")[0].strip().lower(), line) for line in lines[1:]]
-    values = {name: line.partition(b":")[2].strip().lower() for name, line in headers}
-    reusable = lines[0].startswith(b"HTTP/1.1") and values.get(b"connection") != b"close"
-    if code in (204, 304):
-        body = b""
-    elif values.get(b"transfer-encoding") == b"chunked":
-        parts = []
-        while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16):
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        while await reader.readuntil(b"\r\n") != b"\r\n":
-            pass
-        body = b"".join(parts)
-    elif b"content-length" in values:
-        body = await reader.readexactly(int(values[b"content-length"]))
-    else:
-        body, reusable = await reader.read(), False
-    return Response(lines[0], headers, body, reusable)
-
-
-class _Unanswered(Exception):
-    """Triton gave no answer: `sent` when the request may have reached it."""
-
-    def __init__(self, status: int, message: str, sent: bool) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.sent = sent
-
-
-class Upstream:
-    """Keep-alive connections to Triton's HTTP endpoint, reused by whichever request comes next."""
-
-    def __init__(
-        self,
-        address: UpstreamAddress,
-        *,
-        timeout_s: float,
-        retry_s: float = GATEWAY_UPSTREAM_RETRY_S,
-        max_idle: int = 64,
-    ) -> None:
-        self.address = address
-        self.timeout_s = timeout_s
-        self.retry_s = retry_s
-        self.max_idle = max_idle
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-    async def exchange(
-        self, head: bytes, body: bytes, *, idempotent: bool, prepare: Callable[[], Awaitable[bool]] | None = None
-    ) -> Response:
-        """Send one request and read its answer.
-
-        While Triton is away (the supervisor restarts it in a few seconds), the request waits and is sent
-        again for up to `retry_s`: always when it could not be delivered, and when Triton dropped it
-        unanswered only if it is `idempotent` (GET, inference), which is what a direct client would retry.
-        A request that is not goes on a new connection of its own: on a pooled one, a connection the server
-        dropped while idle and a server that died of the request look the same, and only the first may be
-        sent again. On a new connection `prepare` runs first (a staged request's region registered with this
-        Triton).
-
-        Raises:
-            HttpError: 503 when Triton cannot be reached, 502 when it breaks off, 504 past the timeout.
-        """
-        deadline, delay = time.monotonic() + self.retry_s, 0.05
-        while True:
-            try:
-                return await self._attempt(head, body, prepare, idempotent)
-            except _Unanswered as e:
-                if (e.sent and not idempotent) or time.monotonic() + delay > deadline:
-                    raise HttpError(e.status, e.message) from None
-            await asyncio.sleep(delay)
-            delay = min(1.0, delay * 2)
-
-    async def _attempt(
-        self, head: bytes, body: bytes, prepare: Callable[[], Awaitable[bool]] | None, idempotent: bool
-    ) -> Response:
-        for _ in range(2):
-            fresh = not self._idle or not idempotent
-            if fresh:
-                try:
-                    conn = await asyncio.wait_for(self.address.open_connection(limit=1 << 20), 10)
-                except (OSError, asyncio.TimeoutError) as e:
-                    raise _Unanswered(503, f"the inference server is not reachable (restarting?): {e}", False) from None
-                if prepare is not None and not await prepare():
-                    conn[1].close()
-                    raise _Unanswered(503, "the inference server is not ready for this request (restarting?)", False)
-            else:
-                conn = self._idle.pop()
-            reader, writer = conn
-            try:
-                writer.writelines((head, body))  # one writev: no copy of the body, one segment for a small one
-                await writer.drain()
-                resp = await within(read_response(reader), self.timeout_s)
-            except (ConnectionError, asyncio.IncompleteReadError) as e:
-                writer.close()
-                if fresh or (isinstance(e, asyncio.IncompleteReadError) and e.partial):
-                    raise _Unanswered(
-                        502, "the inference server closed the connection without an answer", True
-                    ) from None
-                continue  # an idle keep-alive connection the server had closed: once more on a fresh one
-            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
-                writer.close()
-                raise HttpError(504, no_answer(self.timeout_s)) from None
-            except asyncio.CancelledError:  # the client hung up: its answer must never reach the next request
-                writer.close()
-                raise
-            if resp.reusable and len(self._idle) < self.max_idle:
-                self._idle.append(conn)
-            else:
-                writer.close()
-            return resp
-        raise _Unanswered(502, "the inference server closed the connection without an answer", True)
-
-    def close(self) -> None:
-        """Close every pooled connection."""
-        while self._idle:
-            self._idle.pop()[1].close()
 
 
 class HttpFront:
@@ -222,7 +79,7 @@ class HttpFront:
         self.max_strings = max_strings
         self.gone = 0  # requests whose client hung up while Triton had them
         # requests waiting for Triton (their tasks) and their clients' connections, looked at by `_sweep`
-        self.waiting: dict[asyncio.Task[Any], asyncio.StreamReader] = {}
+        self.waiting: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, HttpConnection]] = {}
         self.sweeper: asyncio.TimerHandle | None = None
         self.failures = failures
         self.staging = staging
@@ -239,30 +96,43 @@ class HttpFront:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection until it closes, errs, idles out, or the gateway stops."""
+        loop = asyncio.get_running_loop()
+        conn = HttpConnection(
+            cap=self.cap,
+            admission=self.admission,
+            idle_timeout_s=self.idle_timeout_s,
+            body_timeout_s=self.body_timeout_s,
+            now=loop.time(),
+        )
         self._writers.add(writer)
-        account = Account()  # the bytes this connection's request holds (one at a time: HTTP/1.1)
+        step = conn.step
         try:
-            while not self.closing:
-                req = None
-                try:
-                    head = await read_head(reader, self.idle_timeout_s)
-                    if head is None:
-                        return
-                    req = parse_head(head)
-                    await read_body(req, reader, writer, self.cap, self.body_timeout_s, self.admission, account)
+            while True:
+                if step.writes:
+                    writer.writelines(step.writes)
+                    await writer.drain()
+                if step.refused:
+                    self.refused += 1
+                if step.half_close:
+                    writer.write_eof()
+                if step.close:
+                    return
+                if step.request is not None:  # served even once the gateway stops: it was read whole
                     self.inflight += 1
                     try:
-                        keep = await self._serve(req, reader, writer)
+                        parts, close = await self._serve(step.request, reader, conn)
                     finally:
                         self.inflight -= 1
-                except HttpError as e:
-                    self._release(req, account)  # before lingering: the dropped rest of the body is not held
-                    await self._refuse(reader, writer, e)
+                    step = conn.answer(parts, close, loop.time())
+                    continue
+                if self.closing:  # stopping: nothing more is read
                     return
-                finally:
-                    self._release(req, account)
-                if not keep:
-                    return
+                try:
+                    data = await within(reader.read(READ_BYTES), conn.deadline() - loop.time())
+                except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+                    step = conn.tick(loop.time())
+                else:
+                    step = conn.feed(data, loop.time())
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -273,22 +143,18 @@ class HttpFront:
             if not (self.closing or reader.at_eof()):
                 raise
         finally:
+            conn.close()  # what its request held in flight is given back
             self._writers.discard(writer)
             writer.close()
 
-    def _release(self, req: Request | None, account: Account) -> None:
-        if req is not None and req.charged:
-            self.admission.give_bytes(req.charged, account)
-            req.charged = 0
-
-    def _watch(self, reader: asyncio.StreamReader) -> asyncio.Task[Any]:
+    def _watch(self, reader: asyncio.StreamReader, conn: HttpConnection) -> asyncio.Task[Any]:
         """Have `_sweep` look at this request's client while Triton has the request; returns the request's task.
 
         One timer for all requests (a timer each cost 5 us a request, a tenth of a small one's whole cost).
         """
         task = asyncio.current_task()
         assert task is not None
-        self.waiting[task] = reader
+        self.waiting[task] = (reader, conn)
         if self.sweeper is None:
             self.sweeper = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._sweep)
         return task
@@ -299,15 +165,17 @@ class HttpFront:
         A cancelled request's upstream connection is closed (`Upstream`), its slot given back (`_serve`).
         """
         self.sweeper = None
-        for task, reader in list(self.waiting.items()):
-            if reader.at_eof():
+        for task, (reader, conn) in list(self.waiting.items()):
+            if reader.at_eof() and not conn.holds_bytes():
                 self.gone += 1
                 task.cancel()
         if self.waiting:
             self.sweeper = asyncio.get_running_loop().call_later(CLIENT_WATCH_S, self._sweep)
 
-    async def _serve(self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """Check, forward and answer one request; False when the connection must close afterwards."""
+    async def _serve(
+        self, req: Request, reader: asyncio.StreamReader, conn: HttpConnection
+    ) -> tuple[tuple[bytes, ...], bool]:
+        """Check and forward one request: the answer's parts, and whether the connection closes after them."""
         try:
             connection = (req.header(b"connection") or b"").lower()
             close = connection == b"close" or (req.version == b"HTTP/1.0" and connection != b"keep-alive")
@@ -341,7 +209,7 @@ class HttpFront:
             else:
                 model = urllib.parse.unquote(match.group(1).decode("latin-1"))
                 self.admission.enter(model)
-                task = self._watch(reader)
+                task = self._watch(reader, conn)
                 try:
                     if empty and self.batching is not None:
                         await self.batching.check(model, empty)
@@ -354,19 +222,13 @@ class HttpFront:
                     self.admission.leave(model)
         except Overloaded as e:
             self.refused += 1
-            writer.write(error_response(503, e.message, close=False))
-            await writer.drain()
-            return True
+            return (error_response(503, e.message, close=False),), False
         except Refusal as e:
             self.refused += 1
-            writer.write(error_response(e.status, e.message, close=False))
-            await writer.drain()
-            return True
+            return (error_response(e.status, e.message, close=False),), False
         except HttpError as e:
             self.refused += 1
-            writer.write(error_response(e.status, e.message, close=e.close))
-            await writer.drain()
-            return not e.close
+            return (error_response(e.status, e.message, close=e.close),), e.close
         status_line = remap_parse_500(resp.status_line, resp.body) if match else resp.status_line
         # an error answer loses what only the server should know (paths, tracebacks, internal region names)
         body, is_json = resp.body, False
@@ -377,9 +239,7 @@ class HttpFront:
             is_json = json_error(body) is not None
         elif req.method == b"GET" and req.target.split(b"?", 1)[0] == METADATA_PATH:
             body = served_json(body)  # the extensions this server serves
-        writer.writelines((client_head(status_line, resp.headers, len(body), close, json_body=is_json), body))
-        await writer.drain()
-        return not close
+        return (client_head(status_line, resp.headers, len(body), close, json_body=is_json), body), close
 
     def _offloaded(self, req: Request, *, infer: bool = True) -> bool:
         return self.offload is not None and needs_offload(req, OFFLOAD_BYTES, infer=infer)
@@ -440,24 +300,6 @@ class HttpFront:
             raise
         staging.give_back(region)
         return resp
-
-    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, e: HttpError) -> None:
-        """Answer a framing error, then (lingering close) drop what the client still sends, for a while."""
-        self.refused += 1
-        writer.write(error_response(e.status, e.message, close=True))
-        await writer.drain()
-        if not e.linger:
-            return
-        writer.write_eof()
-        deadline, dropped = time.monotonic() + LINGER_S, 0
-        while dropped < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
-            try:
-                chunk = await asyncio.wait_for(reader.read(1 << 20), left)
-            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
-                return
-            if not chunk:
-                return
-            dropped += len(chunk)
 
     async def drain_and_close(self, grace_s: float) -> None:
         """Stop taking requests, wait up to `grace_s` for those in progress, then close every connection."""

@@ -28,8 +28,9 @@ from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_relay import start_relay
-from mslite_gateway.http_framing import MAX_HEAD_BYTES
-from mslite_gateway.http_front import HttpFront, Upstream
+from mslite_gateway.http_front import HttpFront
+from mslite_gateway.http_messages import MAX_HEAD_BYTES
+from mslite_gateway.http_upstream import Upstream
 from mslite_gateway.load_failures import LoadFailures, http_reader, index_request
 from mslite_gateway.model_batching import ModelBatching, http_config_reader
 from mslite_gateway.offload import Offload

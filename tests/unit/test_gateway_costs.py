@@ -25,7 +25,8 @@ from mslite_gateway.grpc_frames import (
     U32,
     frame,
 )
-from mslite_gateway.http_framing import Request, work_bytes
+from mslite_gateway.http_checks import work_bytes
+from mslite_gateway.http_messages import Request
 from mslite_gateway.kserve_json import check_infer_request
 from mslite_gateway.model_batching import ModelBatching, config_request, max_batch_size_of
 from mslite_gateway.rules import Refusal, check_batches, empty_batches

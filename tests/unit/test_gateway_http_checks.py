@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from mslite_gateway.http_framing import HttpError, parse_head, stage_body
+from mslite_gateway.http_checks import stage_body
+from mslite_gateway.http_messages import HttpError, parse_head
 from mslite_gateway.kserve_json import check_infer_request
 from mslite_gateway.rules import Refusal
 

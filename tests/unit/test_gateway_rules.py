@@ -6,7 +6,8 @@ import gzip
 
 import pytest
 
-from mslite_gateway.http_framing import Request, check_json_body, check_region_call, needs_offload
+from mslite_gateway.http_checks import check_json_body, check_region_call, needs_offload
+from mslite_gateway.http_messages import Request
 from mslite_gateway.rules import (
     Refusal,
     check_grpc_version,
