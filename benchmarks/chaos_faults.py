@@ -49,8 +49,8 @@ from mslite_contract.settings import KEY_DIR_ENV
 from mslite_gateway.grpc_frames import END_HEADERS, HEADERS, RST_STREAM, U32, frame
 from mslite_server.ports import pick_ports
 from mslite_server.workers import state_of, workers_of
-from tests.support.processes import children_of
 from tests.support.badinput.memory import rss_kib
+from tests.support.processes import children_of
 from tests.support.raw_h2 import MODEL_INFER, RawH2
 from tests.support.repository import GEN as generate_models
 from tests.support.traffic import Loops

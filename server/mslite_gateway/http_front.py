@@ -17,7 +17,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from mslite_contract.protocol import ADMIN_KEY_HEADER as ADMIN_HEADER
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_contract.scrub import json_error, scrub_json_error
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.admission import Admission, Overloaded
@@ -43,15 +43,14 @@ from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
 from mslite_gateway.rules import Refusal, holds_key
-from mslite_gateway.server_metadata import HTTP_PATH as METADATA_PATH
-from mslite_gateway.server_metadata import served_json
+from mslite_gateway.server_metadata import HTTP_PATH, served_json
 from mslite_gateway.staging import Staging
 
 log = logging.getLogger(__name__)
 
 _INFER_PREFIX = b"/v2/models/"
 _MODEL_ROUTE = re.compile(rb"/v2/models/([^/?]+)")  # any call naming a model: ready, metadata, infer, ...
-_KEY_HEADER = ADMIN_HEADER.encode()
+_KEY_HEADER = ADMIN_KEY_HEADER.encode()
 # While requests wait for Triton, their clients' connections are looked at this often: one that hung up has its
 # request's upstream connection closed (all HTTP allows to cancel it) and its admission slot given back.
 CLIENT_WATCH_S = 1.0
@@ -237,7 +236,7 @@ class HttpFront:
             if self.failures is not None and (named := _MODEL_ROUTE.match(req.target)):  # why it did not load
                 body = await self.failures.explain_json(urllib.parse.unquote(named.group(1).decode("latin-1")), body)
             is_json = json_error(body) is not None
-        elif req.method == b"GET" and req.target.split(b"?", 1)[0] == METADATA_PATH:
+        elif req.method == b"GET" and req.target.split(b"?", 1)[0] == HTTP_PATH:
             body = served_json(body)  # the extensions this server serves
         return (client_head(status_line, resp.headers, len(body), close, json_body=is_json), body), close
 

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mslite_contract.gateway_options import GatewayOptions
 from mslite_server.config import ModelState, ServerConfig
 from mslite_server.gateway_process import GatewayError, GatewayProcess, answers_probe
 from mslite_server.ports import LOOPBACK, PortTakenError, holders, pick_ports
@@ -176,23 +177,16 @@ class LocalServer:
 
     def _start_gateway(self, *, stop_on_failure: bool = True) -> None:
         cfg = self.config
-        self.gateway = GatewayProcess(
+        options = GatewayOptions(
             host=cfg.host,
             http_port=self.http_port,
             grpc_port=self.grpc_port,
             upstream_http=self.triton.http_address,
             upstream_grpc=self.triton.grpc_address,
-            max_request_bytes=cfg.max_request_bytes,
-            max_inflight_per_model=cfg.max_inflight_per_model,
-            max_inflight_bytes=cfg.max_inflight_bytes,
-            max_inflight_bytes_per_connection=cfg.max_inflight_bytes_per_connection,
-            body_stall_timeout_s=cfg.body_stall_timeout_s,
-            upstream_timeout_s=cfg.upstream_timeout_s,
-            max_string_elements=cfg.max_string_elements,
             grace_s=cfg.exit_timeout_s,
-            admin_key=self.admin_key,
-            log_path=self.workspace.gateway_log_path,
+            limits=cfg.gateway_limits,
         )
+        self.gateway = GatewayProcess(options, admin_key=self.admin_key, log_path=self.workspace.gateway_log_path)
         try:
             self.gateway.start(die_with_parent=self._child_dies_with_me())
         except GatewayError as e:

@@ -33,7 +33,7 @@ from tritonclient.utils import InferenceServerException
 import mslite_triton as mslite
 from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_server.ports import listening_ports, listening_unix_paths
 from mslite_triton import _admin_key

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway
 from tests.support import model_zoo
 from tests.support.repository import GEN, add_model, flat_tiny

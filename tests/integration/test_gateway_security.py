@@ -36,7 +36,7 @@ from mslite_contract.protocol import (
     CLIENT_REGION_PREFIX,
     GATEWAY_REGION_PREFIX,
 )
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from tests.support.model_zoo import difference
 from tests.support.processes import free_port
@@ -279,7 +279,7 @@ def _registered(server: LocalServer) -> list[str]:
     return [str(region["name"]) for region in json.loads(answer)]
 
 
-def _key(server: EmbeddedServer) -> dict[str, str]:
+def _key(server: LocalServer) -> dict[str, str]:
     return {ADMIN_KEY_HEADER: server.admin_key or ""}
 
 

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
-from mslite_server import EmbeddedServer, GatewayLimits, ServerConfig
+from mslite_server import GatewayLimits, LocalServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway
 from tests.support.repository import GEN, ROOT, add_model
 
@@ -76,7 +76,7 @@ def gws(tmp_path_factory: pytest.TempPathFactory):
     config = ServerConfig(
         model_repository=repo, gateway=True, gateway_limits=GatewayLimits(max_request_bytes=CAP), supervise=False
     )
-    with EmbeddedServer(config) as srv:
+    with LocalServer(config) as srv:
         yield srv
 
 

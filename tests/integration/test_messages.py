@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 import mslite_triton as mslite
 from mslite_contract import settings
 from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_triton.errors import InferenceError, ModelLoadError
 from tests.support import private_shm
 from tests.support.repository import flat_tiny

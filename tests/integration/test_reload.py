@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from mslite_contract.protocol import ADMIN_KEY_HEADER
-from mslite_server import EmbeddedServer, ServerConfig
+from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
 from tests.support.repository import GEN, add_model
 from tests.support.traffic import Traffic

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract.protocol import PROOF_PARAMETER, UPDATE_PARAMETER, WEIGHTS_INPUT, sign_update
-from mslite_server import EmbeddedServer, GatewayLimits, ServerConfig
+from mslite_server import GatewayLimits, LocalServer, ServerConfig
 from tests.support.repository import MINIMAL, add_model
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory):
     config = ServerConfig(
         model_repository=repo, gateway=True, supervise=False, gateway_limits=GatewayLimits(max_request_bytes=CAP)
     )
-    with EmbeddedServer(config) as server:
+    with LocalServer(config) as server:
         yield server
 
 
