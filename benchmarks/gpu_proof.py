@@ -424,63 +424,6 @@ def batch_split(url: str, model_bs1: str, device: str, rounds: int) -> dict[str,
     return result
 
 
-def _one_device_parallel_predict() -> Any:
-    """`ParallelPredictUtils` whose children all run on device 0: the multi-card sample's two cores
-    of one card, on one GPU.
-
-    The library's children bind child i to device i (one card each); this machine has one GPU.
-    """
-    from mslite_triton.parallel_predict import BUILD_FINISH, ParallelPredictUtils, predict_process_func
-
-    class OneDevice(ParallelPredictUtils):  # type: ignore[misc]
-        def build_model(self) -> None:
-            for i in range(self.device_num):
-                p = self._ctx.Process(
-                    target=predict_process_func, args=(self.pipe_child_end[i], self.model_path, 0, self.target)
-                )
-                p.start()
-                self.process.append(p)
-            for i in range(self.device_num):
-                msg_type, msg = self.pipe_parent_end[i].recv()
-                if msg_type != BUILD_FINISH:
-                    self.finalize()
-                    raise RuntimeError(f"child {i} failed to build: {msg}")
-
-    return OneDevice
-
-
-def multicard_flow(url: str, model_bs1: str, device: str, rounds: int) -> dict[str, Any]:
-    """The sample's master and one child process per device (here: two on the one GPU), over pipes."""
-    from mslite_contract.settings import URL_ENV
-
-    os.environ[URL_ENV] = url
-    x = images(2, seed=3)
-    ref = one_at_a_time(session(model_bs1, device), x)
-    utils = _one_device_parallel_predict()(model_bs1, device_num=2, target="gpu" if device == "gpu" else "cpu")
-    t0 = time.perf_counter()
-    utils.build_model()
-    build_s = time.perf_counter() - t0
-    try:
-        for _ in range(3):
-            (y,) = utils.predict_batch([x])
-        times = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            (y,) = utils.predict_batch([x])
-            times.append(time.perf_counter() - t0)
-    finally:
-        utils.finalize()
-    result = {
-        "children": 2,
-        "build_s": build_s,
-        "predict_batch_2_ms": statistics.median(times) * 1e3,
-        "max_abs_diff": float(np.abs(y - ref).max()),
-        "rounds": rounds,
-    }
-    print(json.dumps(result), flush=True)
-    return result
-
-
 # --- main ------------------------------------------------------------------------------------------------
 
 
@@ -745,7 +688,6 @@ def main() -> None:
         proof.step("latency_loop_mixed", latency_loop, url, args.seconds, True, log)
         if args.multicard:
             proof.step("batch_split", batch_split, server.grpc_url, args.model_bs1, args.device, 20)
-            proof.step("multicard_flow", multicard_flow, server.grpc_url, args.model_bs1, args.device, 20)
         r["gpu_memory_at_end"] = gpu_memory()
         pids = worker_pids(Path(server.log_path), MODEL)
         r["worker_pids"] = pids
