@@ -1,0 +1,35 @@
+"""Size bars the layout keeps: no product class over 300 lines, benchmarks/ at most 4,000 lines of Python.
+
+A class past the bar does more than one thing (split it by responsibility); benchmarks/ holds the maintained
+entry points only, and a one-question experiment's answer goes into docs/performance.md with its commit.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support.imports import PACKAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+MOST_CLASS_LINES = 300
+MOST_BENCHMARK_LINES = 4000
+
+
+def _product_files() -> list[Path]:
+    return [*(p for root in PACKAGES.values() for p in root.rglob("*.py")), ROOT / "backend" / "mslite" / "model.py"]
+
+
+def test_no_product_class_is_over_300_lines() -> None:
+    sizes = {}
+    for path in _product_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                sizes[f"{path.relative_to(ROOT)}: {node.name}"] = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+    assert sizes, "no class found"
+    assert {k: v for k, v in sizes.items() if v > MOST_CLASS_LINES} == {}
+
+
+def test_benchmarks_are_at_most_4000_lines_of_python() -> None:
+    lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "benchmarks").rglob("*.py"))
+    assert 0 < lines <= MOST_BENCHMARK_LINES, lines
