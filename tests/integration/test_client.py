@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from mslite_triton.errors import (
     ServerUnavailableError,
     ServiceDenyError,
 )
+from tests.support.eventually import eventually
 from tests.support.model_zoo import broken_bytes, run_reference, slow, small_classifier
 from tests.support.repository import GEN, ROOT, ZOO
 
@@ -378,10 +378,14 @@ def test_autostarted_server_stops_with_its_parent(files, ending):
     if ending == "hang":
         proc.kill()  # no atexit: the kernel's parent-death signal must stop the server
     proc.wait(timeout=60)
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.2)
-    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+    def ended() -> bool:
+        try:
+            return "zombie" in Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            return True
+
+    eventually(ended, f"the server (pid {pid}) to end with its parent", 40, pause_s=0.2)
     if ending == "exit":
         assert not list(Path("/dev/shm").glob(f"{prefix}*"))
 

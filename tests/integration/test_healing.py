@@ -27,6 +27,7 @@ from mslite_server import EmbeddedServer, ServerConfig
 from mslite_server.ports import pick_ports
 from mslite_server.workers import children_of, state_of, workers_of
 from mslite_triton.errors import ServerUnavailableError
+from tests.support.eventually import eventually
 from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
 from tests.support.updatable import build_updated
@@ -64,15 +65,10 @@ def healing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Embedded
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
     with EmbeddedServer(config) as srv:
         runner = build_updated(srv.grpc_url, root)
-        _wait(lambda: runner._remote.info.name in srv._supervisor.catalog, "the model in the catalog")
+        eventually(
+            lambda: runner._remote.info.name in srv._supervisor.catalog, "the model in the catalog", HEAL_DEADLINE_S
+        )
         yield srv, runner
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = HEAL_DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _heal_after(srv: EmbeddedServer, clients: Clients, kill: Callable[[], None], what: str, *, strict: bool = True):
@@ -83,7 +79,7 @@ def _heal_after(srv: EmbeddedServer, clients: Clients, kill: Callable[[], None],
     clients.wait_for(20)
     before = len(srv._supervisor.heals)
     kill()
-    _wait(lambda: len(srv._supervisor.heals) > before, f"a heal of the {what}")
+    eventually(lambda: len(srv._supervisor.heals) > before, f"a heal of the {what}", HEAL_DEADLINE_S)
     clients.wait_for(20)
     heals = srv._supervisor.heals[before:]
     assert [h.what for h in heals] == [what], heals
@@ -121,11 +117,11 @@ def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(heal
         before = len(srv._supervisor.heals)
         first = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(first.pid, signal.SIGKILL)
-        _wait(lambda: len(srv._supervisor.heals) > before, "the first heal")
+        eventually(lambda: len(srv._supervisor.heals) > before, "the first heal", HEAL_DEADLINE_S)
         # at once, before the supervisor's next look: the new worker was never seen alive
         new = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(new.pid, signal.SIGKILL)
-        _wait(lambda: len(srv._supervisor.heals) > before + 1, "a heal of the new worker")
+        eventually(lambda: len(srv._supervisor.heals) > before + 1, "a heal of the new worker", HEAL_DEADLINE_S)
         clients.wait_for(20)
     assert [h.what for h in srv._supervisor.heals[before:]] == ["worker", "worker"]
     live = [w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z"]
@@ -176,7 +172,7 @@ def _predict_after_stopping(srv: EmbeddedServer, runner: mslite.ModelParallelRun
     y = runner.predict(inputs)[0].get_data_to_numpy()  # retried by the client until the heal
     answered_s = time.monotonic() - stopped
     assert np.array_equal(y, 10 * X), y
-    _wait(lambda: len(srv._supervisor.heals) > before, "the heal's event")
+    eventually(lambda: len(srv._supervisor.heals) > before, "the heal's event", HEAL_DEADLINE_S)
     return answered_s, srv._supervisor.heals[before:]
 
 
@@ -234,7 +230,7 @@ def test_a_server_found_stopped_while_it_is_given_time_to_exit_is_killed(tmp_pat
     with EmbeddedServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=60, supervise=False)) as srv:
         pid = srv.process.pid
         os.kill(pid, signal.SIGSTOP)
-        _wait(lambda: state_of(pid) == "T", "the server stopped", 10)
+        eventually(lambda: state_of(pid) == "T", "the server stopped", 10)
         started = time.monotonic()
         srv._terminate()  # SIGTERM, and up to the exit timeout (65 s) to act on it
         assert time.monotonic() - started < 10
@@ -251,7 +247,7 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
         start_s = time.monotonic() - started
         supervisor = srv._supervisor
         ready = set(srv.loaded_models())
-        _wait(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog")
+        eventually(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog", HEAL_DEADLINE_S)
         first = srv.process.pid
         os.kill(first, signal.SIGKILL)
 
@@ -264,13 +260,13 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
             except ServerUnavailableError:
                 return False
 
-        _wait(loading_again, "the heal loading the models again")
+        eventually(loading_again, "the heal loading the models again", HEAL_DEADLINE_S)
         second = srv.process.pid
         os.kill(second, signal.SIGKILL)
         killed = time.monotonic()
         # the mechanism: the next try starts at once, not after the loads' 60 s deadline
         third = lambda: srv.process is not None and srv.process.pid != second  # noqa: E731
-        _wait(third, "a third tritonserver", SECOND_DEATH_BAR_S)
+        eventually(third, "a third tritonserver", SECOND_DEATH_BAR_S)
 
         def all_ready() -> bool:
             try:
@@ -279,9 +275,9 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
                 return False
 
         limit_s = 2 * max(SECOND_DEATH_BAR_S, start_s)
-        _wait(all_ready, f"every model ready again (start took {start_s:.1f} s)", limit_s)
+        eventually(all_ready, f"every model ready again (start took {start_s:.1f} s)", limit_s)
         back_s = time.monotonic() - killed
-        _wait(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event")
+        eventually(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event", HEAL_DEADLINE_S)
     assert back_s < limit_s, (back_s, start_s)
     assert not supervisor.gave_up and {h.what for h in supervisor.heals} == {"tritonserver"}, supervisor.heals
 

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from onnx import TensorProto, helper
 
 from mslite_contract import settings
 from tests.integration.test_java import JAVA, require_jdk, unload
+from tests.support.eventually import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -343,30 +343,15 @@ def refused(port: int) -> bool:
     return False
 
 
-def wait_refused(port: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if refused(port):
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def wait_gone(tmp_path: Path, timeout_s: float) -> bool:
+def gone(tmp_path: Path) -> bool:
     """Whether every process whose command line names tmp_path (the server's repository is there) has ended."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = []
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if str(tmp_path).encode() in cmdline.read_bytes():
-                    alive.append(cmdline)
-            except OSError:
-                continue
-        if not alive:
-            return True
-        time.sleep(0.5)
-    return False
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if str(tmp_path).encode() in cmdline.read_bytes():
+                return False
+        except OSError:
+            continue
+    return True
 
 
 def test_with_no_url_the_client_starts_its_server_and_stops_it_at_exit(programs, tmp_path):
@@ -377,7 +362,8 @@ def test_with_no_url_the_client_starts_its_server_and_stops_it_at_exit(programs,
     check_outputs(tmp_path / "out", programs / "face.onnx")
     # the shutdown hook stopped it before the JVM exited, and removed its repository and log
     assert refused(int(started.group(2)))
-    assert wait_gone(tmp_path, 30)  # stopped before the JVM exited: nothing should be left at all
+    # stopped before the JVM exited: nothing should be left at all
+    eventually(lambda: gone(tmp_path), "the server's processes to end", 30, pause_s=0.5)
     assert not Path(started.group(3)).exists()
     assert not list(tmp_path.glob("mslite-triton-repo-*"))
 
@@ -402,8 +388,8 @@ def test_the_server_stops_when_the_program_is_killed(programs, tmp_path):
         assert port is not None and not refused(port)
         proc.send_signal(signal.SIGKILL)  # no shutdown hook runs: the server sees its standard input end
         proc.wait(timeout=30)
-        assert wait_refused(port, 120), f"the server on port {port} outlived its killed program"
-        assert wait_gone(tmp_path, 120), "a process of the server outlived its killed program"
+        eventually(lambda: refused(port), f"the server on port {port} to end with its killed program", 120, 0.5)
+        eventually(lambda: gone(tmp_path), "every process of the server to end with its killed program", 120, 0.5)
     finally:
         if proc.poll() is None:
             proc.kill()

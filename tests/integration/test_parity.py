@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import mslite_triton as mslite
 from mslite_server.workers import workers_of
 from mslite_triton.errors import InvalidInputError, ModelLoadError, ServiceDenyError
+from tests.support.eventually import eventually
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
@@ -62,13 +62,6 @@ def _context(server, workers: int = 1) -> mslite.Context:
     return ctx
 
 
-def _wait(condition, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(server, files) -> None:
     ctx = _context(server)
     ctx.parallel.config_info = {"runner": {"max_pending_predicts": "2"}}
@@ -105,7 +98,7 @@ def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(serv
     try:
         for t in threads:
             t.start()
-        _wait(lambda: runner._pending.in_flight == 2 and model._pending.in_flight == 1, "three predicts in flight")
+        eventually(lambda: runner._pending.in_flight == 2 and model._pending.in_flight == 1, "three predicts in flight")
         with pytest.raises(ServiceDenyError, match=r"kLiteServiceDeny.*max_pending_predicts=2") as info:
             runner.predict([mslite.Tensor(x)])
         assert isinstance(info.value, RuntimeError) and info.value.code == -11

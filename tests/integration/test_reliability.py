@@ -27,6 +27,7 @@ from mslite_server.workers import workers_of
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
 from tests.support import model_zoo
+from tests.support.eventually import eventually
 from tests.support.processes import free_port
 from tests.support.repository import GEN
 
@@ -149,12 +150,12 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
         for t in threads:
             t.start()
         try:
-            _wait_for(lambda: sum(isinstance(r, np.ndarray) for _, _, r in calls) >= 20, 60, "20 calls served")
+            eventually(lambda: sum(isinstance(r, np.ndarray) for _, _, r in calls) >= 20, "20 calls served", 60)
             signalled = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
             exited = time.monotonic()
-            _wait_for(lambda: sum(began > exited for began, _, _ in calls) >= 4, 30, "calls after the exit")
+            eventually(lambda: sum(began > exited for began, _, _ in calls) >= 4, "calls after the exit", 30)
         finally:
             stop.set()
             for t in threads:
@@ -174,13 +175,6 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
-
-
-def _wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f} s"
-        time.sleep(0.05)
 
 
 def _server_prefix(cli_pid: int) -> str:

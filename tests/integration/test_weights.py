@@ -15,6 +15,7 @@ from onnx import numpy_helper
 import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError
 from tests.support import model_zoo as zoo
+from tests.support.eventually import eventually
 from tests.support.processes import worker_pids
 
 pytestmark = pytest.mark.integration
@@ -53,9 +54,7 @@ def _unload(server, *runners: mslite.ModelParallelRunner) -> None:
     for runner in runners:
         name = runner._remote.info.name
         runner._remote.transport.unload_model(name)
-        deadline = time.monotonic() + 30
-        while worker_pids(server, name) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda n=name: not worker_pids(server, n), f"the workers of {name} to end", 30, pause_s=0.1)
 
 
 def _pss_mib(pid: int) -> float:
