@@ -95,7 +95,7 @@ def test_a_squatter_on_every_port_triton_had_gets_nothing_and_the_server_comes_b
     sockets = [str(srv.triton.http_socket), str(srv.triton.grpc_socket)]
     squatter = Squatter(private, sockets, as_other_user=True)
     try:
-        time.sleep(0.5)  # it has tried the sockets and is waiting for the ports
+        squatter.waiting()
         os.kill(pid, signal.SIGKILL)
         assert squatter.taken() == private
         _serving_again(srv, BACK_WITHIN_S, expected)
@@ -117,7 +117,7 @@ def test_a_held_metrics_port_delays_the_restart_and_the_log_names_its_holder(srv
     squatter = Squatter([srv.metrics_port], [], as_other_user=False)
     try:
         with caplog.at_level(logging.WARNING, logger="mslite_triton"):
-            time.sleep(0.3)
+            squatter.waiting()
             os.kill(srv.process.pid, signal.SIGKILL)
             assert squatter.taken() == [srv.metrics_port]
             failed = "restarting tritonserver failed, trying again"
@@ -137,7 +137,7 @@ def test_a_held_gateway_port_is_waited_out(srv, caplog):
     squatter = Squatter([srv.http_port], [], as_other_user=False)
     try:
         with caplog.at_level(logging.WARNING, logger="mslite_triton"):
-            time.sleep(0.3)
+            squatter.waiting()
             os.kill(srv.gateway.pid, signal.SIGKILL)
             assert squatter.taken() == [srv.http_port]
             eventually(lambda: caplog.text.count("restarting the gateway failed, trying again") >= 2, "failed restarts")

@@ -173,16 +173,13 @@ def test_under_load_every_worker_switches_and_no_request_fails_or_mixes(server, 
         for t in threads:
             t.start()
         try:
-            time.sleep(1.0)
+            eventually(lambda: len(records) >= 8, "predicts before the update")
             runner.update_weights(update)
             returned = time.monotonic()
-            deadline = returned + 30
-            while time.monotonic() < deadline:
-                seen = _versions(server, name)
-                if len(seen) == 4 and set(seen.values()) == {2}:
-                    break
-                time.sleep(0.05)
-            time.sleep(0.5)
+            eventually(
+                lambda: _versions(server, name) == {f"{name}_{i}_0": 2 for i in range(4)}, "every worker switched"
+            )
+            eventually(lambda: [s for s, _ in records if s > returned][8:], "predicts begun after the update")
         finally:
             stop.set()
             for t in threads:
