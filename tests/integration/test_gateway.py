@@ -110,7 +110,7 @@ def test_client_library_uploads_and_predicts_through_the_gateway(gw, files, prot
     loaded = set(gw.loaded_models())
     model = mslite.Model()
     model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, ctx)  # keyed upload
-    assert model._remote.info.name not in loaded and model._remote.info.name in gw.loaded_models()
+    assert model.served_name not in loaded and model.served_name in gw.loaded_models()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     (y,) = model.predict([x])
     np.testing.assert_array_equal(y.get_data_to_numpy(), x * 2 + 1)

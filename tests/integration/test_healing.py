@@ -65,9 +65,7 @@ def healing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Embedded
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
     with EmbeddedServer(config) as srv:
         runner = build_updated(srv.grpc_url, root)
-        eventually(
-            lambda: runner._remote.info.name in srv._supervisor.catalog, "the model in the catalog", HEAL_DEADLINE_S
-        )
+        eventually(lambda: runner.served_name in srv._supervisor.catalog, "the model in the catalog", HEAL_DEADLINE_S)
         yield srv, runner
 
 
@@ -90,7 +88,7 @@ def _heal_after(srv: EmbeddedServer, clients: Clients, kill: Callable[[], None],
 
 def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
     srv, runner = healing
-    name, restarts = runner._remote.info.name, srv.restarts
+    name, restarts = runner.served_name, srv.restarts
     with Clients(runner) as clients:
         victim = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         heal = _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGKILL), "worker")
@@ -101,7 +99,7 @@ def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
 
 def test_a_worker_that_crashes_leaves_its_python_stacks_in_the_server_log(healing):
     srv, runner = healing
-    name = runner._remote.info.name
+    name = runner.served_name
     with Clients(runner) as clients:
         victim = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGSEGV), "worker")  # healed as any death
@@ -111,7 +109,7 @@ def test_a_worker_that_crashes_leaves_its_python_stacks_in_the_server_log(healin
 
 def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(healing):
     srv, runner = healing
-    name = runner._remote.info.name
+    name = runner.served_name
     with Clients(runner) as clients:
         clients.wait_for(20)
         before = len(srv._supervisor.heals)
@@ -144,7 +142,7 @@ def test_a_dead_tritonserver_comes_back_with_its_models_and_weights(healing):
     with Clients(runner) as clients:
         heal = _heal_after(srv, clients, lambda: os.kill(srv.process.pid, signal.SIGKILL), "tritonserver")
     assert srv.restarts == restarts + 1 and srv.admin_key == key
-    assert runner._remote.info.name in heal.models  # the uploaded model, from the launcher's copy
+    assert runner.served_name in heal.models  # the uploaded model, from the launcher's copy
     assert {m.name: m.state for m in srv.model_states()}["tiny"] == "READY"
     assert clients.failures == []
 
@@ -189,7 +187,7 @@ def test_a_stopped_gateway_is_killed_and_replaced(healing):
 def test_stopped_workers_are_killed_before_they_run_again_and_tritonserver_lives(healing):
     # Let run again, a stub that Triton found unhealthy crashed tritonserver ~3 s later: it must die stopped.
     srv, runner = healing
-    name, server_pid = runner._remote.info.name, srv.process.pid
+    name, server_pid = runner.served_name, srv.process.pid
     stopped = [w.pid for w in workers_of(server_pid) if w.model == name and w.state != "Z"]
     assert len(stopped) == 2, stopped
     answered_s, heals = _predict_after_stopping(srv, runner, stopped)  # both: no worker left to answer
@@ -294,7 +292,7 @@ AUTOSTART_CLIENT = textwrap.dedent(
     runner = build_updated(url, Path(sys.argv[2]))
     server = _endpoint._embedded
     deadline = time.monotonic() + 30
-    while runner._remote.info.name not in server._supervisor.catalog and time.monotonic() < deadline:
+    while runner.served_name not in server._supervisor.catalog and time.monotonic() < deadline:
         time.sleep(0.05)
     with Clients(runner) as clients:
         clients.wait_for(20)

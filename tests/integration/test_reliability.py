@@ -193,8 +193,6 @@ def _server_prefix(cli_pid: int) -> str:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path, protocol):
     """A request the server is still running after `settings.TIMEOUT_S_ENV` fails with ExecutionTimeoutError."""
-    from mslite_triton._transport import Transport
-
     path = tmp_path / "slow.onnx"
     path.write_bytes(model_zoo.slow(rounds=240).SerializeToString())  # >= 1 s a request even on a quiet machine
     url = server.grpc_url if protocol == "grpc" else server.http_url
@@ -202,10 +200,13 @@ def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_pa
     ctx.server_url = url
     ctx.cpu.thread_num = 1
     ctx.parallel.workers_num = 1
-    runner = mslite.ModelParallelRunner()
-    runner.build_from_file(str(path), ctx)
+    loaded = mslite.ModelParallelRunner()
+    loaded.build_from_file(str(path), ctx)  # the upload and load, under the default timeout
     monkeypatch.setenv(settings.TIMEOUT_S_ENV, "0.25")
-    runner._remote.transport = Transport(url, key=server.admin_key)  # the variable's value, on a pool of its own
+    # the same server by another name: a URL the client has no connections to yet, so they take the variable
+    ctx.server_url = url.replace("127.0.0.1", "localhost")
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(f"triton://{loaded.served_name}", ctx)
     inputs = runner.get_inputs()
     inputs[0].set_data_from_numpy(np.ones((1, 1), np.float32))
     started = time.monotonic()
