@@ -306,10 +306,3 @@ class Context:
             if message not in _WARNED:
                 _WARNED.add(message)
                 _LOG.warning("%s (setting has no effect on this server)", message)
-
-    def _devices(self) -> list[str]:
-        """Device list as MindSpore Lite resolves it: cpu appended as backup after gpu/ascend."""
-        devices = list(self._target)
-        if "gpu" in devices or "ascend" in devices:
-            devices.append("cpu")
-        return devices

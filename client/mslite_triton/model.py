@@ -57,6 +57,15 @@ class Model(GroupMember):
     def __str__(self) -> str:
         return f"model_path: {self.model_path_}."
 
+    @property
+    def served_name(self) -> str:
+        """The model's name on the Triton server; "" before `build_from_file`. Not in MindSpore Lite.
+
+        For Triton's own tools pointed at this model (tritonclient, perf_analyzer, the `model` label of the
+        metrics). The name carries a hash of the file and the config, so the same build gets the same name.
+        """
+        return "" if self._remote is None else self._remote.info.name
+
     def build_from_file(
         self,
         model_path: str,

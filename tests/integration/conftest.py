@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mslite_server import LocalServer, ServerConfig
+from tests.support.other_clients import JAVA, javac, python_client_answer, write_sample_files
 from tests.support.repository import build_repository
 from tests.support.server_checks import assert_never_healed, dead_workers, health_marks
 
@@ -28,6 +30,24 @@ def server(repository: Path):
         yield srv
         _SESSION.clear()
         assert_never_healed(srv)  # before the log goes with the workspace
+
+
+@pytest.fixture(scope="session")
+def sample_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MindSpore Lite's sample input and MobileNetV2, for the C++ and Java clients' samples."""
+    return write_sample_files(tmp_path_factory.mktemp("sample_files"))
+
+
+@pytest.fixture(scope="session")
+def python_answer(server, sample_files: Path) -> np.ndarray:
+    """The Python client's answer to the sample input: what the other clients' answers are compared with."""
+    return python_client_answer(server.grpc_url, sample_files)
+
+
+@pytest.fixture(scope="session")
+def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Java client and its sample Main, compiled."""
+    return javac(tmp_path_factory.mktemp("java_classes"), JAVA / "examples" / "Main.java")
 
 
 @pytest.fixture(autouse=True)

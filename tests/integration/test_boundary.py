@@ -15,7 +15,7 @@ import stat
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ import tritonclient.grpc as grpcclient
 from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.ports import listening_ports, listening_unix_paths
+from tests.support.eventually import eventually
 from tests.support.repository import GEN, add_model
 from tests.support.squatter import Squatter
 
@@ -75,13 +76,6 @@ def _serving_again(srv: LocalServer, within_s: float, expected: list[float]) -> 
         time.sleep(0.2)
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def test_tritonserver_listens_on_no_tcp_port_but_metrics(srv):
     assert srv.process is not None and srv.triton.socket_dir is not None
     assert listening_ports(srv.process.pid) == {srv.metrics_port}
@@ -101,7 +95,7 @@ def test_a_squatter_on_every_port_triton_had_gets_nothing_and_the_server_comes_b
     sockets = [str(srv.triton.http_socket), str(srv.triton.grpc_socket)]
     squatter = Squatter(private, sockets, as_other_user=True)
     try:
-        time.sleep(0.5)  # it has tried the sockets and is waiting for the ports
+        squatter.waiting()
         os.kill(pid, signal.SIGKILL)
         assert squatter.taken() == private
         _serving_again(srv, BACK_WITHIN_S, expected)
@@ -123,12 +117,12 @@ def test_a_held_metrics_port_delays_the_restart_and_the_log_names_its_holder(srv
     squatter = Squatter([srv.metrics_port], [], as_other_user=False)
     try:
         with caplog.at_level(logging.WARNING, logger="mslite_triton"):
-            time.sleep(0.3)
+            squatter.waiting()
             os.kill(srv.process.pid, signal.SIGKILL)
             assert squatter.taken() == [srv.metrics_port]
             failed = "restarting tritonserver failed, trying again"
             # more failed starts than the 3 tries after which the supervisor used to give up
-            _wait(lambda: caplog.text.count(failed) >= 4, "four failed restarts")
+            eventually(lambda: caplog.text.count(failed) >= 4, "four failed restarts")
             assert f"port {srv.metrics_port} on this host is held by pid {squatter.pid}" in caplog.text, caplog.text
             assert srv.is_serving() and "giving up" not in caplog.text
             assert squatter.report()["received"] == ""
@@ -143,10 +137,10 @@ def test_a_held_gateway_port_is_waited_out(srv, caplog):
     squatter = Squatter([srv.http_port], [], as_other_user=False)
     try:
         with caplog.at_level(logging.WARNING, logger="mslite_triton"):
-            time.sleep(0.3)
+            squatter.waiting()
             os.kill(srv.gateway.pid, signal.SIGKILL)
             assert squatter.taken() == [srv.http_port]
-            _wait(lambda: caplog.text.count("restarting the gateway failed, trying again") >= 2, "failed restarts")
+            eventually(lambda: caplog.text.count("restarting the gateway failed, trying again") >= 2, "failed restarts")
             assert f"port {srv.http_port} on this host is held by pid {squatter.pid}" in caplog.text, caplog.text
             squatter.report()
         _serving_again(srv, BACK_WITHIN_S, expected)

@@ -21,6 +21,7 @@ from mslite_contract.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import Worker, workers_of
 from tests.support import model_zoo
+from tests.support.eventually import eventually
 from tests.support.repository import MINIMAL, add_model
 
 pytestmark = pytest.mark.integration
@@ -76,7 +77,9 @@ def _busy_worker(srv: LocalServer, model: str) -> tuple[Call, int]:
     idle = _cpu_ticks(worker.pid)  # what its load and warm-up took
     call = Call(srv, model, FOREVER)
     call.start()
-    _wait(lambda: _cpu_ticks(worker.pid) > idle + 50, "the worker busy")  # half a second of CPU: inside the loop
+    eventually(
+        lambda: _cpu_ticks(worker.pid) > idle + 50, "the worker busy", WAIT_S
+    )  # half a second of CPU: inside the loop
     return call, worker.pid
 
 
@@ -96,13 +99,6 @@ def _gone(pid: int) -> bool:
     return state == "Z"
 
 
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {WAIT_S} s"
-        time.sleep(0.1)
-
-
 def _load(srv: LocalServer, model: str, config: dict | None = None) -> None:
     body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
     srv.http_json("POST", f"/v2/repository/models/{model}/load", body, timeout_s=WAIT_S)
@@ -113,7 +109,7 @@ def test_an_unloaded_models_busy_worker_is_ended(server: LocalServer, caplog: py
     heals = len(server.supervisor.heals)
     call, pid = _busy_worker(server, "spin")
     server.http_json("POST", "/v2/repository/models/spin/unload", {}, timeout_s=WAIT_S)
-    _wait(lambda: _gone(pid), "end of the unloaded model's busy worker")
+    eventually(lambda: _gone(pid), "end of the unloaded model's busy worker", WAIT_S)
     assert "is not healthy" in str(call.result())  # Triton's answer once its worker is gone
     assert f"(pid {pid}): model 'spin' was unloaded, and its worker was still running 2 s later" in caplog.text
     assert len(server.supervisor.heals) == heals  # a worker ended on purpose is no loss to heal
@@ -127,7 +123,7 @@ def test_a_reloaded_models_old_busy_worker_is_ended_and_the_new_one_serves(serve
     config = server.http_json("GET", "/v2/models/spin/config", None)
     config.setdefault("parameters", {})["test.reload"] = {"string_value": str(time.monotonic())}
     _load(server, "spin", config)  # new instances under the same names; the old one's unload waits on its execute
-    _wait(lambda: _gone(old), "end of the replaced busy worker")
+    eventually(lambda: _gone(old), "end of the replaced busy worker", WAIT_S)
     assert "is not healthy" in str(call.result())
     assert [w.pid for w in _live(server, "spin_0_0")] != [old]
     assert _finished(server, "spin", 7) == 7.0
@@ -141,8 +137,8 @@ def test_a_request_past_the_models_execute_deadline_is_answered_so_and_its_worke
     call, pid = _busy_worker(server, "spin_deadline")
     outcome = str(call.result())
     assert f"model 'spin_deadline': the request {DEADLINE_PASSED} (execute_deadline_s 2 s)" in outcome
-    _wait(lambda: _gone(pid), "end of the worker past its deadline")
-    _wait(lambda: len(server.supervisor.heals) > heals, "heal of the model")
+    eventually(lambda: _gone(pid), "end of the worker past its deadline", WAIT_S)
+    eventually(lambda: len(server.supervisor.heals) > heals, "heal of the model", WAIT_S)
     heal = server.supervisor.heals[heals]
     assert heal.what == "worker" and heal.models == ("spin_deadline",) and heal.ok
     assert f"exited with code {DEADLINE_EXIT_CODE} (its execute ran past the model's execute_deadline_s)" in heal.cause
@@ -167,5 +163,5 @@ def test_a_stop_ends_a_worker_busy_in_execute(tmp_path: Path) -> None:
     config = ServerConfig(model_repository=tmp_path, startup_timeout_s=240, exit_timeout_s=2)
     with LocalServer(config) as srv:
         call, pid = _busy_worker(srv, "spin")
-    _wait(lambda: _gone(pid), "end of the busy worker after the stop")
+    eventually(lambda: _gone(pid), "end of the busy worker after the stop", WAIT_S)
     assert call.result() is not None and not isinstance(call.outcome, float)  # answered with an error

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from mslite_triton.errors import (
     ServerUnavailableError,
     ServiceDenyError,
 )
+from tests.support.eventually import eventually
 from tests.support.model_zoo import broken_bytes, run_reference, slow, small_classifier
 from tests.support.repository import GEN, ROOT, ZOO
 
@@ -107,7 +107,7 @@ def test_model_happy_path(server, files, protocol):
     model = mslite.Model()
     model.build_from_file(str(files / UPLOADS[protocol]), mslite.ModelType.MINDIR, _context(server, protocol))
     if protocol == "http":  # uploaded here, over HTTP, not found already loaded by another case
-        assert model._remote.info.name not in loaded
+        assert model.served_name not in loaded
     inputs = model.get_inputs()
     assert [t.name for t in inputs] == ["input"] and inputs[0].shape == [1, 3, 224, 224]
     assert inputs[0].dtype == mslite.DataType.FLOAT32
@@ -150,11 +150,11 @@ def test_same_file_and_config_reuse_the_loaded_model(server, files, monkeypatch)
     a.build_from_file(str(files / "tiny.onnx"), _context(server))
     loads_after_a = list(loads)
     b.build_from_file(str(files / "tiny.onnx"), _context(server))
-    assert a._remote.info.name == b._remote.info.name
+    assert a.served_name == b.served_name
     assert loads == loads_after_a  # no second load
     c = mslite.ModelParallelRunner()
     c.build_from_file(str(files / "tiny.onnx"), _context(server, workers=1))
-    assert c._remote.info.name != a._remote.info.name
+    assert c.served_name != a.served_name
 
 
 @pytest.mark.parametrize(("protocol", "upload"), [("grpc", "mobilenetv2.onnx"), ("http", "small_classifier_1.onnx")])
@@ -163,7 +163,7 @@ def test_runner_concurrent_predict_is_exact(server, files, protocol, upload):
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(files / upload), _context(server, protocol))
     if protocol == "http":
-        assert runner._remote.info.name not in loaded
+        assert runner.served_name not in loaded
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal((1, 3, 224, 224), dtype=np.float32) for _ in range(4)]
     expected = [run_reference(_reference(files, upload), {"input": x})[0] for x in xs]
@@ -379,10 +379,14 @@ def test_autostarted_server_stops_with_its_parent(files, ending):
     if ending == "hang":
         proc.kill()  # no atexit: the kernel's parent-death signal must stop the server
     proc.wait(timeout=60)
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-        time.sleep(0.2)
-    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+    def ended() -> bool:
+        try:
+            return "zombie" in Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            return True
+
+    eventually(ended, f"the server (pid {pid}) to end with its parent", 40, pause_s=0.2)
     if ending == "exit":
         assert not list(Path("/dev/shm").glob(f"{prefix}*"))
 

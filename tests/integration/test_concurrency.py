@@ -46,7 +46,7 @@ def _predict(runner):
 def test_big_core_binding_gives_each_worker_its_own_core(server, tiny):
     runner = _build(server, tiny, thread_num=1, thread_affinity_mode=1)
     np.testing.assert_array_equal(_predict(runner), np.full((1, 4), 3.0))
-    pids = worker_pids(server, runner._remote.info.name)
+    pids = worker_pids(server, runner.served_name)
     assert len(pids) == 2
     for core, pid in enumerate(pids):  # worker i on core i, and every thread of it, ORT's included
         threads = {int(t.name): os.sched_getaffinity(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()}
@@ -55,7 +55,7 @@ def test_big_core_binding_gives_each_worker_its_own_core(server, tiny):
 
 def test_core_list_slices_follow_worker_order(server, tiny):
     runner = _build(server, tiny, thread_num=1, thread_affinity_core_list=[1, 0])
-    pids = worker_pids(server, runner._remote.info.name)
+    pids = worker_pids(server, runner.served_name)
     assert [os.sched_getaffinity(p) for p in pids] == [{1}, {0}]
 
 
@@ -66,7 +66,7 @@ def test_bad_core_list_fails_at_build(server, tiny):
 
 def test_unbound_workers_may_use_every_core(server, tiny):
     runner = _build(server, tiny, thread_num=1)
-    pids = worker_pids(server, runner._remote.info.name)
+    pids = worker_pids(server, runner.served_name)
     every_core = os.sched_getaffinity(0)  # what this test (and the server it started) may use
     assert len(pids) == 2 and len(every_core) >= 2 and os.sched_getaffinity(server.process.pid) == every_core
     assert [os.sched_getaffinity(p) for p in pids] == [every_core, every_core]
@@ -87,7 +87,7 @@ def test_batching_section_configures_the_batcher(server, tiny):
     runner.build_from_file(tiny, ctx)
     client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
     try:
-        config = client.get_model_config(runner._remote.info.name)
+        config = client.get_model_config(runner.served_name)
     finally:
         client.close()
     batching = config["dynamic_batching"]
@@ -143,5 +143,5 @@ def test_middle_core_mode_on_a_model_warns_and_does_not_pin(server, tiny, caplog
     assert "thread_affinity_mode 2 (middle cores) is not supported by the server" in caplog.text
     (y,) = model.predict([np.ones((1, 4), np.float32)])
     np.testing.assert_array_equal(y.get_data_to_numpy(), np.full((1, 4), 3.0))
-    (pid,) = worker_pids(server, model._remote.info.name)
+    (pid,) = worker_pids(server, model.served_name)
     assert os.sched_getaffinity(pid) == os.sched_getaffinity(0)  # every core this test may use: not pinned

@@ -10,14 +10,10 @@ come back as MindSpore Lite's Status with the reason in ToString().
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,9 +27,10 @@ from onnx import helper
 import mslite_triton as mslite
 from mslite_contract import protocol, settings
 from mslite_triton import _pending
-from tests.integration.test_java import unload
+from tests.support.eventually import eventually
+from tests.support.other_clients import own_server_env, private_model, processes_mentioning, run_with_a_held_predict
 from tests.support.processes import free_port, worker_pids
-from tests.support.repository import GEN, ROOT, private_tiny
+from tests.support.repository import GEN, ROOT, unload
 
 pytestmark = pytest.mark.integration
 
@@ -101,27 +98,6 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Build]:
         }
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("cpp_files")
-    (d / "input.bin").write_bytes(GEN.make_input_bin().astype("<f4").tobytes())
-    (d / "mobilenetv2.onnx").write_bytes(GEN.build_mobilenetv2().SerializeToString())
-    return d
-
-
-@pytest.fixture(scope="module")
-def python_output(server, files) -> np.ndarray:
-    """What the Python client returns for the same input, from the repository's mobilenetv2."""
-    ctx = mslite.Context()
-    ctx.server_url = server.grpc_url
-    runner = mslite.ModelParallelRunner()
-    runner.build_from_file("triton://mobilenetv2", ctx)
-    inputs = runner.get_inputs()
-    inputs[0].set_data_from_numpy(np.fromfile(files / "input.bin", dtype="<f4").reshape(1, 3, 224, 224))
-    (out,) = runner.predict(inputs)
-    return out.get_data_to_numpy()
-
-
 def run(program: Path, url: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, settings.URL_ENV: url, "ASAN_OPTIONS": "detect_leaks=1"}
     return subprocess.run([str(program), *args], capture_output=True, text=True, timeout=timeout, env=env)
@@ -156,25 +132,27 @@ def test_cpp_names_match_the_wire_contract() -> None:
     assert {"RUNNER_SECTION", "MAX_PENDING_KEY", "ADMIN_KEY_HEADER"} <= set(shared)
 
 
-def test_sample_at_8_threads_matches_the_python_client(server, builds, files, python_output, tmp_path):
-    args = ["triton://mobilenetv2", str(files / "input.bin"), "--threads", "8", "--tasks", "2", "--dump", str(tmp_path)]
+def test_sample_at_8_threads_matches_the_python_client(server, builds, sample_files, python_answer, tmp_path):
+    sample = str(sample_files / "input.bin")
+    args = ["triton://mobilenetv2", sample, "--threads", "8", "--tasks", "2", "--dump", str(tmp_path)]
     out = run(builds["plain"].main, server.http_url, *args)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "model: mobilenetv2\n" in out.stdout and "clients: 8, failed: 0" in out.stdout
     assert out.stdout.count("tensor name is:shape1 tensor size is:4000 tensor elements num is:1000") == 16
-    assert_dumps_equal(tmp_path, python_output, 8, 2)
+    assert_dumps_equal(tmp_path, python_answer, 8, 2)
 
 
-def test_sample_under_address_sanitizer(server, builds, files, python_output, tmp_path):
+def test_sample_under_address_sanitizer(server, builds, sample_files, python_answer, tmp_path):
     """The same 8 x 2 predicts and every error path below: no memory error, no leak, no undefined behaviour."""
-    args = ["triton://mobilenetv2", str(files / "input.bin"), "--threads", "8", "--tasks", "2", "--dump", str(tmp_path)]
+    sample = str(sample_files / "input.bin")
+    args = ["triton://mobilenetv2", sample, "--threads", "8", "--tasks", "2", "--dump", str(tmp_path)]
     out = run(builds["asan"].main, server.http_url, *args)
     assert out.returncode == 0 and not SANITIZER_REPORT.search(out.stderr), out.stderr[-4000:]
-    assert_dumps_equal(tmp_path, python_output, 8, 2)
+    assert_dumps_equal(tmp_path, python_answer, 8, 2)
     for args, url in [
         (["triton://no_such_model"], server.http_url),
         (["triton://mobilenetv2"], f"http://127.0.0.1:{free_port()}"),
-        ([str(files / "missing.onnx")], server.http_url),
+        ([str(sample_files / "missing.onnx")], server.http_url),
     ]:
         failed = run(builds["asan"].main, url, *args)
         assert failed.returncode == 1 and "Build model error" in failed.stderr, failed.stderr[-3000:]
@@ -184,11 +162,13 @@ def test_sample_under_address_sanitizer(server, builds, files, python_output, tm
         assert driven.returncode == 0 and not SANITIZER_REPORT.search(driven.stderr), driven.stderr[-4000:]
 
 
-def test_sample_uploads_a_local_file(server, builds, files, python_output, tmp_path):
+def test_sample_uploads_a_local_file(server, builds, sample_files, python_answer, tmp_path):
     """Init with an ONNX path uploads it (with the admin key the server wrote) at 1 worker, as Python's would."""
-    model = str(files / "mobilenetv2.onnx")
+    model = str(sample_files / "mobilenetv2.onnx")
     layout = ["--workers", "1", "--threads", "2", "--tasks", "1"]
-    out = run(builds["plain"].main, server.http_url, model, str(files / "input.bin"), *layout, "--dump", str(tmp_path))
+    out = run(
+        builds["plain"].main, server.http_url, model, str(sample_files / "input.bin"), *layout, "--dump", str(tmp_path)
+    )
     uploaded = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("model: ")]
     try:
         assert out.returncode == 0, out.stderr[-3000:]
@@ -200,8 +180,8 @@ def test_sample_uploads_a_local_file(server, builds, files, python_output, tmp_p
         dumps = sorted(tmp_path.glob("out_*.bin"))
         assert len(dumps) == 2
         for p in dumps:  # another worker/thread layout than the repository model's: float precision
-            got = np.fromfile(p, dtype="<f4").reshape(python_output.shape)
-            np.testing.assert_allclose(got, python_output, rtol=1e-5, atol=1e-7, err_msg=p.name)
+            got = np.fromfile(p, dtype="<f4").reshape(python_answer.shape)
+            np.testing.assert_allclose(got, python_answer, rtol=1e-5, atol=1e-7, err_msg=p.name)
         again = run(builds["plain"].main, server.http_url, model, *layout)
         assert again.returncode == 0 and f"model: {name}\n" in again.stdout  # the same file and config: reused
     finally:
@@ -209,9 +189,11 @@ def test_sample_uploads_a_local_file(server, builds, files, python_output, tmp_p
             unload(server, name)
 
 
-def test_init_from_a_buffer(server, builds, files):
+def test_init_from_a_buffer(server, builds, sample_files):
     """Init(model_data, data_size, config) uploads the bytes as `model_<hash>`; kernel callbacks are refused."""
-    out = run(builds["plain"].driver, server.http_url, "buffer", server.http_url, str(files / "mobilenetv2.onnx"))
+    out = run(
+        builds["plain"].driver, server.http_url, "buffer", server.http_url, str(sample_files / "mobilenetv2.onnx")
+    )
     uploaded = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("model: ")]
     try:
         assert out.returncode == 0, out.stdout + out.stderr
@@ -224,7 +206,7 @@ def test_init_from_a_buffer(server, builds, files):
             unload(server, name)
 
 
-def test_each_failure_gives_its_status(server, builds, files):
+def test_each_failure_gives_its_status(server, builds, sample_files):
     main, driver = builds["plain"].main, builds["plain"].driver
     unknown = run(main, server.http_url, "triton://no_such_model")
     assert unknown.returncode == 1
@@ -238,10 +220,10 @@ def test_each_failure_gives_its_status(server, builds, files):
     grpc = run(main, server.grpc_url, "triton://mobilenetv2")
     assert grpc.returncode == 1 and "kLiteParamInvalid" in grpc.stderr and "KServe v2 over HTTP" in grpc.stderr
 
-    missing = run(main, server.http_url, str(files / "missing.onnx"))
+    missing = run(main, server.http_url, str(sample_files / "missing.onnx"))
     assert missing.returncode == 1 and "Build model error kLiteFileError" in missing.stderr
 
-    not_a_model = run(main, server.http_url, str(files / "input.bin"))
+    not_a_model = run(main, server.http_url, str(sample_files / "input.bin"))
     assert not_a_model.returncode == 1 and "kLiteNotSupport" in not_a_model.stderr
 
     shape = run(driver, server.http_url, "shape", server.http_url, "mobilenetv2", "1,3,224,225")
@@ -267,9 +249,9 @@ def test_outputs_fill_the_callers_buffers(server, builds):
     assert "predict kSuccess" in out.stdout and "output shape1 same_buffer=1 elements=1000" in out.stdout
 
 
-def test_a_batch_of_two(server, builds, files, tmp_path):
+def test_a_batch_of_two(server, builds, sample_files, tmp_path):
     """SetShape on the dynamic batch dim: two images in one predict, equal to the Python client's bit for bit."""
-    one = np.fromfile(files / "input.bin", dtype="<f4")
+    one = np.fromfile(sample_files / "input.bin", dtype="<f4")
     x = np.concatenate([one, one[::-1]]).reshape(2, 3, 224, 224)
     (tmp_path / "batch.bin").write_bytes(x.tobytes())
     args = ["batch", server.http_url, "mobilenetv2", str(tmp_path / "batch.bin"), str(tmp_path / "out.bin")]
@@ -292,47 +274,12 @@ def test_a_batch_of_two(server, builds, files, tmp_path):
 
 def test_runner_refuses_predicts_beyond_its_bound(server, builds, tmp_path: Path) -> None:
     """[runner] max_pending_predicts=1: a second predict while one is held fails at once with kLiteServiceDeny."""
-    ctx = mslite.Context()
-    ctx.server_url = server.grpc_url
-    ctx.cpu.thread_num = 1
-    ctx.parallel.workers_num = 1
-    loaded = mslite.ModelParallelRunner()
-    loaded.build_from_file(str(private_tiny(tmp_path, "cpp_bound")), ctx)  # the C++ runner binds to this model
-    name = loaded._remote.info.name
-    (worker,) = worker_pids(server, name)
-
-    proc = subprocess.Popen(
-        [str(builds["plain"].driver), "bound", server.http_url, name],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
-    reader.start()
-    try:
-        ready = lines.get(timeout=120)
-        assert ready == "READY\n", ready
-        os.kill(worker, signal.SIGSTOP)  # the first predict waits in the worker until SIGCONT
-        try:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            assert lines.get(timeout=60) == "HELD\n"
-            second = lines.get(timeout=60)  # answered while the first predict is still held
-        finally:
-            os.kill(worker, signal.SIGCONT)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=30)
-    rest = "".join(lines.get() for _ in range(lines.qsize()))
-    assert proc.returncode == 0, proc.stderr.read()[-3000:]
-    assert second.startswith("SECOND kLiteServiceDeny kLiteServiceDeny: predict failed! "), second
-    assert "max_pending_predicts=1" in second
-    assert "HELD_RESULT kSuccess" in rest and "AFTER kSuccess" in rest and "PLAIN kSuccess" in rest
+    name, worker = private_model(server, tmp_path, "cpp_bound")  # the C++ runner binds to this model
+    run = run_with_a_held_predict([str(builds["plain"].driver), "bound", server.http_url, name], worker)
+    assert run.returncode == 0, run.stderr
+    assert run.second.startswith("SECOND kLiteServiceDeny kLiteServiceDeny: predict failed! "), run.second
+    assert "max_pending_predicts=1" in run.second
+    assert "HELD_RESULT kSuccess" in run.rest and "AFTER kSuccess" in run.rest and "PLAIN kSuccess" in run.rest
 
 
 def test_runner_applies_a_tuned_config_ini(server, builds, tmp_path: Path) -> None:
@@ -380,10 +327,10 @@ def test_runner_applies_a_tuned_config_ini(server, builds, tmp_path: Path) -> No
 
 
 @pytest.fixture(scope="module")
-def ort_outputs(files) -> dict[int, np.ndarray]:
+def ort_outputs(sample_files) -> dict[int, np.ndarray]:
     """In-process ONNX Runtime on the same file and input, at batch 1 and 2 (the input twice)."""
-    session = ort.InferenceSession(str(files / "mobilenetv2.onnx"), providers=["CPUExecutionProvider"])
-    x = np.fromfile(files / "input.bin", dtype="<f4").reshape(1, 3, 224, 224)
+    session = ort.InferenceSession(str(sample_files / "mobilenetv2.onnx"), providers=["CPUExecutionProvider"])
+    x = np.fromfile(sample_files / "input.bin", dtype="<f4").reshape(1, 3, 224, 224)
     name = session.get_inputs()[0].name
     return {n: session.run(None, {name: np.concatenate([x] * n)})[0] for n in (1, 2)}
 
@@ -399,44 +346,15 @@ def uploaded_models(stdout: str) -> list[str]:
     return sorted(set(re.findall(r"^model: (\S+)$", stdout, re.M)))
 
 
-def own_server_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """No server URL: the program starts one; its temporary files and key files stay under tmp_path."""
-    env = {k: v for k, v in os.environ.items() if k not in (settings.URL_ENV, settings.ADMIN_KEY_ENV)}
-    (tmp_path / "tmp").mkdir()
-    env.update(
-        {
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # this venv's mslite-triton
-            "TMPDIR": str(tmp_path / "tmp"),
-            settings.KEY_DIR_ENV: str(tmp_path / "keys"),
-            "ASAN_OPTIONS": "detect_leaks=1",
-            **extra,
-        }
-    )
-    return env
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds `text`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
-
-
-def test_model_face_under_sanitizers(server, builds, files, ort_outputs, tmp_path):
+def test_model_face_under_sanitizers(server, builds, sample_files, ort_outputs, tmp_path):
     """Every Model call MindSpore Lite's samples make, against the real server, clean under ASan/UBSan."""
     ini = tmp_path / "config.ini"
     ini.write_text("[runner]\nthread_num=1\n")
     args = [
         "model",
         server.http_url,
-        str(files / "mobilenetv2.onnx"),
-        str(files / "input.bin"),
+        str(sample_files / "mobilenetv2.onnx"),
+        str(sample_files / "input.bin"),
         str(tmp_path),
         str(ini),
     ]
@@ -482,10 +400,10 @@ def test_model_face_under_sanitizers(server, builds, files, ort_outputs, tmp_pat
             unload(server, name)
 
 
-def test_model_group_and_device_infos(server, builds, files):
+def test_model_group_and_device_infos(server, builds, sample_files):
     """kShareWeight shares one server model between contexts; Ascend and AIR get statuses naming Ascend."""
     group = run(
-        builds["plain"].model_driver, server.http_url, "group", server.http_url, str(files / "mobilenetv2.onnx")
+        builds["plain"].model_driver, server.http_url, "group", server.http_url, str(sample_files / "mobilenetv2.onnx")
     )
     names = uploaded_models(group.stdout)
     try:
@@ -506,7 +424,7 @@ def test_model_group_and_device_infos(server, builds, files):
 
     env = {**os.environ, "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}  # as mpirun sets them
     devices = subprocess.run(
-        [str(builds["plain"].model_driver), "devices", server.http_url, str(files / "mobilenetv2.onnx")],
+        [str(builds["plain"].model_driver), "devices", server.http_url, str(sample_files / "mobilenetv2.onnx")],
         capture_output=True,
         text=True,
         timeout=300,
@@ -521,14 +439,16 @@ def test_model_group_and_device_infos(server, builds, files):
     assert "inputs_before_build 0\n" in text
 
 
-def test_model_starts_a_server_of_its_own(builds, files, ort_outputs, tmp_path):
+def test_model_starts_a_server_of_its_own(builds, sample_files, ort_outputs, tmp_path):
     """No URL: the first Build starts `mslite-triton serve` on free ports, and it is gone, files and all, at exit.
 
     A key in the environment is another server's: the started server makes its own, which the client reads.
     """
     assert shutil.which("mslite-triton", path=str(Path(sys.executable).parent)), "the venv's mslite-triton"
-    env = own_server_env(tmp_path, **{settings.ADMIN_KEY_ENV: "the-key-of-another-server"})
-    args = ["run", str(files / "mobilenetv2.onnx"), str(files / "input.bin"), str(tmp_path / "out.bin")]
+    env = own_server_env(
+        tmp_path, ASAN_OPTIONS="detect_leaks=1", **{settings.ADMIN_KEY_ENV: "the-key-of-another-server"}
+    )
+    args = ["run", str(sample_files / "mobilenetv2.onnx"), str(sample_files / "input.bin"), str(tmp_path / "out.bin")]
     out = subprocess.run(
         [str(builds["asan"].model_driver), *args], capture_output=True, text=True, timeout=600, env=env
     )
@@ -569,11 +489,11 @@ def test_model_builds_a_mindir(server, builds, tmp_path):
             unload(server, name)
 
 
-def test_a_killed_program_takes_its_server_along(builds, files, tmp_path):
+def test_a_killed_program_takes_its_server_along(builds, sample_files, tmp_path):
     """SIGKILL leaves no exit handler to run: the server gets SIGTERM from the kernel (parent-death signal)."""
     env = own_server_env(tmp_path)
     proc = subprocess.Popen(
-        [str(builds["plain"].model_driver), "hold", str(files / "mobilenetv2.onnx")],
+        [str(builds["plain"].model_driver), "hold", str(sample_files / "mobilenetv2.onnx")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -586,17 +506,15 @@ def test_a_killed_program_takes_its_server_along(builds, files, tmp_path):
         assert processes_mentioning(str(tmp_path)), "the server runs while the program does"
         proc.kill()
         proc.wait(timeout=30)
-        deadline = time.monotonic() + 120  # `serve` stops tritonserver, the gateway and the workers first
-        while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert processes_mentioning(str(tmp_path)) == []
+        # `serve` stops tritonserver, the gateway and the workers first
+        eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 120, 0.5)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
-def test_no_server_command_gives_a_clear_status(builds, files, tmp_path):
+def test_no_server_command_gives_a_clear_status(builds, sample_files, tmp_path):
     """Without `mslite-triton` (or with the setting naming a missing command), Build says what to do."""
     missing = "/nonexistent/mslite-triton"
     cases = {
@@ -613,7 +531,7 @@ def test_no_server_command_gives_a_clear_status(builds, files, tmp_path):
         (tmp_path / case).mkdir()
         env = own_server_env(tmp_path / case, **extra)
         out = subprocess.run(
-            [str(builds["plain"].model_driver), "hold", str(files / "mobilenetv2.onnx")],
+            [str(builds["plain"].model_driver), "hold", str(sample_files / "mobilenetv2.onnx")],
             capture_output=True,
             text=True,
             timeout=60,

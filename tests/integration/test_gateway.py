@@ -39,6 +39,7 @@ from mslite_server.ports import listening_ports, listening_unix_paths
 from mslite_triton import _admin_key
 from mslite_triton._error_table import classify
 from mslite_triton.errors import ServiceDenyError
+from tests.support.eventually import eventually
 from tests.support.model_zoo import run_reference
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ZOO
@@ -110,7 +111,7 @@ def test_client_library_uploads_and_predicts_through_the_gateway(gw, files, prot
     loaded = set(gw.loaded_models())
     model = mslite.Model()
     model.build_from_file(str(files / "tiny.onnx"), mslite.ModelType.MINDIR, ctx)  # keyed upload
-    assert model._remote.info.name not in loaded and model._remote.info.name in gw.loaded_models()
+    assert model.served_name not in loaded and model.served_name in gw.loaded_models()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     (y,) = model.predict([x])
     np.testing.assert_array_equal(y.get_data_to_numpy(), x * 2 + 1)
@@ -368,9 +369,10 @@ def test_http_requests_wait_out_a_server_restart(gw):
     thread = threading.Thread(target=hammer)
     thread.start()
     try:
-        time.sleep(0.5)
+        eventually(lambda: len(statuses) >= 5, "answers before the restart")
+        before = len(statuses)
         gw.restart()
-        time.sleep(0.5)
+        eventually(lambda: len(statuses) >= before + 5, "answers after the restart")
     finally:
         stop.set()
         thread.join()
@@ -401,9 +403,15 @@ def test_triton_unreachable_is_503_and_unavailable(tmp_path):
         pid = gateway.pid
         gateway.stop()
     assert not gateway.is_running()
-    time.sleep(0.1)
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    eventually(gone, f"the gateway (pid {pid}) to be gone", 10)
 
 
 def _rss_mib(pid: int) -> float:

@@ -73,7 +73,7 @@ def test_http_bodies_count_as_they_arrive_and_stalled_ones_are_dropped(server, t
             assert http_answer(s).startswith(b"HTTP/1.1 200"), "announced bodies held the budget"
         # 700 KiB of a 1 MiB body did come: they are held while the body keeps moving
         stalled = _post(port, b"x" * (700 << 10), length=1 << 20)
-        time.sleep(0.3)
+        time.sleep(0.3)  # time passes on purpose: a body that keeps moving, however slowly, is not a stall
         stalled.sendall(b"x")  # progress
         with _post(port, padded) as s:
             answer = http_answer(s)
@@ -199,7 +199,7 @@ def test_others_are_served_while_bodies_are_announced_and_streams_stall(server, 
     try:
         assert len(held) >= 7, f"the attack holds only {len(held)} streams"
         with _Predicts(4, http_port, grpc_port) as traffic:
-            time.sleep(5)
+            time.sleep(5)  # the measurement: what the other clients get for 5 s while the attack holds
         ok, failed = traffic.ok, len(traffic.failures)
         print(f"other clients: {ok} ok, {failed} failed; {len(held)} stalled streams held")
         assert ok >= 0.95 * (ok + failed) and ok > 0, traffic.failures[:3]

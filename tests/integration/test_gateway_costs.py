@@ -136,11 +136,12 @@ def test_string_elements_past_the_bound_are_refused_naming_it(gateway):
 
 
 class _Silent:
-    """An upstream that takes HTTP requests and never answers; it records when an inference's connection closes."""
+    """An upstream that takes HTTP requests and never answers; it records when an inference arrives and leaves."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
+        self.received = threading.Event()
         self.closed = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -157,6 +158,8 @@ class _Silent:
         with conn:
             while chunk := conn.recv(1 << 16):
                 got += chunk
+                if b"/infer" in got:
+                    self.received.set()
         if b"/infer" in got:  # an inference request's connection (not the staging pool's)
             self.closed.set()
 
@@ -191,7 +194,7 @@ def test_a_request_whose_client_hung_up_is_cancelled_upstream_and_frees_its_slot
     with _in_front_of_silence(server, tmp_path, upstream_timeout_s=300.0) as (port, silent):
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             s.sendall(_request("tiny", _TINY))
-            time.sleep(0.5)
+            assert silent.received.wait(60)  # forwarded upstream before this client hangs up
         # long before the 300 s time-out: the gateway closed its upstream connection for the gone client
         assert silent.closed.wait(60)
         deadline = time.monotonic() + 60

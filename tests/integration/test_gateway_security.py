@@ -107,7 +107,7 @@ def test_a_victim_gets_only_right_answers_while_an_attacker_names_its_regions(sr
     ctx.parallel.workers_num = 1
     model = mslite.Model()
     model.build_from_file(str(pair_file), mslite.ModelType.MINDIR, ctx)
-    served = model._remote.info.name
+    served = model.served_name
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((2, 1, T), dtype=np.float32)
     np.testing.assert_array_equal(model.predict([a, b])[0].get_data_to_numpy(), a - b)

@@ -13,8 +13,7 @@ import json
 import os
 import signal
 import stat
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from mslite_contract.protocol import GATEWAY_REGION_PREFIX
 from mslite_server import LocalServer, ServerConfig
+from tests.support.eventually import eventually
 from tests.support.model_zoo import difference
 from tests.support.repository import MINIMAL, add_model
 from tests.support.triton_direct import grpc_address, http_address
@@ -79,13 +79,6 @@ def _gateway_prefix(server: LocalServer) -> str:
     return f"{GATEWAY_REGION_PREFIX}{server.gateway.pid}_"
 
 
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_large_inputs_reach_triton_through_the_gateways_region(srv, protocol):
     through, direct = _addresses(srv, protocol)
@@ -133,7 +126,7 @@ def test_staging_comes_back_after_a_tritonserver_restart(srv):
     assert srv.process is not None and srv.supervisor is not None
     before = len(srv.supervisor.heals)
     os.kill(srv.process.pid, signal.SIGKILL)
-    _wait(lambda: len(srv.supervisor.heals) > before and srv.supervisor.heals[-1].ok, "tritonserver's heal")
+    eventually(lambda: len(srv.supervisor.heals) > before and srv.supervisor.heals[-1].ok, "tritonserver's heal")
     for protocol in ("http", "grpc", "grpc"):
         np.testing.assert_array_equal(_infer(protocol, _addresses(srv, protocol)[0], a, b), a - b)
     assert any(n.startswith(_gateway_prefix(srv)) for n in _registered(srv))
@@ -147,9 +140,9 @@ def test_a_killed_gateways_regions_are_unregistered_and_removed(srv):
     assert srv.gateway is not None and srv.gateway.pid is not None and srv.supervisor is not None
     before = len(srv.supervisor.heals)
     os.kill(srv.gateway.pid, signal.SIGKILL)
-    _wait(lambda: len(srv.supervisor.heals) > before, "the gateway's heal")
-    _wait(lambda: not [n for n in _registered(srv) if n.startswith(old)], "its regions unregistered")
-    _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed")
+    eventually(lambda: len(srv.supervisor.heals) > before, "the gateway's heal")
+    eventually(lambda: not [n for n in _registered(srv) if n.startswith(old)], "its regions unregistered")
+    eventually(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed")
     np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{srv.http_port}", a, b), a - b)
 
 
@@ -161,13 +154,13 @@ def test_a_gateway_killed_after_a_tritonserver_heal_leaves_no_region(srv):
     assert srv.process is not None and srv.supervisor is not None
     before = len(srv.supervisor.heals)
     os.kill(srv.process.pid, signal.SIGKILL)
-    _wait(lambda: len(srv.supervisor.heals) > before and srv.supervisor.heals[-1].ok, "tritonserver's heal")
+    eventually(lambda: len(srv.supervisor.heals) > before and srv.supervisor.heals[-1].ok, "tritonserver's heal")
     assert [n for n in os.listdir(SHM) if n.startswith(old)] and not [n for n in _registered(srv) if n.startswith(old)]
     assert srv.gateway is not None and srv.gateway.pid is not None
     before = len(srv.supervisor.heals)
     os.kill(srv.gateway.pid, signal.SIGKILL)
-    _wait(lambda: len(srv.supervisor.heals) > before, "the gateway's heal")
-    _wait(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed", timeout_s=20)
+    eventually(lambda: len(srv.supervisor.heals) > before, "the gateway's heal")
+    eventually(lambda: not [n for n in os.listdir(SHM) if n.startswith(old)], "its region files removed", timeout_s=20)
     np.testing.assert_array_equal(_infer("http", f"127.0.0.1:{srv.http_port}", a, b), a - b)
 
 
@@ -194,5 +187,5 @@ def test_a_killed_gateway_leaves_no_region_once_the_server_stops(tmp_path: Path)
         # no supervisor here: nothing of this server sweeps until the stop (another server's supervisor on the
         # machine, the test session's, may sweep the dead gateway's regions first: so none is looked for now)
         os.kill(server.gateway.pid, signal.SIGKILL)
-        _wait(lambda: not server.gateway.is_running(), "the gateway's death")
+        eventually(lambda: not server.gateway.is_running(), "the gateway's death")
     assert not [n for n in os.listdir(SHM) if n.startswith(prefix)]

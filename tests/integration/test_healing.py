@@ -27,6 +27,7 @@ from mslite_server import LocalServer, ServerConfig
 from mslite_server.ports import pick_ports
 from mslite_server.workers import state_of, workers_of
 from mslite_triton.errors import ServerUnavailableError
+from tests.support.eventually import eventually
 from tests.support.processes import children_of
 from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
@@ -65,15 +66,8 @@ def healing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalSer
     config = ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5, startup_timeout_s=240)
     with LocalServer(config) as srv:
         runner = build_updated(srv.grpc_url, root)
-        _wait(lambda: runner._remote.info.name in srv.supervisor.catalog, "the model in the catalog")
+        eventually(lambda: runner.served_name in srv.supervisor.catalog, "the model in the catalog", HEAL_DEADLINE_S)
         yield srv, runner
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = HEAL_DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _heal_after(srv: LocalServer, clients: Clients, kill: Callable[[], None], what: str, *, strict: bool = True):
@@ -84,7 +78,7 @@ def _heal_after(srv: LocalServer, clients: Clients, kill: Callable[[], None], wh
     clients.wait_for(20)
     before = len(srv.supervisor.heals)
     kill()
-    _wait(lambda: len(srv.supervisor.heals) > before, f"a heal of the {what}")
+    eventually(lambda: len(srv.supervisor.heals) > before, f"a heal of the {what}", HEAL_DEADLINE_S)
     clients.wait_for(20)
     heals = srv.supervisor.heals[before:]
     assert [h.what for h in heals] == [what], heals
@@ -95,7 +89,7 @@ def _heal_after(srv: LocalServer, clients: Clients, kill: Callable[[], None], wh
 
 def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
     srv, runner = healing
-    name, restarts = runner._remote.info.name, srv.restarts
+    name, restarts = runner.served_name, srv.restarts
     with Clients(runner) as clients:
         victim = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         heal = _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGKILL), "worker")
@@ -106,7 +100,7 @@ def test_a_dead_worker_reloads_only_its_model_with_its_weights(healing):
 
 def test_a_worker_that_crashes_leaves_its_python_stacks_in_the_server_log(healing):
     srv, runner = healing
-    name = runner._remote.info.name
+    name = runner.served_name
     with Clients(runner) as clients:
         victim = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         _heal_after(srv, clients, lambda: os.kill(victim.pid, signal.SIGSEGV), "worker")  # healed as any death
@@ -116,17 +110,17 @@ def test_a_worker_that_crashes_leaves_its_python_stacks_in_the_server_log(healin
 
 def test_a_worker_killed_before_the_supervisor_saw_it_alive_is_replaced_too(healing):
     srv, runner = healing
-    name = runner._remote.info.name
+    name = runner.served_name
     with Clients(runner) as clients:
         clients.wait_for(20)
         before = len(srv.supervisor.heals)
         first = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(first.pid, signal.SIGKILL)
-        _wait(lambda: len(srv.supervisor.heals) > before, "the first heal")
+        eventually(lambda: len(srv.supervisor.heals) > before, "the first heal", HEAL_DEADLINE_S)
         # at once, before the supervisor's next look: the new worker was never seen alive
         new = next(w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z")
         os.kill(new.pid, signal.SIGKILL)
-        _wait(lambda: len(srv.supervisor.heals) > before + 1, "a heal of the new worker")
+        eventually(lambda: len(srv.supervisor.heals) > before + 1, "a heal of the new worker", HEAL_DEADLINE_S)
         clients.wait_for(20)
     assert [h.what for h in srv.supervisor.heals[before:]] == ["worker", "worker"]
     live = [w for w in workers_of(srv.process.pid) if w.model == name and w.state != "Z"]
@@ -149,7 +143,7 @@ def test_a_dead_tritonserver_comes_back_with_its_models_and_weights(healing):
     with Clients(runner) as clients:
         heal = _heal_after(srv, clients, lambda: os.kill(srv.process.pid, signal.SIGKILL), "tritonserver")
     assert srv.restarts == restarts + 1 and srv.admin_key == key
-    assert runner._remote.info.name in heal.models  # the uploaded model, from the launcher's copy
+    assert runner.served_name in heal.models  # the uploaded model, from the launcher's copy
     assert {m.name: m.state for m in srv.model_states()}["tiny"] == "READY"
     assert clients.failures == []
 
@@ -177,7 +171,7 @@ def _predict_after_stopping(srv: LocalServer, runner: mslite.ModelParallelRunner
     y = runner.predict(inputs)[0].get_data_to_numpy()  # retried by the client until the heal
     answered_s = time.monotonic() - stopped
     assert np.array_equal(y, 10 * X), y
-    _wait(lambda: len(srv.supervisor.heals) > before, "the heal's event")
+    eventually(lambda: len(srv.supervisor.heals) > before, "the heal's event", HEAL_DEADLINE_S)
     return answered_s, srv.supervisor.heals[before:]
 
 
@@ -194,7 +188,7 @@ def test_a_stopped_gateway_is_killed_and_replaced(healing):
 def test_stopped_workers_are_killed_before_they_run_again_and_tritonserver_lives(healing):
     # Let run again, a stub that Triton found unhealthy crashed tritonserver ~3 s later: it must die stopped.
     srv, runner = healing
-    name, server_pid = runner._remote.info.name, srv.process.pid
+    name, server_pid = runner.served_name, srv.process.pid
     stopped = [w.pid for w in workers_of(server_pid) if w.model == name and w.state != "Z"]
     assert len(stopped) == 2, stopped
     answered_s, heals = _predict_after_stopping(srv, runner, stopped)  # both: no worker left to answer
@@ -235,7 +229,7 @@ def test_a_server_found_stopped_while_it_is_given_time_to_exit_is_killed(tmp_pat
     with LocalServer(ServerConfig(model_repository=tmp_path / "repo", exit_timeout_s=60, supervise=False)) as srv:
         pid = srv.process.pid
         os.kill(pid, signal.SIGSTOP)
-        _wait(lambda: state_of(pid) == "T", "the server stopped", 10)
+        eventually(lambda: state_of(pid) == "T", "the server stopped", 10)
         started = time.monotonic()
         srv.tritonserver.terminate()  # SIGTERM, and up to the exit timeout (65 s) to act on it
         assert time.monotonic() - started < 10
@@ -252,7 +246,7 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
         start_s = time.monotonic() - started
         supervisor = srv.supervisor
         ready = set(srv.loaded_models())
-        _wait(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog")
+        eventually(lambda: set(supervisor.catalog) == ready, "every ready model in the catalog", HEAL_DEADLINE_S)
         first = srv.process.pid
         os.kill(first, signal.SIGKILL)
 
@@ -265,13 +259,13 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
             except ServerUnavailableError:
                 return False
 
-        _wait(loading_again, "the heal loading the models again")
+        eventually(loading_again, "the heal loading the models again", HEAL_DEADLINE_S)
         second = srv.process.pid
         os.kill(second, signal.SIGKILL)
         killed = time.monotonic()
         # the mechanism: the next try starts at once, not after the loads' 60 s deadline
         third = lambda: srv.process is not None and srv.process.pid != second  # noqa: E731
-        _wait(third, "a third tritonserver", SECOND_DEATH_BAR_S)
+        eventually(third, "a third tritonserver", SECOND_DEATH_BAR_S)
 
         def all_ready() -> bool:
             try:
@@ -280,9 +274,9 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
                 return False
 
         limit_s = 2 * max(SECOND_DEATH_BAR_S, start_s)
-        _wait(all_ready, f"every model ready again (start took {start_s:.1f} s)", limit_s)
+        eventually(all_ready, f"every model ready again (start took {start_s:.1f} s)", limit_s)
         back_s = time.monotonic() - killed
-        _wait(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event")
+        eventually(lambda: supervisor.heals and supervisor.heals[-1].ok, "the heal's event", HEAL_DEADLINE_S)
     assert back_s < limit_s, (back_s, start_s)
     assert not supervisor.gave_up and {h.what for h in supervisor.heals} == {"tritonserver"}, supervisor.heals
 
@@ -299,7 +293,7 @@ AUTOSTART_CLIENT = textwrap.dedent(
     runner = build_updated(url, Path(sys.argv[2]))
     server = _endpoint.started_server()
     deadline = time.monotonic() + 30
-    while runner._remote.info.name not in server.supervisor.catalog and time.monotonic() < deadline:
+    while runner.served_name not in server.supervisor.catalog and time.monotonic() < deadline:
         time.sleep(0.05)
     with Clients(runner) as clients:
         clients.wait_for(20)

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import os
-import queue
-import signal
-import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
-import mslite_triton as mslite
 from mslite_contract import settings
-from tests.integration.test_java import JAVA, require_jdk
-from tests.support.processes import worker_pids
-from tests.support.repository import private_tiny
+from tests.support.other_clients import javac, private_model, run_with_a_held_predict
 
 pytestmark = pytest.mark.integration
 
@@ -63,48 +56,13 @@ public class PendingBound {
 
 
 def test_java_runner_refuses_predicts_beyond_its_bound(server, tmp_path: Path) -> None:
-    require_jdk()
-    ctx = mslite.Context()
-    ctx.server_url = server.grpc_url
-    ctx.cpu.thread_num = 1
-    ctx.parallel.workers_num = 1
-    loaded = mslite.ModelParallelRunner()
-    loaded.build_from_file(str(private_tiny(tmp_path, "java_bound")), ctx)  # the Java runner binds to this model
-    name = loaded._remote.info.name
-    (worker,) = worker_pids(server, name)
-
-    classes = tmp_path / "classes"
+    name, worker = private_model(server, tmp_path, "java_bound")  # the Java runner binds to this model
     (tmp_path / "PendingBound.java").write_text(PROGRAM)
-    sources = [str(p) for p in (JAVA / "src").rglob("*.java")] + [str(tmp_path / "PendingBound.java")]
-    build = subprocess.run(["javac", "--release", "17", "-d", str(classes), *sources], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-
-    proc = subprocess.Popen(
-        ["java", "-cp", str(classes), "PendingBound", server.http_url, name],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={k: v for k, v in os.environ.items() if k != settings.URL_ENV},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
-    reader.start()
-    ready = lines.get(timeout=300)  # the JVM started and bound to the model
-    assert ready == "READY\n", ready + proc.stderr.read()
-    os.kill(worker, signal.SIGSTOP)  # the first predict waits in the worker until SIGCONT
-    try:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        held = lines.get(timeout=120)
-        assert held == "HELD\n", held
-        second = lines.get(timeout=60)  # answered while the first predict is still held
-    finally:
-        os.kill(worker, signal.SIGCONT)
-    proc.wait(timeout=120)
-    reader.join(timeout=30)
-    rest = "".join(lines.get() for _ in range(lines.qsize()))
-    assert proc.returncode == 0, proc.stderr.read()[-3000:]
-    assert second.startswith("SECOND false predict failed! Error is kLiteServiceDeny: "), second
-    assert "max_pending_predicts=1" in second
-    assert "HELD_RESULT true" in rest and "AFTER true" in rest and "PLAIN true" in rest
+    classes = javac(tmp_path / "classes", tmp_path / "PendingBound.java", strict=False)
+    env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
+    command = ["java", "-cp", str(classes), "PendingBound", server.http_url, name]
+    run = run_with_a_held_predict(command, worker, ready_s=300, env=env)  # READY: the JVM started and bound
+    assert run.returncode == 0, run.stderr
+    assert run.second.startswith("SECOND false predict failed! Error is kLiteServiceDeny: "), run.second
+    assert "max_pending_predicts=1" in run.second
+    assert "HELD_RESULT true" in run.rest and "AFTER true" in run.rest and "PLAIN true" in run.rest

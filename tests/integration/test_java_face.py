@@ -17,8 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -29,7 +27,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from mslite_contract import settings
-from tests.integration.test_java import JAVA, require_jdk, unload
+from tests.support.eventually import eventually
+from tests.support.other_clients import javac, own_server_env, processes_mentioning
+from tests.support.repository import unload
 
 pytestmark = pytest.mark.integration
 
@@ -256,29 +256,12 @@ def face_model(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_jdk()
     d = tmp_path_factory.mktemp("java_face")
     (d / "FaceCheck.java").write_text(FACE_CHECK)
     (d / "Hold.java").write_text(HOLD)
-    sources = [str(p) for p in (JAVA / "src").rglob("*.java")] + [str(d / "FaceCheck.java"), str(d / "Hold.java")]
-    build = subprocess.run(
-        ["javac", "-Xlint:all", "-Werror", "--release", "17", "-d", str(d / "classes"), *sources],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stderr
+    javac(d / "classes", d / "FaceCheck.java", d / "Hold.java")
     face_model(d / "face.onnx")
     return d
-
-
-def java_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The environment with no server URL, the worktree's `mslite-triton` on PATH, temporary files in tmp_path."""
-    env = {k: v for k, v in os.environ.items() if k not in (settings.URL_ENV, settings.SERVE_CMD_ENV)}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["JAVA_TOOL_OPTIONS"] = f"-Djava.io.tmpdir={tmp_path}"
-    env.update(extra)
-    return env
 
 
 def check_outputs(out: Path, model: Path) -> None:
@@ -310,18 +293,11 @@ def run_face_check(programs: Path, out: Path, env: dict[str, str], *url: str) ->
     return run
 
 
-def loaded_models(server) -> set[str]:
-    req = urllib.request.Request(f"{server.http_url}/v2/repository/index", data=b"{}", method="POST")
-    if server.admin_key:
-        req.add_header("mslite-key", server.admin_key)
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return {m["name"] for m in json.load(resp) if m.get("state") == "READY"}
-
-
 def test_each_new_call_against_the_session_server(server, programs, tmp_path):
-    before = loaded_models(server)
+    before = set(server.loaded_models())
     try:
-        run = run_face_check(programs, tmp_path / "out", java_env(tmp_path), server.http_url)
+        env = {**os.environ, "JAVA_TOOL_OPTIONS": f"-Djava.io.tmpdir={tmp_path}"}
+        run = run_face_check(programs, tmp_path / "out", env, server.http_url)
         assert "version MindSpore Lite API served by mslite-triton" in run.stdout
         assert "Ascend (device 1, rank 2, provider 'ge') is not available" in run.stderr
         assert "started a server" not in run.stderr
@@ -331,7 +307,7 @@ def test_each_new_call_against_the_session_server(server, programs, tmp_path):
             parameters = json.load(resp)["parameters"]
         assert parameters["thread_affinity_core_list"]["string_value"] == "0"
     finally:
-        for uploaded in loaded_models(server) - before:  # leave the server as it was
+        for uploaded in set(server.loaded_models()) - before:  # leave the server as it was
             unload(server, uploaded)
 
 
@@ -343,41 +319,18 @@ def refused(port: int) -> bool:
     return False
 
 
-def wait_refused(port: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if refused(port):
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def wait_gone(tmp_path: Path, timeout_s: float) -> bool:
-    """Whether every process whose command line names tmp_path (the server's repository is there) has ended."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = []
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if str(tmp_path).encode() in cmdline.read_bytes():
-                    alive.append(cmdline)
-            except OSError:
-                continue
-        if not alive:
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def test_with_no_url_the_client_starts_its_server_and_stops_it_at_exit(programs, tmp_path):
     # a key in the environment is another server's: the started one made its own, which the client reads
-    run = run_face_check(programs, tmp_path / "out", java_env(tmp_path, **{settings.ADMIN_KEY_ENV: "another-key"}))
+    run = run_face_check(
+        programs, tmp_path / "out", own_server_env(tmp_path, **{settings.ADMIN_KEY_ENV: "another-key"})
+    )
     started = STARTED.search(run.stderr)
     assert started, run.stderr[-3000:]
     check_outputs(tmp_path / "out", programs / "face.onnx")
     # the shutdown hook stopped it before the JVM exited, and removed its repository and log
     assert refused(int(started.group(2)))
-    assert wait_gone(tmp_path, 30)  # stopped before the JVM exited: nothing should be left at all
+    # stopped before the JVM exited: nothing should be left at all
+    eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 30, 0.5)
     assert not Path(started.group(3)).exists()
     assert not list(tmp_path.glob("mslite-triton-repo-*"))
 
@@ -389,7 +342,7 @@ def test_the_server_stops_when_the_program_is_killed(programs, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=java_env(tmp_path),
+        env=own_server_env(tmp_path),
     )
     port = None
     try:
@@ -402,8 +355,8 @@ def test_the_server_stops_when_the_program_is_killed(programs, tmp_path):
         assert port is not None and not refused(port)
         proc.send_signal(signal.SIGKILL)  # no shutdown hook runs: the server sees its standard input end
         proc.wait(timeout=30)
-        assert wait_refused(port, 120), f"the server on port {port} outlived its killed program"
-        assert wait_gone(tmp_path, 120), "a process of the server outlived its killed program"
+        eventually(lambda: refused(port), f"the server on port {port} to end with its killed program", 120, 0.5)
+        eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 120, 0.5)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -425,12 +378,12 @@ def test_a_clear_error_when_the_server_command_is_missing(programs, tmp_path):
 
     empty = tmp_path / "empty_path"
     empty.mkdir()
-    missing = build_error({**java_env(tmp_path), "PATH": str(empty)})  # nothing on PATH: no `mslite-triton`
+    missing = build_error({**own_server_env(tmp_path), "PATH": str(empty)})  # nothing on PATH: no `mslite-triton`
     assert "'mslite-triton', the command that starts one, cannot be run" in missing
     assert settings.URL_ENV in missing and settings.SERVE_CMD_ENV in missing and "pip install" in missing
 
-    named = build_error(java_env(tmp_path, **{settings.SERVE_CMD_ENV: str(tmp_path / "no-such-serve")}))
+    named = build_error(own_server_env(tmp_path, **{settings.SERVE_CMD_ENV: str(tmp_path / "no-such-serve")}))
     assert f"'{tmp_path / 'no-such-serve'}', the command that starts one, cannot be run" in named
 
-    off = build_error(java_env(tmp_path, **{settings.AUTOSTART_ENV: "0"}))
+    off = build_error(own_server_env(tmp_path, **{settings.AUTOSTART_ENV: "0"}))
     assert f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0" in off

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_java import JAVA, require_jdk
+from tests.support.other_clients import javac
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,6 @@ public class TunedConfigCheck {
 
 
 def test_java_runner_applies_a_tuned_config_ini(tmp_path: Path) -> None:
-    require_jdk()
     tuned = tmp_path / "config.ini"
     tuned.write_text("[runner]\nworkers_num=3\nthread_num=2\n")  # as `mslite-triton tune` writes it
     bad = tmp_path / "bad.ini"
@@ -61,10 +60,7 @@ def test_java_runner_applies_a_tuned_config_ini(tmp_path: Path) -> None:
     source = tmp_path / "mslite" / "triton" / "TunedConfigCheck.java"
     source.parent.mkdir(parents=True)
     source.write_text(PROGRAM)
-    classes = tmp_path / "classes"
-    sources = [str(p) for p in (JAVA / "src").rglob("*.java")] + [str(source)]
-    build = subprocess.run(["javac", "--release", "17", "-d", str(classes), *sources], capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
+    classes = javac(tmp_path / "classes", source, strict=False)
     run = subprocess.run(
         ["java", "-cp", str(classes), "mslite.triton.TunedConfigCheck", str(tuned), str(bad)],
         capture_output=True,

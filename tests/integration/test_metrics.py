@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 from collections import defaultdict
 
@@ -12,6 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.eventually import eventually
 from tests.support.settled import settled
 
 pytestmark = pytest.mark.integration
@@ -85,14 +85,14 @@ def test_backend_metrics_count_what_triton_counts(server):
     triton = {k: v - triton_before[k] for k, v in settled(lambda: _stats(server)).items()}
     assert triton == {"executions": 15, "inferences": 30}, triton  # 15 requests of 2 samples, one at a time
     want = {**triton, "invalid": 3}
-    deadline = time.monotonic() + 60  # the workers send their counts once a second
-    while True:
+
+    def counted() -> list:
         samples = _scrape(server)
         ours = {k: v - before[k] for k, v in _ours(samples).items()}
-        if ours == want or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert ours == want, (ours, triton)
+        assert ours == want, (ours, triton)
+        return samples
+
+    samples = eventually(counted, "the workers' counts (sent once a second)", 60, pause_s=0.2)
     for family in ("mslite_execution_ms", "mslite_batch_size"):
         series = _cumulative_buckets(samples, family)
         assert series, family

@@ -17,7 +17,8 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_contract.protocol import ADMIN_KEY_HEADER
-from tests.integration.test_java import classes, run_main, unload  # noqa: F401 -- classes: the compiled Java client (a fixture)
+from tests.support.other_clients import run_main
+from tests.support.repository import unload
 from tests.support.triton_direct import http_address
 
 pytestmark = pytest.mark.integration
@@ -259,11 +260,11 @@ def test_lite_infer_and_converter_with_mindspore_in_the_process(server, cases, t
     assert (tmp_path / "converted.mindir").read_bytes()[:1] == b"\x08"  # ONNX by content
 
 
-def test_java_client_uploads_mindir(server, cases, classes, tmp_path):  # noqa: F811 -- the imported fixture
+def test_java_client_uploads_mindir(server, cases, java_classes, tmp_path):
     dense = cases["dense"]
     (tmp_path / "input.bin").write_bytes(dense.inputs[0][:1].astype("<f4").tobytes())  # one sample, as Main sends
     out = run_main(
-        classes,
+        java_classes,
         server.http_url,
         str(dense.path),
         str(tmp_path / "input.bin"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import mslite_triton as mslite
 from mslite_server.workers import workers_of
 from mslite_triton.errors import InvalidInputError, ModelLoadError, ServiceDenyError
+from tests.support.eventually import eventually
 from tests.support.repository import GEN
 
 pytestmark = pytest.mark.integration
@@ -62,23 +62,15 @@ def _context(server, workers: int = 1) -> mslite.Context:
     return ctx
 
 
-def _wait(condition, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(server, files) -> None:
     ctx = _context(server)
     ctx.parallel.config_info = {"runner": {"max_pending_predicts": "2"}}
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(files["private"]), ctx)
-    assert runner._pending.bound == 2
     x = np.ones((1, 4), np.float32)
     assert runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy().tolist() == [[3.0] * 4]
 
-    name = runner._remote.info.name
+    name = runner.served_name
     (worker,) = [w.pid for w in workers_of(server.process.pid) if w.model == name]
     results: list[object] = []
 
@@ -92,7 +84,7 @@ def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(serv
     model.build_from_file(
         str(files["private"]), mslite.ModelType.MINDIR, _context(server), "", {"runner": {"max_pending_predicts": "1"}}
     )
-    assert model._remote.info.name == name
+    assert model.served_name == name
 
     def held_model_predict() -> None:
         try:
@@ -105,23 +97,19 @@ def test_runner_refuses_predicts_beyond_its_bound_without_asking_the_server(serv
     try:
         for t in threads:
             t.start()
-        _wait(lambda: runner._pending.in_flight == 2 and model._pending.in_flight == 1, "three predicts in flight")
+        eventually(lambda: runner._pending.in_flight == 2 and model._pending.in_flight == 1, "three predicts in flight")
         with pytest.raises(ServiceDenyError, match=r"kLiteServiceDeny.*max_pending_predicts=2") as info:
             runner.predict([mslite.Tensor(x)])
         assert isinstance(info.value, RuntimeError) and info.value.code == -11
         with pytest.raises(ServiceDenyError, match=r"max_pending_predicts=1"):
             model.predict([x])
-        assert runner._pending.in_flight == 2 and not results  # refused at once: the held ones still wait
+        assert not results  # refused at once: the held ones still wait
     finally:
         os.kill(worker, signal.SIGCONT)
         for t in threads:
             t.join(timeout=120)
     assert results == [[[3.0] * 4]] * 3
     assert runner.predict([mslite.Tensor(x)])[0].get_data_to_numpy().tolist() == [[3.0] * 4]
-
-    default = mslite.ModelParallelRunner()
-    default.build_from_file(str(files["private"]), _context(server))
-    assert default._pending.bound == 1000
 
 
 def test_build_failures_and_bad_inputs_read_as_in_mindspore_lite(server, files, tmp_path) -> None:
@@ -177,6 +165,13 @@ def test_model_info_from_the_models_metadata_and_graph(server, files) -> None:
     assert model.get_model_info("user_info") == '{"author": "parity test", "labels": "a,b"}'
     assert model.get_model_info("dynamic_dims") == "x:-1,4"
     assert model.get_model_info("input_shape") == "x:1,4"
+    handle = model.get_model_info("shareable_weight_mem_handle")  # names the server model: "" before a build
+    assert int(handle) > 0 and handle == model.get_model_info("shareable_weight_mem_handle")
+    for built in (model, mslite.ModelParallelRunner()):
+        if isinstance(built, mslite.ModelParallelRunner):
+            built.build_from_file(str(files["scaled"]), _context(server))
+        with pytest.raises(RuntimeError, match="no weights given"):
+            built.update_weights([[]])
     fixed = mslite.Model()
     fixed.build_from_file("triton://no_batch", mslite.ModelType.MINDIR, _context(server))
     assert fixed.get_model_info("dynamic_dims") == "" and fixed.get_model_info("user_info") == ""
@@ -194,7 +189,7 @@ def test_share_weight_group_serves_its_models_from_one_server_model(server, file
 
     shared = mslite.ModelGroup(mslite.ModelGroupFlag.SHARE_WEIGHT)
     first, second = build(1, shared), build(2, shared)
-    assert first._remote.info.name == second._remote.info.name
+    assert first.served_name == second.served_name
     assert second.predict([np.ones((1, 4), np.float32)])[0].get_data_to_numpy().tolist() == [[3.0] * 4]
     workspace = mslite.ModelGroup()
-    assert build(1, workspace)._remote.info.name != build(2, workspace)._remote.info.name
+    assert build(1, workspace).served_name != build(2, workspace).served_name

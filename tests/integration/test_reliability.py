@@ -27,6 +27,7 @@ from mslite_server.workers import workers_of
 from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
 from tests.support import model_zoo
+from tests.support.eventually import eventually
 from tests.support.processes import free_port
 from tests.support.repository import GEN
 
@@ -93,14 +94,15 @@ def test_killed_workers_are_replaced_without_failed_predicts(tmp_path: Path):
             t.start()
         try:
             for _ in range(2):
-                time.sleep(2)
+                served = len(counts)
+                eventually(lambda n=served: len(counts) >= n + 20, "20 predicts served before the kill")
                 victim = next(w for w in workers_of(srv.process.pid) if w.state != "Z")
                 os.kill(victim.pid, signal.SIGKILL)
-                killed_at, heals = time.monotonic(), len(srv.supervisor.heals)
-                while len(srv.supervisor.heals) == heals and time.monotonic() - killed_at < 60:
-                    time.sleep(0.05)
+                heals = len(srv.supervisor.heals)
+                eventually(lambda n=heals: len(srv.supervisor.heals) > n, "the dead worker's heal", 60)
                 assert [h.what for h in srv.supervisor.heals[heals:]] == ["worker"], "dead worker not replaced"
-            time.sleep(2)
+            served = len(counts)
+            eventually(lambda: len(counts) >= served + 20, "20 predicts served after the heals")
         finally:
             stop.set()
             for t in threads:
@@ -149,12 +151,12 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
         for t in threads:
             t.start()
         try:
-            _wait_for(lambda: sum(isinstance(r, np.ndarray) for _, _, r in calls) >= 20, 60, "20 calls served")
+            eventually(lambda: sum(isinstance(r, np.ndarray) for _, _, r in calls) >= 20, "20 calls served", 60)
             signalled = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
             exited = time.monotonic()
-            _wait_for(lambda: sum(began > exited for began, _, _ in calls) >= 4, 30, "calls after the exit")
+            eventually(lambda: sum(began > exited for began, _, _ in calls) >= 4, "calls after the exit", 30)
         finally:
             stop.set()
             for t in threads:
@@ -176,13 +178,6 @@ def test_graceful_shutdown_under_load(tmp_path: Path, repository: Path):
             proc.kill()
 
 
-def _wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f} s"
-        time.sleep(0.05)
-
-
 def _server_prefix(cli_pid: int) -> str:
     for entry in Path("/proc").iterdir():
         try:
@@ -198,8 +193,6 @@ def _server_prefix(cli_pid: int) -> str:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_path, protocol):
     """A request the server is still running after `settings.TIMEOUT_S_ENV` fails with ExecutionTimeoutError."""
-    from mslite_triton._transport import Transport
-
     path = tmp_path / "slow.onnx"
     path.write_bytes(model_zoo.slow(rounds=240).SerializeToString())  # >= 1 s a request even on a quiet machine
     url = server.grpc_url if protocol == "grpc" else server.http_url
@@ -207,10 +200,13 @@ def test_execution_timeout_fails_the_request_cleanly(server, monkeypatch, tmp_pa
     ctx.server_url = url
     ctx.cpu.thread_num = 1
     ctx.parallel.workers_num = 1
-    runner = mslite.ModelParallelRunner()
-    runner.build_from_file(str(path), ctx)
+    loaded = mslite.ModelParallelRunner()
+    loaded.build_from_file(str(path), ctx)  # the upload and load, under the default timeout
     monkeypatch.setenv(settings.TIMEOUT_S_ENV, "0.25")
-    runner._remote.transport = Transport(url, key=server.admin_key)  # the variable's value, on a pool of its own
+    # the same server by another name: a URL the client has no connections to yet, so they take the variable
+    ctx.server_url = url.replace("127.0.0.1", "localhost")
+    runner = mslite.ModelParallelRunner()
+    runner.build_from_file(f"triton://{loaded.served_name}", ctx)
     inputs = runner.get_inputs()
     inputs[0].set_data_from_numpy(np.ones((1, 1), np.float32))
     started = time.monotonic()

@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
+from tests.support.eventually import eventually
 from tests.support.repository import GEN, add_model
 from tests.support.traffic import Traffic
 from tests.support.triton_direct import http_address
@@ -99,18 +100,23 @@ def _workers(server: LocalServer) -> dict[str, int]:
 
 def _wait_workers(server: LocalServer, count: int, timeout_s: float = 60) -> dict[str, int]:
     """instance -> pid of the model's workers, once they are exactly instances 0..count-1 (old ones exit late)."""
-    expected, deadline = {f"{MODEL}_0_{k}" for k in range(count)}, time.monotonic() + timeout_s
-    while set(workers := _workers(server)) != expected:
-        assert time.monotonic() < deadline, f"workers {sorted(workers)}, expected {sorted(expected)}"
-        time.sleep(0.2)
-    return workers
+    expected = {f"{MODEL}_0_{k}" for k in range(count)}
+
+    def exactly() -> dict[str, int]:
+        workers = _workers(server)
+        assert set(workers) == expected, f"workers {sorted(workers)}, expected {sorted(expected)}"
+        return workers
+
+    return eventually(exactly, "the model's workers", timeout_s, pause_s=0.2)
 
 
 def _wait_series(server: LocalServer, expected: dict[str, set[int]], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (got := _series_pids(server, "mslite_execution_ms_count")) != expected:
-        assert time.monotonic() < deadline, f"execution series by instance: {got}, expected {expected}"
-        time.sleep(0.5)
+    def exactly() -> bool:
+        got = _series_pids(server, "mslite_execution_ms_count")
+        assert got == expected, f"execution series by instance: {got}, expected {expected}"
+        return True
+
+    eventually(exactly, "one execution series per live worker", timeout_s, pause_s=0.5)
 
 
 def test_reloads_with_metrics_under_traffic_keep_the_server_serving(server: LocalServer) -> None:

@@ -72,13 +72,16 @@ def test_resize_that_the_graph_cannot_run_fails_with_the_reason_and_keeps_the_mo
 def test_runner_predict_at_a_new_shape_of_a_fixed_dim_model_is_served(server, files):
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(files / "fixed_image.onnx"), _context(server))
+    before, rebuilt = set(server.loaded_models()), set()
     for shape in ([1, 4, 4, 3], [1, 5, 7, 3], [1, 8, 8, 3]):  # no resize call: MindSpore Lite's workers resize
         x = _image(shape)
         inputs = runner.get_inputs()
         inputs[0].shape = shape
         inputs[0].set_data_from_numpy(x)
         np.testing.assert_allclose(runner.predict(inputs)[0].get_data_to_numpy(), x.mean(axis=(1, 2)), rtol=1e-5)
-    assert len(runner._resized) == 1  # one rebuild for dims 1 and 2, reused by the later sizes
+        rebuilt = rebuilt or set(server.loaded_models()) - before
+    # one rebuild for dims 1 and 2 (none when an earlier test loaded the same one), reused by the later sizes
+    assert len(rebuilt) <= 1 and set(server.loaded_models()) - before == rebuilt, (rebuilt, server.loaded_models())
 
     fixed = mslite.ModelParallelRunner()
     fixed.build_from_file(str(files / "fixed_reshape.onnx"), _context(server))
@@ -91,8 +94,27 @@ def test_runner_predict_at_a_new_shape_of_a_fixed_dim_model_is_served(server, fi
 def test_predict_failures_carry_mindspore_lites_prefix(server, files):
     model = mslite.Model()
     model.build_from_file(str(files / "multi_io.onnx"), mslite.ModelType.MINDIR, _context(server))
+    b = mslite.Tensor(np.ones((1, 3), np.float32))
+    copied = mslite.Tensor(model.get_inputs()[0])  # a copy of a tensor without data has none either
+    copied.name = "copied"
+    with pytest.raises(RuntimeError, match=r"^predict failed! Error is kLiteError: Tensor 'copied' has no data"):
+        model.predict([copied, b])
+    made = mslite.Tensor(shape=[1, 3], dtype=mslite.DataType.FLOAT32)  # a shape and a type: no data yet
+    with pytest.raises(RuntimeError, match=r"^predict failed! Error is kLiteError: Tensor '' has no data: call "):
+        model.predict([b, made])
+    # and the copy gave the tensor it was made from no data either
     with pytest.raises(RuntimeError, match=r"^predict failed! Error is kLiteError: Tensor 'a' has no data"):
         model.predict(model.get_inputs())
+    # outputs: named tensors on the host, over the answer's memory
+    total, product = model.predict([b, b])
+    assert (total.name, total.dtype, total.shape, total.format, total.device) == (
+        "sum",
+        mslite.DataType.FLOAT32,
+        [1, 3],
+        mslite.Format.NCHW,
+        "None:-1",
+    )
+    assert product.name == "prod" and product.get_data_to_numpy().tolist() == [[1.0, 1.0, 1.0]]
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(files / "multi_io.onnx"), _context(server))
     with pytest.raises(RuntimeError, match=r"^predict failed! Error is kLiteError: Tensor 'a' has no data"):

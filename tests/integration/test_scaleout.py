@@ -27,6 +27,7 @@ import pytest
 import mslite_triton as mslite
 from mslite_contract import settings
 from mslite_server import LocalServer, ServerConfig
+from mslite_triton._transport import region_owner
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
 from tests.support.settled import settled
@@ -212,7 +213,7 @@ def expected(replicas, image) -> np.ndarray:
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_bind_by_name_through_the_proxy(proxy, image, expected, protocol):
+def test_bind_by_name_through_the_proxy(replicas, proxy, image, expected, protocol):
     url = proxy.grpc_url if protocol == "grpc" else proxy.http_url
     runner = _runner(url)
     (meta,) = runner.get_inputs()
@@ -220,7 +221,9 @@ def test_bind_by_name_through_the_proxy(proxy, image, expected, protocol):
     out = _predict(runner, image)
     assert out.shape == (1, 1000)
     np.testing.assert_array_equal(out, expected)
-    assert not runner._remote.transport.use_shm  # settings.SHM_ENV=0 honoured: tensors went inline
+    # settings.SHM_ENV=0 honoured: tensors went inline, no region of this process is registered on either replica
+    regions = [r["name"] for s in replicas for r in s.http_json("GET", "/v2/systemsharedmemory/status", None) or []]
+    assert [n for n in regions if region_owner(n) == os.getpid()] == [], regions
 
 
 def test_requests_are_spread_over_both_replicas(replicas, proxy, image, expected):

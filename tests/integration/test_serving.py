@@ -80,7 +80,7 @@ def test_client_built_configs_follow_the_light_model_rule(server, tmp_path):
         runner.build_from_file(str(path), ctx)
         client = httpclient.InferenceServerClient(server.http_url.split("://", 1)[1])
         try:
-            config = client.get_model_config(runner._remote.info.name)
+            config = client.get_model_config(runner.served_name)
         finally:
             client.close()
         sizes[name] = [int(v) for v in config["dynamic_batching"].get("preferred_batch_size", [])]
@@ -103,7 +103,7 @@ def test_concurrent_requests_are_batched_and_exact(server, tmp_path):
     }
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(private_tiny(tmp_path, "batching")), ctx)
-    name = runner._remote.info.name
+    name = runner.served_name
     before = _stats(server, name)
     xs = [np.full((1 + i % 3, 4), i, dtype=np.float32) for i in range(32)]
     with ThreadPoolExecutor(32) as pool:

@@ -29,9 +29,8 @@ import mslite_triton as mslite
 from mslite_contract import settings
 from mslite_server import cli
 from mslite_triton._model_config import local_cores, plan_workers
-from tests.integration.test_java import unload
 from tests.support.processes import worker_pids
-from tests.support.repository import GEN, ROOT, add_model
+from tests.support.repository import GEN, ROOT, add_model, unload
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +136,7 @@ def test_a_client_building_from_the_file_takes_the_tuned_config_ini(server, tune
     ctx.parallel.config_path = str(out / "config.ini")
     runner = mslite.ModelParallelRunner()
     runner.build_from_file(str(model_dir / "1" / "model.onnx"), ctx)
-    name = runner._remote.info.name
+    name = runner.served_name
     try:
         _predicts(runner)
         assert len(worker_pids(server, name)) == workers
@@ -152,6 +151,6 @@ def test_a_client_building_from_the_file_takes_the_tuned_config_ini(server, tune
     explicit = mslite.ModelParallelRunner()
     explicit.build_from_file(str(model_dir / "1" / "model.onnx"), ctx)
     try:
-        assert len(worker_pids(server, explicit._remote.info.name)) == 2
+        assert len(worker_pids(server, explicit.served_name)) == 2
     finally:
-        unload(server, explicit._remote.info.name)
+        unload(server, explicit.served_name)

@@ -15,7 +15,9 @@ from onnx import numpy_helper
 import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError
 from tests.support import model_zoo as zoo
+from tests.support.eventually import eventually
 from tests.support.processes import worker_pids
+from tests.support.repository import unload
 
 pytestmark = pytest.mark.integration
 
@@ -51,11 +53,9 @@ def _build(server, path: Path, workers: int, config: Path | None = None) -> msli
 
 def _unload(server, *runners: mslite.ModelParallelRunner) -> None:
     for runner in runners:
-        name = runner._remote.info.name
-        runner._remote.transport.unload_model(name)
-        deadline = time.monotonic() + 30
-        while worker_pids(server, name) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        name = runner.served_name
+        unload(server, name)
+        eventually(lambda n=name: not worker_pids(server, n), f"the workers of {name} to end", 30, pause_s=0.1)
 
 
 def _pss_mib(pid: int) -> float:
@@ -101,13 +101,13 @@ def test_the_workers_of_a_model_share_one_copy_of_its_weights(server, files) -> 
         for runner in (one, four):
             for _ in range(8):
                 _predict(runner, x8)
-        single = [_pss_mib(p) for p in worker_pids(server, one._remote.info.name)]
-        shared = [_pss_mib(p) for p in worker_pids(server, four._remote.info.name)]
+        single = [_pss_mib(p) for p in worker_pids(server, one.served_name)]
+        shared = [_pss_mib(p) for p in worker_pids(server, four.served_name)]
         assert len(single) == 1 and len(shared) == 4
         # unshared, each worker would hold its own 64 MiB (about 4 x); shared, the copy is paid once
         assert sum(shared) <= 2.5 * single[0], f"4 workers {shared} MiB vs 1 worker {single} MiB"
         # each of the four workers says so on its own ready line (another model's line proves nothing)
-        name = four._remote.info.name
+        name = four.served_name
         ready = re.compile(rf"mslite: instance '({re.escape(name)}_\d+_\d+)' ready: .* weights=(\S+)")
         found = {m.group(1): m.group(2) for m in map(ready.search, server.log_path.read_text().splitlines()) if m}
         assert len(found) == 4 and set(found.values()) == {"shared"}, found
@@ -118,7 +118,7 @@ def test_the_workers_of_a_model_share_one_copy_of_its_weights(server, files) -> 
 def test_a_bad_update_changes_nothing_and_one_model_never_disturbs_another(server, files, values) -> None:
     a = _build(server, files["big16"], 2, files["config"])
     b = _build(server, files["big16"], 1, files["config"])
-    name = a._remote.info.name
+    name = a.served_name
     try:
         old, other = _predict(a, X), _predict(b, X)
         half = {n: values[n] * np.float32(0.5) for n in UPDATABLE}
@@ -144,14 +144,14 @@ def test_a_bad_update_changes_nothing_and_one_model_never_disturbs_another(serve
         new = _predict(a, X)
         assert _close(new, old * np.float32(0.5**4)) and not _close(new, old)
         np.testing.assert_array_equal(_predict(b, X), other)  # same file, another model: untouched
-        assert set(_versions(server, b._remote.info.name).values()) == {1}
+        assert set(_versions(server, b.served_name).values()) == {1}
     finally:
         _unload(server, a, b)
 
 
 def test_under_load_every_worker_switches_and_no_request_fails_or_mixes(server, files, values) -> None:
     runner = _build(server, files["big16"], 4, files["config"])
-    name = runner._remote.info.name
+    name = runner.served_name
     try:
         old = _predict(runner, X)
         new = old * np.float32(0.5**4)
@@ -174,16 +174,13 @@ def test_under_load_every_worker_switches_and_no_request_fails_or_mixes(server, 
         for t in threads:
             t.start()
         try:
-            time.sleep(1.0)
+            eventually(lambda: len(records) >= 8, "predicts before the update")
             runner.update_weights(update)
             returned = time.monotonic()
-            deadline = returned + 30
-            while time.monotonic() < deadline:
-                seen = _versions(server, name)
-                if len(seen) == 4 and set(seen.values()) == {2}:
-                    break
-                time.sleep(0.05)
-            time.sleep(0.5)
+            eventually(
+                lambda: _versions(server, name) == {f"{name}_{i}_0": 2 for i in range(4)}, "every worker switched"
+            )
+            eventually(lambda: [s for s, _ in records if s > returned][8:], "predicts begun after the update")
         finally:
             stop.set()
             for t in threads:

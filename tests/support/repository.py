@@ -91,3 +91,8 @@ def flat_tiny(repo: Path) -> Path:
         'output [ { name: "y", data_type: TYPE_FP32, dims: [ -1, 4 ] } ]\n'
     )
     return model.parent
+
+
+def unload(server, name: str) -> None:
+    """Unload model `name` from `server` (an LocalServer; with its admin key), to leave it as it was."""
+    server.http_json("POST", f"/v2/repository/models/{name}/unload", {}, timeout_s=60)

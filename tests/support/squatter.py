@@ -2,8 +2,9 @@
 every byte sent to them, and tries tritonserver's Unix sockets. Run as another user where the tests can.
 
 The process runs `SOURCE` (standard library only, so that another user's interpreter can run it with `-I`). It
-prints one JSON line once it holds every port it was given, then serves until its stdin closes, and then prints
-what it saw: `{"bound": [...], "sockets": {path: outcome}, "received": "..."}`.
+prints `waiting` once it has tried the sockets and begins to wait for the ports, one JSON line once it holds
+every port it was given, then serves until its stdin closes, and then prints what it saw:
+`{"bound": [...], "sockets": {path: outcome}, "received": "..."}`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def outcome(path):
         s.close()
 
 tried = {p: outcome(p) for p in sockets}
+print("waiting", flush=True)
 listeners, deadline = {}, time.monotonic() + patience_s
 while len(listeners) < len(ports) and time.monotonic() < deadline:
     for port in ports:
@@ -94,7 +96,7 @@ def other_user() -> tuple[int, int] | None:
 
 
 class Squatter:
-    """The squatting process: `start`, then `taken()` once it holds its ports, then `report()` when done."""
+    """The squatting process: `waiting()` for the ports, `taken()` once it holds them, `report()` when done."""
 
     def __init__(self, ports: list[int], sockets: list[str], *, patience_s: float = 20.0, as_other_user: bool) -> None:
         user = other_user() if as_other_user else None
@@ -120,8 +122,14 @@ class Squatter:
         """Its process id."""
         return self.process.pid
 
+    def waiting(self) -> None:
+        """Wait until it has tried the sockets and waits for its ports (call before freeing them)."""
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line.strip() == "waiting", f"the squatter died or said {line!r}"
+
     def taken(self) -> list[int]:
-        """Wait until it holds its ports (or gave up on some): the ports it holds."""
+        """Wait until it holds its ports (or gave up on some): the ports it holds. After `waiting()`."""
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         assert line, "the squatter died"

@@ -149,22 +149,31 @@ def test_an_entry_built_under_a_loose_umask_is_trusted(tmp_path: Path) -> None:
     assert Path(path).read_text() == "ours"  # used, not built again
 
 
-def _use_and_hold(root: str, started: Any, release: Any, results: Any) -> None:
-    """A worker: the model from the cache (building it if first), then the entry held until `release`."""
-    started.set()
+def _use_and_hold(root: str, waiting: Any, release: Any, results: Any) -> None:
+    """A worker: the model from the cache (building it if first), then the entry held until `release`.
+
+    `waiting` is set once it has found no entry and been refused the exclusive lock, the state the test needs
+    both workers in: this forked worker's `fcntl.flock` tells it, since the cache polls without blocking.
+    """
+    import fcntl
+
+    flock = fcntl.flock
+
+    def watched(fd: int, operation: int) -> None:
+        try:
+            flock(fd, operation)
+        except BlockingIOError:
+            if operation & fcntl.LOCK_EX:
+                waiting.set()
+            raise
+
+    fcntl.flock = watched
     try:
-        path = ensure_built(root, "k", _slow_build, timeout_s=10)
+        path = ensure_built(root, "k", _writes(f"built by {os.getpid()}"), timeout_s=10)
         results.put(("ok", os.getpid(), Path(path).read_text()))
     except Exception as e:  # noqa: BLE001 - the test reports what the worker met
         results.put(("error", os.getpid(), repr(e)))
     release.wait(30)
-
-
-def _slow_build(out: str) -> None:
-    import time
-
-    time.sleep(0.3)
-    Path(out, "model.onnx").write_text(f"built by {os.getpid()}")
 
 
 def test_workers_that_found_no_entry_together_do_not_wait_for_the_builder_to_exit(tmp_path: Path) -> None:
@@ -178,16 +187,13 @@ def test_workers_that_found_no_entry_together_do_not_wait_for_the_builder_to_exi
     lock = os.open(root / "k.lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_SH)
     release, results = FORK.Event(), FORK.Queue()
-    starts = [FORK.Event(), FORK.Event()]
-    workers = [FORK.Process(target=_use_and_hold, args=(str(root), s, release, results)) for s in starts]
+    waiting = [FORK.Event(), FORK.Event()]
+    workers = [FORK.Process(target=_use_and_hold, args=(str(root), w, release, results)) for w in waiting]
     try:
         for w in workers:
             w.start()
-        for s in starts:
-            assert s.wait(10)
-        import time
-
-        time.sleep(0.5)  # both found no entry and wait for the exclusive lock
+        for w in waiting:  # however slow the machine: both past the look for an entry, refused the build
+            assert w.wait(60), "a worker never waited for the exclusive lock"
         fcntl.flock(lock, fcntl.LOCK_UN)
         found = [results.get(timeout=8) for _ in workers]  # before: the second, a TimeoutError after 10 s
         assert [f[0] for f in found] == ["ok", "ok"], found

@@ -8,6 +8,8 @@ from typing import Any
 
 import onnx
 import pytest
+import tritonclient.grpc
+import tritonclient.http
 from tritonclient.utils import InferenceServerException
 
 from mslite_contract.protocol import DEADLINE_PASSED
@@ -20,7 +22,7 @@ from mslite_triton._model_config import (
     plan_workers,
 )
 from mslite_triton._remote import detect_format, model_name, read_model_files
-from mslite_triton._transport import RETRYABLE, Transport, _Connection, classify, clean_message
+from mslite_triton._transport import RETRYABLE, Transport, classify, clean_message
 from mslite_triton.context import Context
 from mslite_triton.errors import (
     ExecutionTimeoutError,
@@ -342,12 +344,25 @@ class _FakeLoader:
         pass
 
 
+def _fake_clients(monkeypatch: pytest.MonkeyPatch, url: str, make: Any) -> list[Any]:
+    """tritonclient's clients for `url`'s protocol replaced by `make()`; the list of those made so far."""
+    made: list[Any] = []
+
+    def client(*args: Any, **kwargs: Any) -> Any:
+        made.append(make())
+        return made[-1]
+
+    module = tritonclient.grpc if url.startswith("grpc") else tritonclient.http
+    monkeypatch.setattr(module, "InferenceServerClient", client)
+    return made
+
+
 @pytest.mark.parametrize(("url", "status"), [("grpc://h:1", "StatusCode.INVALID_ARGUMENT"), ("http://h:1", "400")])
-def test_load_failure_is_a_model_load_error(url: str, status: str) -> None:
+def test_load_failure_is_a_model_load_error(monkeypatch: pytest.MonkeyPatch, url: str, status: str) -> None:
     # Triton answers a failed load with INVALID_ARG (gRPC INVALID_ARGUMENT, HTTP 400), the status of a bad
     # inference input too; a build must still fail with a RuntimeError, as in MindSpore Lite.
+    _fake_clients(monkeypatch, url, lambda: _FakeLoader(InferenceServerException(LOAD_ERROR, status)))
     transport = Transport(url)
-    transport._connect = lambda: _Connection(_FakeLoader(InferenceServerException(LOAD_ERROR, status)))  # type: ignore[method-assign]
     with pytest.raises(ModelLoadError) as exc:
         transport.load_model("net_0123", {"backend": "mslite"}, {"file:1/model.onnx": b"\x08"})
     assert type(exc.value) is ModelLoadError and isinstance(exc.value, RuntimeError)
@@ -398,24 +413,25 @@ class _FakeClient:
         self.closed = True
 
 
-def test_transport_maps_errors_and_keeps_healthy_connections() -> None:
+def test_transport_maps_errors_and_keeps_healthy_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    unknown = InferenceServerException("Request for unknown model: 'x' is not found", "StatusCode.NOT_FOUND")
+    made = _fake_clients(monkeypatch, "grpc://h:1", lambda: _FakeClient(unknown))
     transport = Transport("grpc://h:1")
-    client = _FakeClient(
-        InferenceServerException("Request for unknown model: 'x' is not found", "StatusCode.NOT_FOUND")
-    )
-    transport._connect = lambda: _Connection(client)  # type: ignore[method-assign]
     assert transport.is_model_ready("x") is False
-    assert transport._idle.qsize() == 1 and not client.closed
+    assert transport.is_model_ready("x") is False
+    assert len(made) == 1 and not made[0].closed  # an answer, even "not found": the connection is kept, reused
 
 
-def test_transport_drops_broken_connections() -> None:
+def test_transport_drops_broken_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _fake_clients(monkeypatch, "http://h:1", lambda: _FakeClient(ConnectionRefusedError(111, "refused")))
     transport = Transport("http://h:1")
-    client = _FakeClient(ConnectionRefusedError(111, "Connection refused"))
-    transport._connect = lambda: _Connection(client)  # type: ignore[method-assign]
     with pytest.raises(ServerUnavailableError, match=re.escape("http://h:1")) as exc:
         transport.is_model_ready("x")
     assert exc.value.__cause__ is None and exc.value.__suppress_context__
-    assert client.closed and transport._idle.qsize() == 0
+    assert len(made) == 1 and made[0].closed
+    with pytest.raises(ServerUnavailableError):
+        transport.is_model_ready("x")
+    assert len(made) == 2  # the next call connects afresh
 
 
 # --- _remote ----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from mslite_gateway.staging import Staging
 from mslite_gateway.upstream_address import UpstreamAddress
 from mslite_server.gateway_process import GatewayError, GatewayProcess
 from tests.support.processes import free_port
+from tests.support.sockets import wait_until_taken
 
 
 def test_a_stop_cancels_requests_waiting_for_triton_without_a_traceback(tmp_path: Path) -> None:
@@ -42,7 +43,9 @@ def test_a_stop_cancels_requests_waiting_for_triton_without_a_traceback(tmp_path
             c = socket.create_connection(("127.0.0.1", http_port), timeout=10)
             c.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
             clients.append(c)
-        time.sleep(0.5)  # within the retry sleep by now (the first refused connect takes microseconds)
+        # the gateway has read each request: it offered it to Triton (refused in microseconds), and waits to again
+        for c in clients:
+            wait_until_taken(c)
         proc = gateway.process
         assert proc is not None
         gateway.stop(timeout_s=20)

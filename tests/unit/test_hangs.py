@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from mslite_server.cli import build_parser
 from mslite_server.config import ServerConfig
 from mslite_server.workers import state_of
+from tests.support.eventually import eventually
 
 
 def test_a_stopped_process_reads_as_state_t_and_a_reaped_one_as_gone():
@@ -20,15 +20,9 @@ def test_a_stopped_process_reads_as_state_t_and_a_reaped_one_as_gone():
     try:
         assert state_of(proc.pid) not in ("T", "Z", "")  # running (S, R, or D while it execs): not stopped
         os.kill(proc.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while state_of(proc.pid) != "T" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert state_of(proc.pid) == "T"
+        eventually(lambda: state_of(proc.pid) == "T", "state T", 10, pause_s=0.01)
         os.kill(proc.pid, signal.SIGKILL)  # ends it even while stopped
-        deadline = time.monotonic() + 10
-        while state_of(proc.pid) != "Z" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert state_of(proc.pid) == "Z"
+        eventually(lambda: state_of(proc.pid) == "Z", "state Z", 10, pause_s=0.01)
     finally:
         proc.kill()
         proc.wait()

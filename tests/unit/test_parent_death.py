@@ -11,11 +11,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from mslite_server import triton_process
 from mslite_server.parent_death import dies_with_parent
+from tests.support.eventually import eventually
 
 STARTS = 150
 
@@ -71,9 +71,7 @@ def test_a_child_gets_sigterm_when_the_thread_that_started_it_ends(tmp_path: Pat
         proc = subprocess.Popen(dies_with_parent(["sleep", "60"]))
         started.append(proc)
         # the signal is set before the exec: once the child is `sleep`, this thread may end
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{proc.pid}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: Path(f"/proc/{proc.pid}/comm").read_text().strip() == "sleep", "the exec of sleep", 30)
 
     thread = threading.Thread(target=start)
     thread.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from pathlib import Path
 
@@ -111,7 +112,10 @@ def test_pending_bound_defaults_to_mindspore_lites_1000() -> None:
     sections, limit = take_runner_section({"dynamic_batching": {"max_queue_size": "4"}}, "who")
     assert limit.bound == DEFAULT_MAX_PENDING == 1000
     assert sections == {"dynamic_batching": {"max_queue_size": "4"}}
-    assert mslite.Model()._pending.bound == 1000 and mslite.ModelParallelRunner()._pending.bound == 1000
+
+
+def test_served_name_is_empty_before_a_build() -> None:
+    assert mslite.Model().served_name == "" and mslite.ModelParallelRunner().served_name == ""
 
 
 def test_runner_section_sets_the_bound_and_stays_on_the_client() -> None:
@@ -162,19 +166,32 @@ def test_unbounded_limit_counts_without_refusing() -> None:
 
 
 def test_settings_without_effect_warn_once(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build warns before it looks for the server: one with no server behind its URL is enough."""
     monkeypatch.setattr("mslite_triton.context._WARNED", set())
+    nobody = socket.create_server(("127.0.0.1", 0))
+    url = f"grpc://127.0.0.1:{nobody.getsockname()[1]}"
+    nobody.close()  # nothing listens there now: the build fails at once, after its warnings
+
+    def build(context: mslite.Context) -> None:
+        context.server_url = url
+        for owner in (mslite.Model(), mslite.ModelParallelRunner()):
+            with pytest.raises(ServerUnavailableError):
+                if isinstance(owner, mslite.Model):
+                    owner.build_from_file("triton://any", mslite.ModelType.MINDIR, context)
+                else:
+                    owner.build_from_file("triton://any", context)
+
     context = mslite.Context()
     context.group_info_file = "group.json"
     context.cpu.precision_mode = "preferred_fp16"
     with caplog.at_level(logging.WARNING):
-        context._warn_unused_settings()
-        context._warn_unused_settings()
+        build(context)  # twice: the Model's build and the runner's
     assert caplog.text.count("group_info_file") == 1
     assert caplog.text.count("preferred_fp16") == 1
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        mslite.Context()._warn_unused_settings()
-    assert not caplog.text
+        build(mslite.Context())
+    assert "has no effect" not in caplog.text
 
 
 # --- model information -----------------------------------------------------------------------------
@@ -214,8 +231,7 @@ def test_model_group_flags_and_argument_checks() -> None:
         group.add_model([1])
     group.add_model(["a.onnx", "b.onnx"])
     model = mslite.Model()
-    group.add_model([model])
-    assert model._group is group
+    group.add_model([model])  # what it does: tests/integration/test_parity.py
     with pytest.raises(TypeError, match="context must be Context"):
         group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="model_type must be ModelType"):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from mslite_contract.owned_files import process_alive, remove_prefixed, sweep_dead_owners
 from mslite_triton._transport import region_owner
+from tests.support.eventually import eventually
 
 
 def test_the_owner_pid_is_read_from_the_region_name() -> None:
@@ -21,10 +21,8 @@ def test_the_owner_pid_is_read_from_the_region_name() -> None:
 def test_a_dead_process_is_gone_even_before_it_is_reaped() -> None:
     assert process_alive(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 30
-    while process_alive(child.pid) and time.monotonic() < deadline:  # exited, not yet waited for: a zombie
-        time.sleep(0.05)
-    assert not process_alive(child.pid) and os.path.exists(f"/proc/{child.pid}")
+    eventually(lambda: not process_alive(child.pid), "the child to end", 30)  # not yet waited for: a zombie
+    assert os.path.exists(f"/proc/{child.pid}")
     child.wait()
     assert not process_alive(child.pid)
 

@@ -26,6 +26,7 @@ from mslite_contract import settings
 from mslite_contract.build_cache import ensure_built
 from mslite_contract.protocol import WEIGHTS_INPUT
 from tests.support import model_zoo as zoo
+from tests.support.eventually import eventually
 
 CPU = InstanceInfo(name="m_0", kind="CPU", device_id=0)
 GPU = InstanceInfo(name="m_0", kind="GPU", device_id=0)
@@ -348,11 +349,18 @@ def test_a_new_load_after_the_last_worker_left_starts_from_the_model_file(store_
     again.close()
 
 
+def _waiting_for_the_lock(path: str) -> int:
+    """Processes blocked in flock on `path` (the kernel lists them as `->` lines in /proc/locks)."""
+    inode = os.stat(path).st_ino
+    return sum("->" in line and f":{inode} " in line for line in Path("/proc/locks").read_text().splitlines())
+
+
 def _join(directory: str, marker: str, queue: Any) -> None:
     def initial() -> list[np.ndarray]:
         with open(marker, "a") as f:
             f.write("x")
-        time.sleep(0.2)  # the others arrive while the first is still writing
+        # the others arrive while the first is still writing, however slow the machine: they wait for its lock
+        eventually(lambda: _waiting_for_the_lock(os.path.join(directory, "lock")) == 3, "three workers waiting", 30)
         return _values(0)
 
     store = WeightStore.open(directory, "m", SPECS, initial)
@@ -378,11 +386,23 @@ def test_workers_starting_together_initialize_the_store_once(tmp_path: Path, sto
 # --- the shared prepacked model ---------------------------------------------------------------
 
 
+def _processes_with_open(path: str) -> int:
+    """Processes that hold `path` open (each worker opens the cache's lock file before it asks for the lock)."""
+    count = 0
+    for fds in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            count += any(os.readlink(fd) == path for fd in fds.iterdir())
+        except OSError:
+            continue
+    return count
+
+
 def _build_once(root: str, counter: str, queue: Any) -> None:
     def build(out: str) -> None:
         with open(counter, "a") as f:
             f.write("b")
-        time.sleep(0.3)
+        # the others come while this one builds, however slow the machine: all four have the lock file open
+        eventually(lambda: _processes_with_open(os.path.join(root, "key.lock")) == 4, "four workers at the lock", 30)
         Path(out, "model.onnx").write_text("built")
 
     queue.put(ensure_built(root, "key", build))

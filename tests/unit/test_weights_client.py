@@ -257,23 +257,15 @@ def test_update_weights_checks_types_and_the_build(owner: Any) -> None:
     with pytest.raises(TypeError, match="weights element's element must be Tensor, but got .* at 0,1"):
         obj.update_weights([[_tensor(W0_VALUE), W0_VALUE]])
     with pytest.raises(RuntimeError, match="update weight failed! Error is kLiteError") as not_built:
-        obj.update_weights([[_tensor(W0_VALUE)]])
+        obj.update_weights([[_tensor(W0_VALUE)]])  # not built (a built one: tests/integration/test_parity.py)
     if owner is mslite.Model:  # MindSpore Lite's own text, which its unit tests look for
         assert "Session is null, please build model first!" in str(not_built.value)
-    obj._remote = _remote_model(FakeTransport())
-    with pytest.raises(RuntimeError, match="no weights given"):
-        obj.update_weights([[]])
-    obj.update_weights([[_tensor(W0_VALUE)]])
-    assert len(obj._remote.transport.calls) == 1
 
 
 def test_model_info_keys_for_sharing() -> None:
     model = mslite.Model()
     assert model.get_model_info("current_pid") == str(os.getpid())
-    assert model.get_model_info("shareable_weight_mem_handle") == ""
-    model._remote = _remote_model(FakeTransport())
-    handle = model.get_model_info("shareable_weight_mem_handle")
-    assert int(handle) > 0 and handle == model.get_model_info("shareable_weight_mem_handle")
+    assert model.get_model_info("shareable_weight_mem_handle") == ""  # built: tests/integration/test_parity.py
 
 
 def test_update_files_of_dead_clients_are_swept() -> None:

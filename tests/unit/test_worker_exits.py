@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
-
-import pytest
 
 from mslite_contract.protocol import DEADLINE_EXIT_CODE
 from mslite_server.workers import _children, describe_exit
+from tests.support.eventually import eventually
 
 
 def _zombie_status(argv: list[str], kill: bool) -> int | None:
@@ -19,13 +17,12 @@ def _zombie_status(argv: list[str], kill: bool) -> int | None:
     try:
         if kill:
             proc.send_signal(signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            found = [p for p in _children(os.getpid()) if p.pid == proc.pid]
-            if found and found[0].state == "Z":
-                return found[0].exit_status
-            time.sleep(0.01)
-        pytest.fail("the child never became a zombie")
+
+        def zombie() -> object:
+            found = [p for p in _children(os.getpid()) if p.pid == proc.pid and p.state == "Z"]
+            return found[0] if found else None
+
+        return eventually(zombie, "the child to become a zombie", 30, pause_s=0.01).exit_status
     finally:
         proc.wait()  # reap it
 
