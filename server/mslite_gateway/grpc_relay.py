@@ -10,14 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
-from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.grpc_frames import write
 from mslite_gateway.grpc_relay_rules import Later
-from mslite_gateway.load_failures import LoadFailures
-from mslite_gateway.model_batching import ModelBatching
-from mslite_gateway.staging import Staging
 from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
@@ -210,34 +205,13 @@ class _TritonProtocol(asyncio.Protocol):
 
 
 async def start_relay(
-    host: str,
-    port: int,
-    upstream: UpstreamAddress,
-    *,
-    max_request_bytes: int,
-    admission: Admission,
-    staging: Staging | None,
-    admin_key: str | None = None,
-    failures: LoadFailures | None = None,
-    batching: ModelBatching | None = None,
-    max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
-    upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
+    host: str, port: int, upstream: UpstreamAddress, rules: RelayRules
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
-    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint).
+    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint) under `rules`.
 
     Raises:
         OSError: the port could not be bound.
     """
-    rules = RelayRules(
-        max_request_bytes=max_request_bytes,
-        admission=admission,
-        staging=staging,
-        admin_key=admin_key,
-        failures=failures,
-        batching=batching,
-        max_strings=max_strings,
-        upstream_timeout_s=upstream_timeout_s,
-    )
     relay = GrpcRelay(upstream, rules)
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay

@@ -28,6 +28,7 @@ from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc_relay import start_relay
+from mslite_gateway.grpc_relay_rules import RelayRules
 from mslite_gateway.http_front import HttpFront
 from mslite_gateway.http_messages import MAX_HEAD_BYTES
 from mslite_gateway.http_upstream import Upstream
@@ -104,10 +105,7 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
     except OSError as e:
         raise RuntimeError(f"HTTP port {options.http_port} on {options.host} could not be bound: {e}") from None
     try:
-        grpc_server, relay = await start_relay(
-            options.host,
-            options.grpc_port,
-            upstream_grpc,
+        rules = RelayRules(
             max_request_bytes=limits.max_request_bytes,
             admission=admission,
             staging=staging,
@@ -117,6 +115,7 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
             max_strings=limits.max_string_elements,
             upstream_timeout_s=limits.upstream_timeout_s,
         )
+        grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules)
     except OSError as e:
         raise RuntimeError(f"gRPC port {options.grpc_port} on {options.host} could not be bound: {e}") from None
     if staging is not None:
