@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mslite_contract import settings
+from mslite_contract.admin_key import key_for
 
-from ._admin_key import key_for
 from ._transport import Transport
 from .errors import ServerUnavailableError
 

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mslite_contract.admin_key import new_key
 from mslite_contract.gateway_options import GatewayOptions
 from mslite_server.config import ModelState, ServerConfig
 from mslite_server.gateway_process import GatewayError, GatewayProcess, answers_probe
@@ -29,7 +30,6 @@ from mslite_server.triton_endpoints import TritonEndpoints, make_socket_dir
 from mslite_server.triton_process import TritonProcess
 from mslite_server.workers import state_of
 from mslite_server.workspace import Workspace
-from mslite_triton._admin_key import new_key
 from mslite_triton.errors import ServerStartError
 
 if TYPE_CHECKING:  # started only by servers that are supervised, imported then

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_contract.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_server.config import ServerConfig
 from mslite_server.parent_death import dies_with_parent
@@ -26,7 +27,6 @@ from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workers import state_of, workers_of
 from mslite_server.workspace import Workspace, triton_dir, wheel_libs
-from mslite_triton._admin_key import restricted_api_flags
 from mslite_triton.errors import ServerStartError
 
 log = logging.getLogger(__name__)
@@ -285,3 +285,14 @@ def exit_stalled(log_path: Path) -> bool:
     except OSError:
         return False
     return len(counts) == STALLED_EXIT_LINES and len(set(counts)) == 1 and counts[0][0] != b"0" and counts[0][1] == b"0"
+
+
+RESTRICTED = "model-repository,shared-memory,logging,trace"  # the APIs only the admin key may call
+
+
+def restricted_api_flags(key: str) -> list[str]:
+    """Tritonserver flags restricting the admin APIs on both protocols (each protocol needs its own flag)."""
+    return [
+        f"--http-restricted-api={RESTRICTED}:{ADMIN_KEY_HEADER}={key}",
+        f"--grpc-restricted-protocol={RESTRICTED}:{ADMIN_KEY_HEADER}={key}",
+    ]

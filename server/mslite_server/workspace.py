@@ -3,7 +3,7 @@
 - its folder (`mslite-triton-*` in the temp dir): the backend directory composed for tritonserver (that
   installation's python backend and the stub matching this interpreter, copied, plus `backend/mslite`), the
   cache directory, tritonserver's and the gateway's logs, and the sockets' folder when its path is short enough;
-- the key files of its ports (`mslite_triton._admin_key`);
+- the key files of its ports (`mslite_contract.admin_key`);
 - the python backend's shared memory regions, named after `shm_prefix`, and dead gateways' regions;
 - the workers' weights stores, named after `weights_owner`: they outlive any worker and tritonserver (a heal
   adopts the weights published last), and go when the launcher stops its server;
@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
+from mslite_contract.admin_key import remove_key, write_key
 from mslite_contract.owned_files import remove_prefixed, sweep_dead_owners
 from mslite_contract.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
 from mslite_server.workers import remove_upload_copies, upload_copies
-from mslite_triton._admin_key import remove_key, write_key
 from mslite_triton.errors import ServerStartError
 
 _STUB = "triton_python_backend_stub"

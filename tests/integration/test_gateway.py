@@ -31,12 +31,12 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_contract import admin_key
 from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.gateway_process import GatewayProcess
 from mslite_server.ports import listening_ports, listening_unix_paths
-from mslite_triton import _admin_key
 from mslite_triton._error_table import classify
 from mslite_triton.errors import ServiceDenyError
 from tests.support.eventually import eventually
@@ -100,7 +100,7 @@ def test_triton_listens_on_no_tcp_port_but_metrics_behind_the_gateway(gw):
         assert r.status == 200
     assert gw.triton_http("GET", "/v2/health/ready", None) == (200, b"")
     # the key files name the public ports: that is where clients come
-    assert _admin_key.key_for(gw.grpc_url) == gw.admin_key == _admin_key.key_for(gw.http_url)
+    assert admin_key.key_for(gw.grpc_url) == gw.admin_key == admin_key.key_for(gw.http_url)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

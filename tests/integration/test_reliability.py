@@ -21,10 +21,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_contract import settings
+from mslite_contract import admin_key, settings
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
-from mslite_triton import _admin_key
 from mslite_triton.errors import ExecutionTimeoutError
 from tests.support import model_zoo
 from tests.support.eventually import eventually
@@ -42,7 +41,7 @@ class TritonPythonModel:
 
 
 def test_admin_apis_need_the_key_on_both_protocols(server):
-    path = _admin_key.key_path("127.0.0.1", server.grpc_port)
+    path = admin_key.key_path("127.0.0.1", server.grpc_port)
     assert path.read_text().strip() == server.admin_key
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     config = json.dumps({"name": "evil", "backend": "python"})

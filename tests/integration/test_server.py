@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from mslite_contract import settings
+from mslite_contract.admin_key import key_path, write_key
 from mslite_server import LocalServer, ServerConfig, ServerStartError, local_server
 from mslite_server.ports import LOOPBACK, pick_ports
 from mslite_server.workers import workers_of
-from mslite_triton._admin_key import key_path, write_key
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from mslite_contract import settings
+from mslite_contract.admin_key import key_path, write_key
 from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_server.ports import LOOPBACK
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workspace import Workspace
-from mslite_triton._admin_key import key_path, write_key
 from mslite_triton.errors import ServerUnavailableError
 
 

@@ -1,6 +1,7 @@
-"""The admin key that guards model control, shared memory, logging and trace on both protocols.
+"""The admin key's files: the local server writes them, every client (Python, C++, Java) reads them.
 
-The embedded server generates one key per start and writes it, mode 0600, to
+The key guards model control, shared memory, logging and trace on both protocols. A local server generates
+one key per start and writes it, mode 0600, to
 `<key dir>/<host>_<port>.key` for its HTTP and its gRPC port; the key dir is `settings.KEY_DIR_ENV`
 or `~/.mslite-triton/keys`. Clients send it in the `mslite-key` header (gRPC metadata), taken from
 `settings.ADMIN_KEY_ENV` or from the key file of the URL's host and port.
@@ -13,10 +14,7 @@ import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
-from mslite_contract import settings
-from mslite_contract.protocol import ADMIN_KEY_HEADER
-
-RESTRICTED = "model-repository,shared-memory,logging,trace"
+from . import settings
 
 
 def key_dir() -> Path:
@@ -73,11 +71,3 @@ def key_for(url: str) -> str | None:
         except OSError:
             continue
     return None
-
-
-def restricted_api_flags(key: str) -> list[str]:
-    """Tritonserver flags restricting the admin APIs on both protocols (each protocol needs its own flag)."""
-    return [
-        f"--http-restricted-api={RESTRICTED}:{ADMIN_KEY_HEADER}={key}",
-        f"--grpc-restricted-protocol={RESTRICTED}:{ADMIN_KEY_HEADER}={key}",
-    ]
