@@ -8,14 +8,14 @@
 
 Starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
-Those reads, in their order, are then fed to the relay's socket-free core (`grpc_core.RelayCore`), and
+Those reads, in their order, are then fed to the relay's socket-free core (`grpc.core.RelayCore`), and
 its writes to a transport that drops them. Prints the median (and the best) of 5 replays as microseconds
 of Python per request (requests counted by admission control); `--profile` adds cProfile's top functions. Nothing here
 waits on a socket or another process, so the figure holds steady on a busy machine, where throughput
 ratios do not; in the real process the same work costs about twice as much (cold caches between requests).
 
 `--protocol http` records perf_analyzer's HTTP traffic instead (one connection, concurrency 1) and replays it
-through the whole HTTP front (`http_front.HttpFront.handle`: framing, checks, the answer's head) on in-memory
+through the whole HTTP front (`http.front.HttpFront.handle`: framing, checks, the answer's head) on in-memory
 streams: the client's next request is fed once the answer to the last one is written, and the upstream
 connection answers each request with Triton's recorded answer (the recording `HTTP_REPEAT` times over,
 on one connection). That includes asyncio's stream code on both
@@ -63,16 +63,21 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
     """The relay's names that `replay` uses, from the `mslite_gateway` package in `root` (None: the installed one).
 
     A version from `root` is imported under the usual name and then taken out of `sys.modules` again, so
-    that another version can be imported beside it: its functions keep their own module globals.
+    that another version can be imported beside it: its functions keep their own module globals. A version
+    from before the gateway's `grpc/` and `http/` folders (flat `grpc_core.py`, `http_front.py`) loads too.
     """
+    installed = Path(importlib.import_module("mslite_gateway").__file__ or "").parent
+    folder = installed if root is None else root / "mslite_gateway"
+    sep = "." if (folder / "grpc").is_dir() else "_"
+    core_name, frames_name, front_name = (
+        f"mslite_gateway.{m}" for m in (f"grpc{sep}core", f"grpc{sep}frames", f"http{sep}front")
+    )
     if root is None:
-        import mslite_gateway.grpc_core  # noqa: F401  (the installed version, as every other caller sees it)
-        import mslite_gateway.http_front  # noqa: F401
-
+        importlib.import_module(core_name)  # the installed version, as every other caller sees it
+        importlib.import_module(front_name)
         modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "mslite_gateway"}
     else:
         saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
-        folder = root / "mslite_gateway"
         spec = importlib.util.spec_from_file_location(
             "mslite_gateway", folder / "__init__.py", submodule_search_locations=[str(folder)]
         )
@@ -80,12 +85,12 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         try:
             sys.modules["mslite_gateway"] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(sys.modules["mslite_gateway"])  # its submodules are then found in `folder`
-            importlib.import_module("mslite_gateway.grpc_core")
-            importlib.import_module("mslite_gateway.http_front")
+            importlib.import_module(core_name)
+            importlib.import_module(front_name)
             modules = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
         finally:
             sys.modules.update(saved)
-    core, frames = modules["mslite_gateway.grpc_core"], modules["mslite_gateway.grpc_frames"]
+    core, frames, front = modules[core_name], modules[frames_name], modules[front_name]
     return {
         "Admission": modules["mslite_gateway.admission"].Admission,
         "CLIENT": core.CLIENT,
@@ -93,8 +98,8 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         "RelayCore": core.RelayCore,
         "RelayRules": core.RelayRules,
         "write": frames.write,
-        "HttpFront": modules["mslite_gateway.http_front"].HttpFront,
-        "Upstream": modules["mslite_gateway.http_front"].Upstream,  # every version's http_front has the name
+        "HttpFront": front.HttpFront,
+        "Upstream": front.Upstream,  # every version's HTTP front has the name
     }
 
 

@@ -31,8 +31,8 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.protocol import BACKEND_NAME
-from mslite_gateway.http_checks import decoded_body
-from mslite_gateway.http_messages import Request
+from mslite_gateway.http.checks import decoded_body
+from mslite_gateway.http.messages import Request
 from mslite_gateway.rules import Refusal
 
 CONFIG_PARAMETER = "config"  # the load parameter that carries the override (KServe repository extension)

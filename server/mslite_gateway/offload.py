@@ -8,7 +8,7 @@ check returns) comes back. The request then goes to Triton as it came.
 
 Two lanes, each one worker process and its own bound on checks waiting or running: bodies whose JSON is at
 most SMALL_LANE_BYTES (checked in well under a second) and larger ones. The front says how large a body's
-JSON is (for a compressed body, after a capped inflate in a thread: `http_checks.work_bytes`), so bodies
+JSON is (for a compressed body, after a capped inflate in a thread: `http.checks.work_bytes`), so bodies
 that inflate to tens of MiB (gzip bombs) wait only behind each other, and a flood of them cannot keep a
 client's ordinary large JSON from being checked. Within a lane the smallest body waiting goes first, and a
 full lane makes room for a smaller body by refusing its largest waiting one; beyond a lane's bound, a request
@@ -30,7 +30,7 @@ from typing import Any
 
 from mslite_contract.protocol import SERVICE_DENY
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.http_messages import HttpError
+from mslite_gateway.http.messages import HttpError
 from mslite_gateway.rules import Refusal
 
 log = logging.getLogger(__name__)

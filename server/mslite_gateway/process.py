@@ -6,7 +6,7 @@
 With `ServerConfig(gateway=True)` the launcher starts Triton on Unix sockets in a private folder and this
 process on the public ports (an upstream may also be `host:port`). It runs in its own process (its own GIL:
 a client in the launcher's process does not slow it, and it cannot crash the caller): one asyncio loop
-(uvloop where installed) serves HTTP (`http_front`) and relays gRPC frame by frame (`grpc_relay`), with one
+(uvloop where installed) serves HTTP (`http.front`) and relays gRPC frame by frame (`grpc.relay`), with one
 admission control for both (`admission`). It prints `ready` once both listen; SIGTERM stops taking requests,
 lets those in progress finish (up to `--grace-s`) and exits.
 """
@@ -27,11 +27,11 @@ from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_relay import start_relay
-from mslite_gateway.grpc_relay_rules import RelayRules
-from mslite_gateway.http_front import HttpFront
-from mslite_gateway.http_messages import MAX_HEAD_BYTES
-from mslite_gateway.http_upstream import Upstream
+from mslite_gateway.grpc.relay import start_relay
+from mslite_gateway.grpc.relay_rules import RelayRules
+from mslite_gateway.http.front import HttpFront
+from mslite_gateway.http.messages import MAX_HEAD_BYTES
+from mslite_gateway.http.upstream import Upstream
 from mslite_gateway.load_failures import LoadFailures, http_reader, index_request
 from mslite_gateway.model_batching import ModelBatching, http_config_reader
 from mslite_gateway.offload import Offload

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import hpack
 
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.frames import (
     ACK,
     DATA,
     END_HEADERS,

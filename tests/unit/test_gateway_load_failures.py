@@ -8,8 +8,8 @@ import urllib.parse
 
 import hpack
 
-from mslite_gateway.grpc_frames import END_HEADERS, END_STREAM, HEADERS, scrubbed_trailers
-from mslite_gateway.grpc_trailers import literal_not_indexed
+from mslite_gateway.grpc.frames import END_HEADERS, END_STREAM, HEADERS, scrubbed_trailers
+from mslite_gateway.grpc.trailers import literal_not_indexed
 from mslite_gateway.load_failures import LoadFailures, failed_models, index_request, with_load_reason
 
 # a repository index as Triton 2.51 answers it for a corrupt model: wrapped, with a traceback and a path

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.http_checks import check_json_body
-from mslite_gateway.http_messages import Request
+from mslite_gateway.http.checks import check_json_body
+from mslite_gateway.http.messages import Request
 from mslite_gateway.offload import SMALL_LANE_BYTES, Offload
 from mslite_gateway.rules import Refusal
 

@@ -1,4 +1,4 @@
-"""The checked gRPC calls' states (`grpc_call_states`): the tables refuse what they lack, and each path through a
+"""The checked gRPC calls' states (`grpc.call_states`): the tables refuse what they lack, and each path through a
 unary call's table is one the relay takes, driven with constructed frames (`relay_wire.Wire`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import hpack
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.grpc_call_states import (
+from mslite_gateway.grpc.call_states import (
     ANSWERING,
     ANSWERS,
     CHECKING,
@@ -21,14 +21,13 @@ from mslite_gateway.grpc_call_states import (
     UNARY,
     Answers,
     CallState,
-    IllegalTransition,
     Phase,
-    transition,
 )
-from mslite_gateway.grpc_frames import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, U32, frame
-from mslite_gateway.grpc_stream_state import StreamCall
-from mslite_gateway.grpc_unary_state import UnaryCall
+from mslite_gateway.grpc.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, U32, frame
+from mslite_gateway.grpc.stream_state import StreamCall
+from mslite_gateway.grpc.unary_state import UnaryCall
 from mslite_gateway.model_batching import ModelBatching
+from mslite_gateway.state_machine import IllegalTransition, transition
 from tests.support.relay_wire import Wire
 
 SERVICE = "/inference.GRPCInferenceService"

@@ -1,4 +1,4 @@
-"""The gateway's socket-free HTTP/1.1 core (`http_connection.HttpConnection`): byte streams replayed at every split.
+"""The gateway's socket-free HTTP/1.1 core (`http.connection.HttpConnection`): byte streams replayed at every split.
 
 Each stream below is a client's whole side of one connection. Fed in one piece, the core must hand out the
 requests and write the answers listed; fed split at every byte boundary (two pieces), and one byte at a
@@ -14,7 +14,7 @@ import json
 import pytest
 
 from mslite_gateway.admission import CHUNK_OVERHEAD_BYTES, Account, Admission
-from mslite_gateway.http_connection import (
+from mslite_gateway.http.connection import (
     BODY,
     CLIENT_MOVES,
     CLOSED,

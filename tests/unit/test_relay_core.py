@@ -1,4 +1,4 @@
-"""The gRPC relay's socket-free core (`grpc_core.RelayCore`): recorded traffic replayed, and the cases around it.
+"""The gRPC relay's socket-free core (`grpc.core.RelayCore`): recorded traffic replayed, and the cases around it.
 
 The golden files are what the relay wrote to each side when it was still two asyncio protocols tied together
 (before the core was split out), fed the same recorded reads: the core must write the same bytes. One change
@@ -15,8 +15,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.core import MAX_RESETS_PER_WINDOW
+from mslite_gateway.grpc.frames import (
     CANCEL,
     DATA,
     END_HEADERS,
@@ -32,7 +32,7 @@ from mslite_gateway.grpc_frames import (
     WINDOW_UPDATE,
     frame,
 )
-from mslite_gateway.grpc_window_credit import CREDIT_BATCH_BYTES
+from mslite_gateway.grpc.window_credit import CREDIT_BATCH_BYTES
 from mslite_gateway.server_metadata import UNSERVED_EXTENSIONS
 from tests.support import relay_traffic
 from tests.support.relay_wire import Wire, frames_of

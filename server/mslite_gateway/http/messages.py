@@ -119,7 +119,7 @@ def parse_head(head: bytes) -> Request:
 def upstream_head(req: Request, body: bytes | None = None) -> bytes:
     """The request line and headers to send to Triton: hop-by-hop headers dropped, Content-Length set.
 
-    With `body` (a staged request's JSON, `http_checks.stage_body`) in place of the request's, the binary
+    With `body` (a staged request's JSON, `http.checks.stage_body`) in place of the request's, the binary
     data's header goes too.
     """
     drop = _HOP_BY_HOP if body is None else _STAGED_DROP

@@ -1,7 +1,7 @@
 """The gateway's gRPC checks: what a `inference.GRPCInferenceService` request must be before Triton reads it.
 
 Triton 2.51 answers INTERNAL for bytes that are not a ModelInferRequest, serves batch dims read modulo 2^32
-and versions like '1abc', and takes messages of any size. The relay (`grpc_relay`) hands every ModelInfer
+and versions like '1abc', and takes messages of any size. The relay (`grpc.relay`) hands every ModelInfer
 message to `check_model_infer` (parsed with `tritonclient.grpc.service_pb2` and checked with the shared
 rules), the model-level calls' messages to their version check and the shared-memory register and
 unregister calls' to their region check, before Triton has the whole message.

@@ -1,8 +1,8 @@
 """The gateway's HTTP proxy: an asyncio adapter per client connection, pooled keep-alive connections to Triton.
 
 Framing, admission of the body's bytes and the connection's deadlines live in the socket-free core
-(`http_connection.HttpConnection`): `HttpFront.handle` only reads, feeds it, writes what it returns and
-answers the requests it hands out. What an answer is (the body checks of `http_checks`, Triton's answer
+(`http.connection.HttpConnection`): `HttpFront.handle` only reads, feeds it, writes what it returns and
+answers the requests it hands out. What an answer is (the body checks of `http.checks`, Triton's answer
 through `Upstream`, errors scrubbed) is decided here. Requests on one connection are served in order
 (pipelining works, one at a time).
 """
@@ -22,7 +22,7 @@ from mslite_contract.scrub import json_error, scrub_json_error
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.admission import Admission, Overloaded
 from mslite_gateway.deadlines import within
-from mslite_gateway.http_checks import (
+from mslite_gateway.http.checks import (
     GENERATE_ROUTE,
     INFER_ROUTE,
     check_infer,
@@ -35,9 +35,9 @@ from mslite_gateway.http_checks import (
     stage_body,
     work_bytes,
 )
-from mslite_gateway.http_connection import HttpConnection
-from mslite_gateway.http_messages import HttpError, Request, Response, client_head, error_response, upstream_head
-from mslite_gateway.http_upstream import READ_BYTES, Upstream
+from mslite_gateway.http.connection import HttpConnection
+from mslite_gateway.http.messages import HttpError, Request, Response, client_head, error_response, upstream_head
+from mslite_gateway.http.upstream import READ_BYTES, Upstream
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body

@@ -1,7 +1,7 @@
-"""One checked unary gRPC call as state: where it is (`grpc_call_states.CallState`) and its message so far.
+"""One checked unary gRPC call as state: where it is (`grpc.call_states.CallState`) and its message so far.
 
 Its DATA is kept as the pieces the reads delivered (views, no copy) until its message is whole; then the
-message goes to its check as those pieces (`grpc_checks.Pieces`), or inflated when it was compressed.
+message goes to its check as those pieces (`grpc.checks.Pieces`), or inflated when it was compressed.
 """
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mslite_gateway.grpc_call_states import RECEIVING, UNARY, IllegalTransition
-from mslite_gateway.grpc_checks import Pieces
-from mslite_gateway.grpc_messages import PREFIX, inflate
+from mslite_gateway.grpc.call_states import RECEIVING, UNARY
+from mslite_gateway.grpc.checks import Pieces
+from mslite_gateway.grpc.messages import PREFIX, inflate
 from mslite_gateway.staging import Region
+from mslite_gateway.state_machine import IllegalTransition
 
 Check = Callable[["bytes | Pieces", bool], "str | None"]  # (message, keyed) -> the model it counts for
 HeldFrame = tuple[int, bytes, list[Any]]  # a DATA frame's flags, raw header and payload pieces
@@ -72,7 +73,7 @@ class UnaryCall:
         self.checked: tuple[Any, Any] | None = None
 
     def move(self, event: str, now: float = 0.0) -> None:
-        """Move on by `event` (`grpc_call_states.UNARY`); `now` starts the new state's clock.
+        """Move on by `event` (`grpc.call_states.UNARY`); `now` starts the new state's clock.
 
         Raises:
             IllegalTransition: the table holds no such move.

@@ -4,10 +4,10 @@ As h11 does, this core does no I/O and keeps no clock. `HttpConnection.feed(data
 sent (b"": it closed its side) and returns a `Step`: the bytes to write, at most one whole `Request` to answer,
 and whether to half-close or close afterwards. `answer(parts, close, now)` writes the answer to that request
 (and reads on: a pipelined request waiting in the buffer comes out then), `tick(now)` applies the deadlines
-and `deadline()` says when the next one falls. `http_front` adapts it to asyncio.
+and `deadline()` says when the next one falls. `http.front` adapts it to asyncio.
 
 Framing is strict: a request line and headers within `MAX_HEAD_BYTES` (414 / 431 past it), a body framed by
-Content-Length or chunked (`http_bodies`), at most the size cap (413 before a byte of it is read), its bytes
+Content-Length or chunked (`http.bodies`), at most the size cap (413 before a byte of it is read), its bytes
 counted by admission control as they arrive (503 kLiteServiceDeny past the in-flight bound; given back once
 the request is answered), `Expect: 100-continue` answered. Deadlines: the next request's head must come
 whole within `idle_timeout_s` of the last answer (else the connection closes quietly); a body within
@@ -23,8 +23,8 @@ CLOSED; ours IDLE -> ANSWERING -> IDLE, or CLOSED.
 from __future__ import annotations
 
 from mslite_gateway.admission import Account, Admission, Overloaded
-from mslite_gateway.http_bodies import ChunkedBody, SizedBody, Source, cut
-from mslite_gateway.http_messages import (
+from mslite_gateway.http.bodies import ChunkedBody, SizedBody, Source, cut
+from mslite_gateway.http.messages import (
     MAX_HEAD_BYTES,
     MAX_TARGET_BYTES,
     HttpError,

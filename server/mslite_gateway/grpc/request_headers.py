@@ -11,7 +11,7 @@ from typing import Any
 import hpack
 
 from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER
-from mslite_gateway.grpc_frames import END_HEADERS, HEADERS, PADDED, PRIORITY_FLAG
+from mslite_gateway.grpc.frames import END_HEADERS, HEADERS, PADDED, PRIORITY_FLAG
 
 _KNOWN_BLOCKS = 64
 _KEY_HEADER = ADMIN_KEY_GRPC_HEADER.encode()

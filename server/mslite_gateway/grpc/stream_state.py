@@ -3,11 +3,11 @@
 A unary call carries one request message and one answer; a stream carries any number of each (Triton 2.51
 answers a stream's requests in the order they came, a decoupled model's as it sends them, and a decoupled model
 may answer one request any number of times; the relay's own answers go as soon as they may). So the relay
-holds each of the client's messages whole (`grpc_messages.MessageReader`) and checks it before it goes on, and reads
+holds each of the client's messages whole (`grpc.messages.MessageReader`) and checks it before it goes on, and reads
 Triton's answers message by message, both to know which of the stream's requests are over and to know where a
 message of its own (an error answer) may go in between Triton's.
 
-The call's state is two small machines side by side, each with its transition table (`grpc_call_states`):
+The call's state is two small machines side by side, each with its transition table (`grpc.call_states`):
 
 - `Phase` (the client's side): OPEN while the client may send requests, HALF_CLOSED once it ended its side
   (answers still come), ENDED once Triton's trailers, a reset or a refusal ended the call.
@@ -24,10 +24,11 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.protobuf_varint import field_spans
-from mslite_gateway.grpc_call_states import ANSWERS, PHASES, Answers, Phase, transition
-from mslite_gateway.grpc_checks import Pieces
-from mslite_gateway.grpc_messages import Message, MessageReader, prefixed
+from mslite_gateway.grpc.call_states import ANSWERS, PHASES, Answers, Phase
+from mslite_gateway.grpc.checks import Pieces
+from mslite_gateway.grpc.messages import Message, MessageReader, prefixed
 from mslite_gateway.staging import Region
+from mslite_gateway.state_machine import transition
 
 # The parameter Triton puts on each streamed answer: False while a (decoupled) model has more to say.
 FINAL_PARAMETER = "triton_final_response"
@@ -78,7 +79,7 @@ class StreamCall:
         self.replies = MessageReader()  # Triton's
         self.pending: list[Pending] = []
         self.errors: list[bytes] = []  # answers of ours (whole DATA frames) waiting for a place among Triton's
-        self.probe: str | None = None  # the id of our probe while its answer is awaited (`grpc_stream_calls`)
+        self.probe: str | None = None  # the id of our probe while its answer is awaited (`grpc.stream_calls`)
         self.charged = 0  # request bytes counted in flight for the call (a message in progress, and `pending`)
         self.attributed = 0  # of which the requests in `pending` hold
         self.moved = now  # when a byte of a message in progress last came
@@ -86,11 +87,11 @@ class StreamCall:
         self.window_owed = 0  # stream window the client will give back for bytes Triton did not send
 
     def move(self, event: str) -> None:
-        """The client's side moves on (`grpc_call_states.PHASES`)."""
+        """The client's side moves on (`grpc.call_states.PHASES`)."""
         self.phase = transition(PHASES, self.phase, event)
 
     def answers_move(self, event: str) -> None:
-        """Triton's side moves on (`grpc_call_states.ANSWERS`)."""
+        """Triton's side moves on (`grpc.call_states.ANSWERS`)."""
         self.answers = transition(ANSWERS, self.answers, event)
 
     def sent(self, pending: Pending) -> None:

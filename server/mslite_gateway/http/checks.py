@@ -18,8 +18,8 @@ import zlib
 from typing import Any
 
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
-from mslite_gateway.http_messages import HttpError, Request
-from mslite_gateway.kserve_json import check_infer_request
+from mslite_gateway.http.kserve_json import check_infer_request
+from mslite_gateway.http.messages import HttpError, Request
 from mslite_gateway.rules import Refusal, check_http_version, check_own_region, empty_batches, inflate_bounded
 
 INFER_ROUTE = re.compile(rb"/v2/models/([^/]+)(?:/versions/([^/]*))?/infer")

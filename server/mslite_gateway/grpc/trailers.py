@@ -67,7 +67,7 @@ def _encode_integer(value: int, prefix: int, flags: int) -> bytes:
 def literal_not_indexed(name: bytes, value: bytes) -> bytes:
     """A literal field without indexing, literal name, no Huffman coding: it changes no dynamic table.
 
-    The only HPACK the gateway writes: its own trailers (`grpc_frames.trailers_only`) and a scrubbed
+    The only HPACK the gateway writes: its own trailers (`grpc.frames.trailers_only`) and a scrubbed
     `grpc-message` in Triton's; either leaves the client's table in step with Triton's encoder.
     """
     return b"\x00" + _encode_integer(len(name), 7, 0) + name + _encode_integer(len(value), 7, 0) + value

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mslite_contract.scrub import scrub
-from mslite_gateway.grpc_trailers import grpc_message_value, literal_not_indexed, scrub_grpc_message
+from mslite_gateway.grpc.trailers import grpc_message_value, literal_not_indexed, scrub_grpc_message
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -93,7 +93,7 @@ def scrubbed_trailers(
 ) -> list[Any]:
     """Triton's trailers frame, its grpc-message without server paths, tracebacks or internal region names.
 
-    Only that field changes (`grpc_trailers`), so the client's HPACK table stays in step with Triton's.
+    Only that field changes (`grpc.trailers`), so the client's HPACK table stays in step with Triton's.
     `explain` then adds what the gateway knows (`load_failures`: why the model failed to load).
     """
     body = bytes(unpadded(joined(parts), flags)) if parts else b""

@@ -1,53 +1,26 @@
 """The states of a checked gRPC call and their transitions, one table per machine (as h2 keeps a stream's).
 
-A unary call (`grpc_unary_state.UnaryCall`) is one machine, `CallState`:
+A unary call (`grpc.unary_state.UnaryCall`) is one machine, `CallState`:
 
     RECEIVING --whole, work off the loop--> CHECKING --(again: the model's batching asked)--> CHECKING
     RECEIVING | CHECKING --admitted--> SENT --Triton's answer began--> ANSWERING
     RECEIVING --rewritten (a model load: not timed)--> ANSWERING
     any but ENDED --end (Triton's trailers, a reset, a refusal, the connection closed)--> ENDED
 
-A `ModelStreamInfer` call (`grpc_stream_state.StreamCall`) carries messages both ways at once, so it is two
+A `ModelStreamInfer` call (`grpc.stream_state.StreamCall`) carries messages both ways at once, so it is two
 machines side by side, each side's events moving only its own: `Phase` (the client's side: OPEN, HALF_CLOSED
 once it ended its side, ENDED) and `Answers` (Triton's side: AWAITING_HEADERS until Triton's response headers
 went to the client, then BETWEEN two of Triton's messages, where one of ours may go, or IN_MESSAGE).
 
-A move the table does not hold raises `IllegalTransition`: a state the code never meant to reach is a bug,
-not a combination of flags to be read on.
+Moves go through `state_machine.transition`; a move a table does not hold raises `IllegalTransition`.
 """
 
 from __future__ import annotations
 
-import enum
-from typing import TypeVar
-
-State = TypeVar("State", bound=enum.Enum)
+from mslite_gateway.state_machine import FastState
 
 
-class IllegalTransition(RuntimeError):
-    """A call was asked to move on by an event its state does not take."""
-
-
-def transition(table: dict[tuple[State, str], State], state: State, event: str) -> State:
-    """The state `event` moves `state` to, by `table`.
-
-    Raises:
-        IllegalTransition: `table` has no such move.
-    """
-    try:
-        return table[(state, event)]
-    except KeyError:
-        raise IllegalTransition(f"{event!r} is not a move from {state.name}") from None
-
-
-class _State(enum.Enum):
-    """A state of one of the machines below."""
-
-    # Members are singletons: hashed by identity (Enum's own hash, of the name, is Python code run per move)
-    __hash__ = object.__hash__
-
-
-class CallState(_State):
+class CallState(FastState):
     """Where a checked unary call is."""
 
     RECEIVING = "receiving"  # its request message is arriving (checked once whole)
@@ -79,7 +52,7 @@ UNARY: dict[tuple[CallState, str], CallState] = {
 }
 
 
-class Phase(_State):
+class Phase(FastState):
     """The client's side of a stream call."""
 
     OPEN = "open"
@@ -87,7 +60,7 @@ class Phase(_State):
     ENDED = "ended"
 
 
-class Answers(_State):
+class Answers(FastState):
     """Triton's side of a stream call, as far as where a message of ours may go."""
 
     AWAITING_HEADERS = "awaiting headers"

@@ -1,7 +1,7 @@
 """The relayed `ModelStreamInfer` calls of one connection: each request message checked whole, each answer read.
 
 A stream's DATA is held (never passed on as it arrives, as a unary call's is) and split into messages
-(`grpc_stream_state.MessageReader`); each whole message gets `ModelInfer`'s checks (`grpc_checks.read_model_infer`:
+(`grpc.stream_state.MessageReader`); each whole message gets `ModelInfer`'s checks (`grpc.checks.read_model_infer`:
 size, shapes, datatypes, shared-memory names) and the per-model in-flight limit, and its frames' admission to
 the byte budget. A message that passes goes to Triton in DATA frames of ours (its own bytes, or through a
 staging region as a unary request would); one that fails is answered on the stream with a
@@ -27,9 +27,9 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.grpc_call_states import Answers, Phase
-from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.call_states import Answers, Phase
+from mslite_gateway.grpc.checks import read_model_infer, staged_model_infer
+from mslite_gateway.grpc.frames import (
     COLLECT,
     DATA,
     END_STREAM,
@@ -43,9 +43,9 @@ from mslite_gateway.grpc_frames import (
     joined,
     unpadded,
 )
-from mslite_gateway.grpc_messages import PREFIX, Message, inflate, prefixed
-from mslite_gateway.grpc_relay_rules import Calls
-from mslite_gateway.grpc_stream_state import Pending, StreamCall, error_answer, read_answer, request_id
+from mslite_gateway.grpc.messages import PREFIX, Message, inflate, prefixed
+from mslite_gateway.grpc.relay_rules import Calls
+from mslite_gateway.grpc.stream_state import Pending, StreamCall, error_answer, read_answer, request_id
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.rules import Refusal, check_batches, empty_batch_refusal, empty_batches
 
@@ -60,7 +60,7 @@ _MAX_ANSWER_BACKLOG_BYTES = 1 << 20
 
 
 class StreamCalls:
-    """The ModelStreamInfer calls of one connection (a part of its `grpc_calls.CheckedCalls`)."""
+    """The ModelStreamInfer calls of one connection (a part of its `grpc.calls.CheckedCalls`)."""
 
     __slots__ = ("owner", "calls", "window_owed")
 
@@ -312,7 +312,7 @@ class StreamCalls:
 def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
     """A stream's request of batch size 0: refused unless the model is known not to batch (`rules.check_batches`).
 
-    A unary call waits for the model's configuration (`grpc_relay_rules.Later`); a stream's messages are answered in
+    A unary call waits for the model's configuration (`grpc.relay_rules.Later`); a stream's messages are answered in
     order, so one never answered would hold every answer after it, and the stream cannot wait for a reading
     either. So here a batch of 0 goes on only where a fresh reading says the model does not batch (or could not
     be read: Triton then answers for itself), and is refused where the model batches or was not read lately.

@@ -2,15 +2,15 @@
 
 It says when the answer is whole. Interim 1xx answers are skipped; a body is framed as HTTP/1.1 allows (none
 for 204 and 304, chunked, Content-Length, or up to the end of the connection), with the same body readers
-as requests (`http_bodies`, nothing charged: an answer's size is Triton's). `http_front.Upstream` feeds it.
+as requests (`http.bodies`, nothing charged: an answer's size is Triton's). `http.front.Upstream` feeds it.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from mslite_gateway.http_bodies import ChunkedBody, SizedBody, Source, cut
-from mslite_gateway.http_messages import HttpError, Response
+from mslite_gateway.http.bodies import ChunkedBody, SizedBody, Source, cut
+from mslite_gateway.http.messages import HttpError, Response
 
 MAX_ANSWER_HEAD_BYTES = 1 << 20
 _UNBOUNDED = 1 << 62

@@ -2,7 +2,7 @@
 
 `Upstream.exchange` reuses a pooled connection where it may, waits out a Triton that restarts, and sends a
 request again only where that is safe (`exchange`'s docstring); the answer is read by the socket-free
-`http_responses.ResponseReader`.
+`http.responses.ResponseReader`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from mslite_contract.settings import GATEWAY_UPSTREAM_RETRY_S
 from mslite_gateway.deadlines import within
-from mslite_gateway.http_messages import HttpError, Response
-from mslite_gateway.http_responses import ResponseReader
+from mslite_gateway.http.messages import HttpError, Response
+from mslite_gateway.http.responses import ResponseReader
 from mslite_gateway.rules import no_answer
 from mslite_gateway.upstream_address import UpstreamAddress
 
@@ -22,7 +22,7 @@ READ_BYTES = 1 << 20  # the most one read of a connection takes (what its stream
 
 
 async def read_response(reader: asyncio.StreamReader) -> Response:
-    """One HTTP/1.1 answer from Triton (`http_responses.ResponseReader` on what `reader` brings)."""
+    """One HTTP/1.1 answer from Triton (`http.responses.ResponseReader` on what `reader` brings)."""
     answer = ResponseReader()
     while (resp := answer.feed(await reader.read(READ_BYTES))) is None:
         pass

@@ -1,4 +1,4 @@
-"""The gateway's gRPC front: asyncio adapters around the socket-free relay core (`grpc_core`).
+"""The gateway's gRPC front: asyncio adapters around the socket-free relay core (`grpc.core`).
 
 Each client connection gets its own connection to Triton's gRPC port. Both protocols below only move bytes:
 what one side reads goes to the connection's `RelayCore`, and what it returns is written (`apply`). Back
@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
-from mslite_gateway.grpc_frames import write
-from mslite_gateway.grpc_relay_rules import Later
+from mslite_gateway.grpc.core import CLIENT, TRITON, RelayCore, RelayRules, Writes
+from mslite_gateway.grpc.frames import write
+from mslite_gateway.grpc.relay_rules import Later
 from mslite_gateway.upstream_address import UpstreamAddress
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.upstream: _TritonProtocol | None = None
         self.connecting: asyncio.Task[None] | None = None  # kept: the loop holds only a weak reference to a task
         self.lingering = False  # the core closed the connection: written, write side shut, closing soon
-        self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc_relay_rules.Later`)
+        self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc.relay_rules.Later`)
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -1,11 +1,11 @@
 """The client's calls on one relayed gRPC connection as they are checked: which call each stream is, and its end.
 
-`RelayCore` (`grpc_core`) reads the frames of both sides and hands this part what concerns the client's calls:
+`RelayCore` (`grpc.core`) reads the frames of both sides and hands this part what concerns the client's calls:
 each request header block (`call`), each DATA frame header and whole held frame of a checked call
 (`data_header`, `data_frame`), Triton's answers and resets (`finish`). What a call does with its messages is
-its kind's part: a unary call's (`grpc_unary_calls`: one message, held until whole, checked, passed on) or a
-`ModelStreamInfer` call's (`grpc_stream_calls`: messages both ways, each checked or read whole). What this part
-decides goes back through the connection (`grpc_relay_rules.Link`): frames of ours for the client (`send`),
+its kind's part: a unary call's (`grpc.unary_calls`: one message, held until whole, checked, passed on) or a
+`ModelStreamInfer` call's (`grpc.stream_calls`: messages both ways, each checked or read whole). What this part
+decides goes back through the connection (`grpc.relay_rules.Link`): frames of ours for the client (`send`),
 resets for Triton (`for_triton`), messages for Triton in place of the client's (the client frame reader's `out`).
 
 Admission control: a checked call's DATA is admitted frame by frame (a frame that would pass a bound, of
@@ -15,7 +15,7 @@ the size cap is RESOURCE_EXHAUSTED from its first five bytes on. A refused call 
 Triton (which never saw a whole message, so never ran it).
 
 Flow control: DATA that Triton never sees (refused, or staged in shared memory) never has its window given
-back by Triton, so this part gives it back to the client itself (`grpc_window_credit`).
+back by Triton, so this part gives it back to the client itself (`grpc.window_credit`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import hpack
 
 from mslite_gateway import server_metadata
 from mslite_gateway.admission import Account, Overloaded
-from mslite_gateway.grpc_checks import Pieces
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.checks import Pieces
+from mslite_gateway.grpc.frames import (
     CANCEL,
     DROP,
     GOAWAY,
@@ -41,21 +41,21 @@ from mslite_gateway.grpc_frames import (
     trailers,
     trailers_only,
 )
-from mslite_gateway.grpc_relay_rules import Link, RelayRules
-from mslite_gateway.grpc_request_headers import RequestHeaders
-from mslite_gateway.grpc_stream_calls import StreamCalls
-from mslite_gateway.grpc_stream_state import StreamCall
-from mslite_gateway.grpc_unary_calls import UnaryCalls
-from mslite_gateway.grpc_unary_state import UnaryCall
-from mslite_gateway.grpc_window_credit import WindowCredit
+from mslite_gateway.grpc.relay_rules import Link, RelayRules
+from mslite_gateway.grpc.request_headers import RequestHeaders
+from mslite_gateway.grpc.stream_calls import StreamCalls
+from mslite_gateway.grpc.stream_state import StreamCall
+from mslite_gateway.grpc.unary_calls import UnaryCalls
+from mslite_gateway.grpc.unary_state import UnaryCall
+from mslite_gateway.grpc.window_credit import WindowCredit
 from mslite_gateway.rules import holds_key
 
 
 class CheckedCalls:
     """The checked calls of one connection: which call a stream is, its frames' admission, its refusal and end.
 
-    What each kind of call does with its messages is its own part's: `unary` (`grpc_unary_calls`), `streamed`
-    (`grpc_stream_calls`).
+    What each kind of call does with its messages is its own part's: `unary` (`grpc.unary_calls`), `streamed`
+    (`grpc.stream_calls`).
     """
 
     __slots__ = (
@@ -84,12 +84,12 @@ class CheckedCalls:
         self.account = Account()  # request bytes this connection has in flight
         self.owed = 0  # bytes of the checked DATA frame being read still to arrive (counted as they do)
         self.owed_to: tuple[int, UnaryCall | StreamCall] | None = None
-        self.unary = UnaryCalls(self)  # the unary calls checked here (`grpc_unary_calls`)
-        self.streamed = StreamCalls(self)  # the ModelStreamInfer calls (`grpc_stream_calls`)
+        self.unary = UnaryCalls(self)  # the unary calls checked here (`grpc.unary_calls`)
+        self.streamed = StreamCalls(self)  # the ModelStreamInfer calls (`grpc.stream_calls`)
 
     # -- the client's DATA --
     def data_header(self, length: int, flags: int, sid: int) -> int:
-        """A DATA frame's header: what the frame reader does with it (`grpc_frames` PASS, TAP, COLLECT, DROP)."""
+        """A DATA frame's header: what the frame reader does with it (`grpc.frames` PASS, TAP, COLLECT, DROP)."""
         if sid in self.refused_ids:
             self.window.owe(length)
             return DROP

@@ -9,7 +9,7 @@ probe) Triton does give back: that much is set off against what is owed on the c
 
 from __future__ import annotations
 
-from mslite_gateway.grpc_frames import U32, WINDOW_UPDATE, frame
+from mslite_gateway.grpc.frames import U32, WINDOW_UPDATE, frame
 
 # Window owed is given back once it reaches this much: a few updates per large request, not one per read.
 # What is held back stays far below Triton's 4 MiB windows, so the client never waits for it.

@@ -2,7 +2,7 @@
 
 A checked call's DATA frames are passed on as they arrive (and kept, as views of what was read, for the
 check), except one that may complete the message (and the first, before the message's size is known), which
-is held until whole: when the message is whole it is checked (`grpc_checks.read_model_infer`, on the pieces
+is held until whole: when the message is whole it is checked (`grpc.checks.read_model_infer`, on the pieces
 where they lie) and the frame is passed on, or the call is refused (`CheckedCalls.refuse`: reset at Triton,
 which never saw a whole message, so never ran it; the client gets a trailers-only answer). A compressed
 message is inflated and checked off the event loop, and a request of batch size 0 may wait for its model's
@@ -10,7 +10,7 @@ max_batch_size (`Later`): meanwhile the frame that completed it waits here (CHEC
 
 A large uncompressed ModelInfer message goes to Triton through a staging region (`staging`), the client's
 bytes staying here; a model load's message is rewritten (`model_control`). Each call's state and its moves:
-`grpc_call_states.CallState`.
+`grpc.call_states.CallState`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import logging
 from typing import Any
 
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.grpc_call_states import ANSWERING, CHECKING, RECEIVING, SENT
-from mslite_gateway.grpc_checks import read_model_infer, staged_model_infer, whole
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.call_states import ANSWERING, CHECKING, RECEIVING, SENT
+from mslite_gateway.grpc.checks import read_model_infer, staged_model_infer, whole
+from mslite_gateway.grpc.frames import (
     COLLECT,
     DATA,
     DROP,
@@ -39,9 +39,9 @@ from mslite_gateway.grpc_frames import (
     joined,
     unpadded,
 )
-from mslite_gateway.grpc_messages import PREFIX, inflate, prefixed
-from mslite_gateway.grpc_relay_rules import BATCHING, INFLATED, Calls, Later
-from mslite_gateway.grpc_unary_state import UnaryCall
+from mslite_gateway.grpc.messages import PREFIX, inflate, prefixed
+from mslite_gateway.grpc.relay_rules import BATCHING, INFLATED, Calls, Later
+from mslite_gateway.grpc.unary_state import UnaryCall
 from mslite_gateway.rules import Refusal, check_batches, empty_batches
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ _STAGED_MAX_BYTES = 1 << 20
 
 
 class UnaryCalls:
-    """The checked unary calls of one connection (a part of its `grpc_calls.CheckedCalls`)."""
+    """The checked unary calls of one connection (a part of its `grpc.calls.CheckedCalls`)."""
 
     __slots__ = ("owner", "calls")
 
@@ -61,7 +61,7 @@ class UnaryCalls:
 
     # -- the client's DATA --
     def data_header(self, sid: int, call: UnaryCall, length: int, flags: int) -> int:
-        """A DATA frame's header: what the frame reader does with it (`grpc_frames` PASS, TAP, COLLECT, DROP)."""
+        """A DATA frame's header: what the frame reader does with it (`grpc.frames` PASS, TAP, COLLECT, DROP)."""
         state = call.state
         if state is not RECEIVING:  # passed on: later frames go through; CHECKING: no more of it
             if state is CHECKING:

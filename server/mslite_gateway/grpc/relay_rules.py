@@ -3,8 +3,8 @@
 `RelayRules` is one per gateway: the checks per method, the limits, the counters; `Later`, work a call waits
 for off the event loop (which the adapter runs, and hands the core its outcome). The protocols name what a
 part asks of the one that owns it, so that each can be read (and tested) alone: the checked calls of their
-connection (`Link`: `grpc_core.RelayCore`), each kind of call of the checked calls (`Calls`:
-`grpc_calls.CheckedCalls`).
+connection (`Link`: `grpc.core.RelayCore`), each kind of call of the checked calls (`Calls`:
+`grpc.calls.CheckedCalls`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
 from mslite_gateway.admission import Account, Admission
-from mslite_gateway.grpc_checks import (
+from mslite_gateway.grpc.checks import (
     SERVICE,
     VERSIONED,
     check_model_infer,
@@ -22,9 +22,9 @@ from mslite_gateway.grpc_checks import (
     check_unregister,
     check_versioned,
 )
-from mslite_gateway.grpc_frames import Frames
-from mslite_gateway.grpc_unary_state import Check
-from mslite_gateway.grpc_window_credit import WindowCredit
+from mslite_gateway.grpc.frames import Frames
+from mslite_gateway.grpc.unary_state import Check
+from mslite_gateway.grpc.window_credit import WindowCredit
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import grpc_load_message
@@ -34,7 +34,7 @@ INFLATED, BATCHING = "inflated", "batching"  # the kinds of work a call waits fo
 
 
 class Later:
-    """Work a call waits for, done off the event loop by the adapter (`grpc_relay`), then `RelayCore.resolved`.
+    """Work a call waits for, done off the event loop by the adapter (`grpc.relay`), then `RelayCore.resolved`.
 
     `kind` INFLATED: `run()` inflates and checks a compressed message, in a thread (zlib lets go of the GIL);
     BATCHING: `run()` is a coroutine function that asks Triton for a model's max_batch_size (`model_batching`).
@@ -79,7 +79,7 @@ class RelayRules:
         self.calmed = 0  # connections ended for too many resets
         self.closing = False  # the gateway is stopping: new calls are refused
         self.infer_path = f"/{SERVICE}/ModelInfer".encode()
-        # (a ModelInfer call's check runs as `read_model_infer` in `grpc_unary_calls`, which also needs the request
+        # (a ModelInfer call's check runs as `read_model_infer` in `grpc.unary_calls`, which also needs the request
         # for staging and the batch-of-0 rule; this entry names the path as checked, and is the same check)
         self.checks: dict[bytes, Check] = {
             self.infer_path: lambda data, keyed: check_model_infer(
@@ -100,7 +100,7 @@ class RelayRules:
 
 
 class Link(Protocol):
-    """What the calls need of their connection (`grpc_core.RelayCore`)."""
+    """What the calls need of their connection (`grpc.core.RelayCore`)."""
 
     now: float  # the time of the latest call (seconds)
     alone: bool  # Triton could not be reached: every call is answered here
@@ -116,7 +116,7 @@ class Link(Protocol):
 
 
 class Calls(Protocol):
-    """What a kind of checked call needs of its connection's checked calls (`grpc_calls.CheckedCalls`)."""
+    """What a kind of checked call needs of its connection's checked calls (`grpc.calls.CheckedCalls`)."""
 
     rules: RelayRules
     link: Link

@@ -1,6 +1,6 @@
 """A request body's framing, without I/O: Content-Length (`SizedBody`) or chunked (`ChunkedBody`).
 
-`http_connection` hands each body the bytes it holds (`take(src, pos)`: what lies in `src` from `pos` on) and
+`http.connection` hands each body the bytes it holds (`take(src, pos)`: what lies in `src` from `pos` on) and
 gets back how far the body read; `done` once its last byte came, `ended()` the error when the client stops
 sending before then. Every byte of body data, and each chunk's `CHUNK_OVERHEAD_BYTES`, goes through `charge`
 (admission control: it raises HttpError 503 when the in-flight bytes are full) before it is kept.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mslite_gateway.admission import CHUNK_OVERHEAD_BYTES
-from mslite_gateway.http_messages import MAX_HEAD_BYTES, HttpError
+from mslite_gateway.http.messages import MAX_HEAD_BYTES, HttpError
 
 Source = bytes | bytearray
 # A chunk-size or trailer line may be as long as a whole head (what asyncio's line reader allowed, at the

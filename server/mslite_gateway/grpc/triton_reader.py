@@ -1,12 +1,12 @@
 """Triton's side of one relayed gRPC connection: its frames to the client, and the frames of ours put between them.
 
 Every frame of Triton's goes to the client unchanged but for: the `grpc-message` of its trailers, scrubbed of
-server paths, tracebacks and internal region names (`grpc_frames.scrubbed_trailers`: only that non-indexed
+server paths, tracebacks and internal region names (`grpc.frames.scrubbed_trailers`: only that non-indexed
 field is replaced, so the HPACK tables stay in step); a ServerMetadata answer, its extensions cut to those
 served (`server_metadata`); and the frames of calls we answered ourselves, which are dropped (header blocks
 excepted: they keep the client's HPACK table in step). Frames of ours for the client (refusals, acks) wait for
 a frame boundary here and go before Triton's next frame. On a `ModelStreamInfer` call, Triton's DATA and
-response headers are read whole (`grpc_stream_calls`: which requests an answer ends, where answers of ours may
+response headers are read whole (`grpc.stream_calls`: which requests an answer ends, where answers of ours may
 go). Triton's settings say how large a header table the client's decoder (and so ours) may keep.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mslite_gateway.grpc_calls import CheckedCalls
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.calls import CheckedCalls
+from mslite_gateway.grpc.frames import (
     ACK,
     COLLECT,
     CONTINUATION,
@@ -38,8 +38,8 @@ from mslite_gateway.grpc_frames import (
     scrubbed_trailers,
     unpadded,
 )
-from mslite_gateway.grpc_messages import PREFIX, prefixed
-from mslite_gateway.grpc_relay_rules import Link
+from mslite_gateway.grpc.messages import PREFIX, prefixed
+from mslite_gateway.grpc.relay_rules import Link
 from mslite_gateway.server_metadata import served_message
 
 
@@ -93,7 +93,7 @@ class TritonReader:
         if sid and sid in calls.refused_ids:
             return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
         if kind == DATA and sid in streamed:
-            return COLLECT  # a stream's answers are read message by message (`grpc_stream_calls`)
+            return COLLECT  # a stream's answers are read message by message (`grpc.stream_calls`)
         if kind == RST_STREAM:
             calls.finish(sid)
         elif kind == SETTINGS and not flags & ACK:

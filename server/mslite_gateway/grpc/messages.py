@@ -8,7 +8,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from mslite_gateway.grpc_checks import Pieces
+from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.rules import Refusal, inflate_bounded
 
 PREFIX = 5  # a gRPC message's prefix: compressed flag (1 byte), length (4 bytes)

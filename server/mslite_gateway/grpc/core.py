@@ -3,13 +3,13 @@
 As h2 does for HTTP/2, this core does no I/O and keeps no clock: `RelayCore.feed(side, data, now)` takes what
 the client (`CLIENT`) or Triton (`TRITON`) sent and returns the `Writes` to make, `tick(now)` applies the
 deadlines (a stalled message, the delay before closing a calmed connection), `closed(side)` a hang-up, and
-`opened(reachable)` the outcome of connecting to Triton. `grpc_relay` adapts it to asyncio.
+`opened(reachable)` the outcome of connecting to Triton. `grpc.relay` adapts it to asyncio.
 
 Every frame goes through unchanged (settings, flow control, pings, header blocks: the two HPACK contexts stay
-the client's and Triton's), but for what Triton's side changes (`grpc_triton_reader`: scrubbed trailers, the
+the client's and Triton's), but for what Triton's side changes (`grpc.triton_reader`: scrubbed trailers, the
 frames of calls we answered ourselves). The core reads the client's byte stream frame by frame and collects its
 request header blocks; what concerns the client's calls (which call a header block opens, a checked call's
-DATA, the refusals, the window owed back to the client) is decided by its `CheckedCalls` (`grpc_calls`).
+DATA, the refusals, the window owed back to the client) is decided by its `CheckedCalls` (`grpc.calls`).
 Frames of ours for Triton (resets of refused calls) wait for a frame boundary in the client's byte stream,
 frames of ours for the client one in Triton's. On a `ModelStreamInfer` call the client's window updates lose
 the part that gives back window for our answers, which Triton never sent.
@@ -29,8 +29,8 @@ import logging
 from typing import Any
 
 from mslite_gateway.admission import Account
-from mslite_gateway.grpc_calls import CheckedCalls
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.calls import CheckedCalls
+from mslite_gateway.grpc.frames import (
     ACK,
     COLLECT,
     CONTINUATION,
@@ -52,10 +52,10 @@ from mslite_gateway.grpc_frames import (
     frame,
     joined,
 )
-from mslite_gateway.grpc_relay_rules import Later, RelayRules
-from mslite_gateway.grpc_request_headers import HeaderBlock
-from mslite_gateway.grpc_triton_reader import TritonReader
-from mslite_gateway.grpc_window_credit import CREDIT_BATCH_BYTES, WindowCredit
+from mslite_gateway.grpc.relay_rules import Later, RelayRules
+from mslite_gateway.grpc.request_headers import HeaderBlock
+from mslite_gateway.grpc.triton_reader import TritonReader
+from mslite_gateway.grpc.window_credit import CREDIT_BATCH_BYTES, WindowCredit
 from mslite_gateway.rules import no_answer
 
 __all__ = ["CLIENT", "TRITON", "MAX_RESETS_PER_WINDOW", "RESET_WINDOW_S", "RelayCore", "RelayRules", "Writes"]
@@ -87,7 +87,7 @@ class Writes:
         self.pause_client = False  # stop reading the client (a calmed connection, until it closes)
         self.close = False  # close both connections once what is above is written
         self.wake_s = 0.0  # call `tick` again within this many seconds (0: no need beyond the usual sweep)
-        # work to run off the loop for these calls (`grpc_relay_rules.Later`), each followed by `resolved`
+        # work to run off the loop for these calls (`grpc.relay_rules.Later`), each followed by `resolved`
         self.later: list[tuple[int, Later]] = []
 
 
