@@ -18,7 +18,7 @@ from ._build import (
     predict_failed,
     resized_remote,
 )
-from ._checkparam import check_isinstance, missing_file
+from ._checkparam import check_isinstance, model_file_problem
 from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
 from ._onnx_io import metadata_props
@@ -93,8 +93,9 @@ class Model(GroupMember):
         check_isinstance("model_type", model_type, ModelType)
         context = Context() if context is None else check_isinstance("context", context, Context)
         check_isinstance("config_path", config_path, str)
-        if not model_path.startswith("triton://") and not os.path.exists(model_path):
-            raise RuntimeError(missing_file("build_from_file failed", "model_path", model_path))
+        problem = model_file_problem("build_from_file failed", model_path)
+        if problem is not None:
+            raise RuntimeError(problem)
         from_file = load_sections(config_path, None, "build_from_file failed")
         if (
             "variable_weights_file" in from_file.get("ascend_context", {})
@@ -144,7 +145,12 @@ class Model(GroupMember):
         return self._remote
 
     def get_inputs(self) -> list[Tensor]:
-        """The model's input tensors (shared by every caller of this Model, as in MindSpore Lite)."""
+        """The model's input tensors (shared by every caller of this Model, as in MindSpore Lite).
+
+        `[]` before a build, as in MindSpore Lite, which logs an error saying so; so does this.
+        """
+        if self._remote is None:
+            log.error("Model.get_inputs: the model is not built yet (build_from_file first); []")
         return list(self._inputs)
 
     def get_outputs(self) -> tuple[TensorMeta, ...]:

@@ -262,6 +262,31 @@ def test_a_missing_model_file_is_reported_before_config_and_key_checks(tmp_path:
         mslite.Model().build_from_file(missing, mslite.ModelType.MINDIR, None, 1)  # type: ignore[arg-type]
 
 
+def test_a_directory_given_as_the_model_file_is_named(tmp_path: Path) -> None:
+    for build, who in (
+        (lambda: mslite.Model().build_from_file(str(tmp_path), mslite.ModelType.MINDIR), "build_from_file failed"),
+        (
+            lambda: mslite.ModelParallelRunner().build_from_file(str(tmp_path)),
+            "ModelParallelRunner's build from file failed",
+        ),
+    ):
+        with pytest.raises(RuntimeError) as exc:
+            build()
+        assert (
+            str(exc.value)
+            == f"{who}! Error is kLiteInputParamInvalid: model_path is a directory, not a model file: {tmp_path}"
+        )
+
+
+def test_inputs_asked_for_before_a_build_are_none_and_an_error_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("ERROR", logger="mslite_triton"):
+        assert mslite.Model().get_inputs() == [] and mslite.ModelParallelRunner().get_inputs() == []
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "Model.get_inputs",
+        "ModelParallelRunner.get_inputs",
+    ]
+
+
 def test_weight_list_with_a_config_dict_lacking_ascend_context_is_a_key_error(tmp_path: Path) -> None:
     model_file = tmp_path / "net.onnx"
     model_file.write_bytes(b"\x08\x08")
