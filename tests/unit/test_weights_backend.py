@@ -15,12 +15,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mslite_backend import weight_store, weights
+from mslite_backend import store_files, weights
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.loading import load_runtime
-from mslite_backend.weight_store import WeightStore, layout, parse_update, sweep_stale
+from mslite_backend.store_files import layout, sweep_stale
+from mslite_backend.weight_store import WeightStore
+from mslite_backend.weight_update import parse_update
 from mslite_backend.weights import WeightSpec, prepare_model
 from mslite_contract import settings
 from mslite_contract.build_cache import ensure_built
@@ -73,7 +75,7 @@ def _blob(arrays: list[np.ndarray]) -> np.ndarray:
 
 @pytest.fixture
 def store_dir(tmp_path: Path) -> str:
-    return weight_store.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
+    return store_files.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
 
 
 # --- config -------------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ def test_a_rejected_or_failed_update_changes_nothing(store_dir: str, monkeypatch
     def disk_full(*_: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(weight_store, "_pwrite_all", disk_full)
+    monkeypatch.setattr(store_files, "pwrite_all", disk_full)
     with pytest.raises(InferenceFailure, match="writing the new weights failed"):
         store.update(_manifest(), _blob(_values(1)))
     assert store.version == 1 and sorted(os.listdir(store_dir)) == files
@@ -322,7 +324,7 @@ def test_a_file_in_the_version_layout_is_linked_in(store_dir: str) -> None:
 
 
 def test_the_last_worker_out_removes_the_store_and_a_dead_servers_store_is_swept(tmp_path: Path) -> None:
-    directory = weight_store.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
+    directory = store_files.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
     one = WeightStore.open(directory, "m", SPECS, lambda: _values(0))
     two = WeightStore.open(directory, "m", SPECS, lambda: _values(0))
     one.close()
@@ -330,7 +332,7 @@ def test_the_last_worker_out_removes_the_store_and_a_dead_servers_store_is_swept
     assert os.path.isdir(directory)
     two.close()
     assert not os.path.exists(directory)
-    dead = tmp_path / f"{weight_store.PREFIX}999999999_k"
+    dead = tmp_path / f"{store_files.PREFIX}999999999_k"
     dead.mkdir()
     (tmp_path / "mslite_weights_upload_999999999_x").write_bytes(b"")
     assert sweep_stale(str(tmp_path)) == [dead.name]
