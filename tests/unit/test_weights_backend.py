@@ -6,7 +6,6 @@ import json
 import multiprocessing
 import os
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -357,7 +356,7 @@ def _waiting_for_the_lock(path: str) -> int:
     return sum("->" in line and f":{inode} " in line for line in Path("/proc/locks").read_text().splitlines())
 
 
-def _join(directory: str, marker: str, queue: Any) -> None:
+def _join(directory: str, marker: str, queue: Any, together: Any) -> None:
     def initial() -> list[np.ndarray]:
         with open(marker, "a") as f:
             f.write("x")
@@ -367,14 +366,15 @@ def _join(directory: str, marker: str, queue: Any) -> None:
 
     store = WeightStore.open(directory, "m", SPECS, initial)
     queue.put(store.snapshot().arrays["b"].tolist())
-    time.sleep(0.5)
+    together.wait(timeout=30)  # all four hold the store at once before any leaves
     store.close()
 
 
 def test_workers_starting_together_initialize_the_store_once(tmp_path: Path, store_dir: str) -> None:
     queue = FORK.Queue()
     marker = str(tmp_path / "initialized")
-    procs = [FORK.Process(target=_join, args=(store_dir, marker, queue)) for _ in range(4)]
+    together = FORK.Barrier(4)
+    procs = [FORK.Process(target=_join, args=(store_dir, marker, queue, together)) for _ in range(4)]
     for p in procs:
         p.start()
     seen = [queue.get(timeout=30) for _ in procs]
