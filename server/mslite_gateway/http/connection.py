@@ -73,7 +73,13 @@ class HttpEvent(FastState):
 
 # The client's states and the events as module names, read on every request (see `grpc.call_states`).
 IDLE, BODY, DONE, LINGER, CLOSED = Client.IDLE, Client.BODY, Client.DONE, Client.LINGER, Client.CLOSED
-HEAD, REQUEST, ANSWERED, ANSWERED_CLOSE, REFUSED, REFUSED_LINGER, ENDED, GONE = HttpEvent
+HEAD, REQUEST, ANSWERED, ANSWERED_CLOSE = (
+    HttpEvent.HEAD,
+    HttpEvent.REQUEST,
+    HttpEvent.ANSWERED,
+    HttpEvent.ANSWERED_CLOSE,
+)
+REFUSED, REFUSED_LINGER, ENDED, GONE = HttpEvent.REFUSED, HttpEvent.REFUSED_LINGER, HttpEvent.ENDED, HttpEvent.GONE
 
 CLIENT_MOVES: dict[tuple[Client, HttpEvent], Client] = {
     (IDLE, HEAD): BODY,
