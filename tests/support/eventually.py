@@ -41,7 +41,8 @@ def eventually(condition: Callable[[], T], what: str, timeout_s: float = 60.0, p
 
 
 async def eventually_async(condition: Callable[[], T], what: str, timeout_s: float = 60.0, pause_s: float = 0.0) -> T:
-    """`eventually`, awaited: `condition()` is called after every `pause_s` (0: every pass of the event loop).
+    """`eventually`, awaited: `condition()` is called after every `pause_s` (0: every pass of the event loop;
+    on a `virtual_time` loop give a pause, or its clock never reaches the time-out).
 
     Raises:
         AssertionError: as `eventually`'s.

@@ -5,6 +5,7 @@ on a real clock such a test needs a window wide enough for a busy machine, and t
 `loop.time()` starts at 0 and moves only when nothing is ready to run: the loop jumps to its next timer
 instead of sleeping, so a 5 s timeout takes no real time and fires at exactly 5.0. Sockets and pipes still
 work (they are polled without waiting); a loop with no timer and nothing ready waits for real, as usual.
+A task that only yields (`asyncio.sleep(0)` in a loop) never lets the clock move: poll with a pause.
 """
 
 from __future__ import annotations
