@@ -49,6 +49,12 @@ def _modules() -> list:
     ]
 
 
+def _keyed_by_tuples(value: object) -> bool:
+    """A non-empty dict whose keys are all tuples of two or more: a transition table, or something shaped as one
+    (string states and events, or a joint table of two sides)."""
+    return isinstance(value, dict) and bool(value) and all(isinstance(k, tuple) and len(k) >= 2 for k in value)
+
+
 def _is_table(value: object) -> bool:
     """A non-empty mapping of (Enum, Enum) pairs to members of the first one's Enum."""
     if not isinstance(value, dict) or not value:
@@ -75,7 +81,7 @@ def _assigned_here(module: object, name: str) -> bool:
 
 
 def _tables() -> dict[str, dict]:
-    """Every transition table in the gateway, by where it is defined (a name imported elsewhere counted once)."""
+    """Every dict keyed by tuples in the gateway, by where it is defined (a name imported elsewhere counted once)."""
     found = {}
     for module in _modules():
         spaces = [(module.__name__, vars(module))]
@@ -86,7 +92,7 @@ def _tables() -> dict[str, dict]:
         ]
         for prefix, space in spaces:
             for name, value in space.items():
-                if _is_table(value) and _assigned_here(module, name):
+                if _keyed_by_tuples(value) and _assigned_here(module, name):
                     found[f"{prefix}.{name}"] = value
     return found
 
@@ -96,7 +102,9 @@ def _trees() -> dict[Path, ast.Module]:
 
 
 def test_the_gateway_has_the_transition_tables_listed_and_no_other() -> None:
-    assert set(_tables()) == set(MACHINES)
+    tables = _tables()
+    assert set(tables) == set(MACHINES)
+    assert [where for where, table in tables.items() if not _is_table(table)] == []
 
 
 @pytest.mark.parametrize("where", sorted(MACHINES))
@@ -270,6 +278,9 @@ def test_the_scans_name_the_planted_idioms() -> None:
 
     assert _is_table({(S.A, E.GO): S.B})
     assert not _is_table({("A", "go"): "B"}) and not _is_table({(S.A, E.GO): E.GO})
+    # found, so that they must be listed: a table of strings, a joint table of two sides
+    assert _keyed_by_tuples({("A", "go"): "B"}) and _keyed_by_tuples({("A", "B", "go"): ("B", "A")})
+    assert not _keyed_by_tuples({"A": "B"}) and not _keyed_by_tuples({})
     trees = {Path("planted.py"): ast.parse(PLANTED)}
     assert _reads_outside_transition(trees, {"UNARY", "PHASES"}) == ["planted.py:8 reads UNARY"]
     assert _states_set_by_hand(trees) == ["planted.py:16 sets .phase", "planted.py:20 sets .phase"]
