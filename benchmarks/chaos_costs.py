@@ -1,6 +1,6 @@
 """`python -m benchmarks.chaos costs`: requests that cost everyone else, against the gateway, one row per attack.
 
-The stack is an embedded server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
+The stack is a local server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
 on a repository of `seq` (the zoo's variable_seq: [N, T] float, batching), `strings` ([N, T] BYTES) and `tiny`.
 Each attack runs while another client uses the same model, loopback only, bounded in time:
 

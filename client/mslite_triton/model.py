@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._build import (
+    Served,
     build_failed,
     check_config_dict,
     fill_outputs,
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 _INFO_KEYS = ("user_info", "input_shape", "dynamic_dims", "current_pid", "shareable_weight_mem_handle")
 
 
-class Model(GroupMember):
+class Model(GroupMember, Served):
     """MindSpore Lite's `Model`, running on the server (one worker).
 
     Calls from several threads are allowed and run concurrently up to the server's capacity.
@@ -53,18 +54,6 @@ class Model(GroupMember):
         self._weight_aliases: dict[str, str] = {}
         self._pending = PendingLimit()
         self._group: ModelGroup | None = None  # set by ModelGroup.add_model
-
-    def __str__(self) -> str:
-        return f"model_path: {self.model_path_}."
-
-    @property
-    def served_name(self) -> str:
-        """The model's name on the Triton server; "" before `build_from_file`. Not in MindSpore Lite.
-
-        For Triton's own tools pointed at this model (tritonclient, perf_analyzer, the `model` label of the
-        metrics). The name carries a hash of the file and the config, so the same build gets the same name.
-        """
-        return "" if self._remote is None else self._remote.info.name
 
     def build_from_file(
         self,

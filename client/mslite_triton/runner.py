@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ._build import build_failed, fill_outputs, input_arrays, load_sections, predict_failed, resized_remote
+from ._build import Served, build_failed, fill_outputs, input_arrays, load_sections, predict_failed, resized_remote
 from ._checkparam import check_isinstance, model_file_problem
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 _BUILD_FAILED = "ModelParallelRunner's build from file failed"
 
 
-class ModelParallelRunner:
+class ModelParallelRunner(Served):
     """MindSpore Lite's `ModelParallelRunner`: `workers_num` worker processes of one model on the server.
 
     `predict` may be called from many threads at once; no lock is held while a request is in flight.
@@ -35,18 +35,6 @@ class ModelParallelRunner:
         # the model built again for inputs given sizes its file fixes, by the (input, dims) that differ
         self._resized: dict[tuple, RemoteModel] = {}
         self._resize_lock = threading.Lock()
-
-    def __str__(self) -> str:
-        return f"model_path: {self.model_path_}."
-
-    @property
-    def served_name(self) -> str:
-        """The model's name on the Triton server; "" before `build_from_file`. Not in MindSpore Lite.
-
-        For Triton's own tools pointed at this model (tritonclient, perf_analyzer, the `model` label of the
-        metrics). The name carries a hash of the file and the config, so the same build gets the same name.
-        """
-        return "" if self._remote is None else self._remote.info.name
 
     def build_from_file(self, model_path: str, context: Context | None = None) -> None:
         """Upload the ONNX file (or bind to `triton://<name>`) and start the workers.

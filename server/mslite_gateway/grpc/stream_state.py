@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.protobuf_varint import field_spans
-from mslite_gateway.grpc.call_states import ANSWERS, PHASES, Answers, Phase
+from mslite_gateway.grpc.call_states import ANSWERS, PHASES, Answers, AnswersEvent, Phase, PhaseEvent
 from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.messages import Message, MessageReader, prefixed
 from mslite_gateway.staging import Region
@@ -86,11 +86,11 @@ class StreamCall:
         self.debt = 0  # bytes we sent Triton on this stream that the client did not (its window is not theirs)
         self.window_owed = 0  # stream window the client will give back for bytes Triton did not send
 
-    def move(self, event: str) -> None:
+    def move(self, event: PhaseEvent) -> None:
         """The client's side moves on (`grpc.call_states.PHASES`)."""
         self.phase = transition(PHASES, self.phase, event)
 
-    def answers_move(self, event: str) -> None:
+    def answers_move(self, event: AnswersEvent) -> None:
         """Triton's side moves on (`grpc.call_states.ANSWERS`)."""
         self.answers = transition(ANSWERS, self.answers, event)
 
