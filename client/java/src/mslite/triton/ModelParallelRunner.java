@@ -47,18 +47,28 @@ public final class ModelParallelRunner {
     private int maxPending = DEFAULT_MAX_PENDING; // 0: no bound
     private final AtomicInteger pending = new AtomicInteger();
     private volatile List<KServeHttp.Output> last; // the outputs of the last predict that succeeded
+    // what init uploaded, to build the model again with resized inputs (source null: bound with triton://)
+    private String source;
+    private byte[] sourceBytes; // a buffer's model; null: read source again
+    private RunnerConfig sourceConfig;
+    private final Map<String, String> resized = new HashMap<>(); // Resizing.fixedDimsChanged's key -> model
 
     private static final class TensorSpec {
         final String name;
         final int dataType;
-        final int[] shape;
+        final int[] shape; // as getInputs shows it: a dynamic batch dimension reads 1
+        final int[] declared; // as the server declares it: -1 where dynamic
 
-        TensorSpec(String name, int dataType, int[] shape) {
+        TensorSpec(String name, int dataType, int[] shape, int[] declared) {
             this.name = name;
             this.dataType = dataType;
             this.shape = shape;
+            this.declared = declared;
         }
     }
+
+    /** A server model and its tensors. */
+    private record Served(String name, List<TensorSpec> inputs, List<TensorSpec> outputs) {}
 
     /** Builds with default settings: the server as {@link Endpoint} finds it, workers from the core count. */
     public boolean init(String modelPath) {
@@ -102,13 +112,15 @@ public final class ModelParallelRunner {
                 if (model == null && !Files.isRegularFile(path)) {
                     throw new IOException("model_path does not exist: " + path);
                 }
-                name = upload(http, path, model != null ? model : Files.readAllBytes(path), runnerConfig);
+                name = upload(http, path, model != null ? model : Files.readAllBytes(path), runnerConfig, null);
             }
-            Map<String, Object> meta = http.metadata(name);
-            Map<String, Object> conf = http.config(name);
-            boolean batched = ((Number) conf.getOrDefault("max_batch_size", 0L)).intValue() > 0;
-            inputSpecs = specs(meta.get("inputs"), batched);
-            outputSpecs = specs(meta.get("outputs"), batched);
+            Served served = describe(http, name);
+            inputSpecs = served.inputs();
+            outputSpecs = served.outputs();
+            source = model == null && modelPath.startsWith(BIND_PREFIX) ? null : modelPath;
+            sourceBytes = model;
+            sourceConfig = runnerConfig;
+            resized.clear();
             binaryData = ctx == null || ctx.getBinaryData();
             maxPending = Integer.parseInt(bound);
             modelName = name;
@@ -141,6 +153,15 @@ public final class ModelParallelRunner {
      * an empty one gets new tensors appended.
      */
     public boolean predict(List<MSTensor> inputs, List<MSTensor> outputs) {
+        return predict(inputs, outputs, true);
+    }
+
+    /**
+     * {@link #predict(List, List)}; with {@code rebuild} (the runner's, as MindSpore Lite's workers resize),
+     * shapes in dims the model fixes are served by the model built again for them, once per set of such dims;
+     * without (a Model's: it resizes first), the server refuses them.
+     */
+    boolean predict(List<MSTensor> inputs, List<MSTensor> outputs, boolean rebuild) {
         if (inputs == null || outputs == null || inputs.isEmpty()) {
             return fail("predict: inputs must be a non-empty list and outputs a list");
         }
@@ -173,6 +194,10 @@ public final class ModelParallelRunner {
             for (TensorSpec s : outputSpecs) {
                 wanted.add(s.name);
             }
+            String target = modelName;
+            if (rebuild) {
+                target = servingFor(inputs);
+            }
             List<KServeHttp.Output> answered;
             // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent
             if (pending.incrementAndGet() > maxPending && maxPending > 0) {
@@ -182,7 +207,7 @@ public final class ModelParallelRunner {
                         + "] " + MAX_PENDING_KEY + "=" + maxPending + ")");
             }
             try {
-                answered = server.infer(modelName, names, inputs, wanted, binaryData);
+                answered = server.infer(target, names, inputs, wanted, binaryData);
             } finally {
                 pending.decrementAndGet();
             }
@@ -212,8 +237,36 @@ public final class ModelParallelRunner {
             return fail("predict failed! Error is " + e);
         } catch (IllegalArgumentException e) {
             return fail("predict failed! Error is kLiteNotSupport: " + e.getMessage());
+        } catch (IOException e) {
+            return fail("predict failed! Error is kLiteFileError: " + e.getMessage());
         } finally {
             lock.readLock().unlock();
+        }
+    }
+
+    /**
+     * {@code Model.resize}'s half: when {@code shapes} (one per input, in order) change a dim the served model
+     * fixes, the model built again with those dims resizable serves from now on (the one before keeps serving
+     * until that succeeds). False with the reason in {@link #getLastError()} otherwise.
+     */
+    boolean resizeServed(List<int[]> shapes) {
+        lock.writeLock().lock();
+        try {
+            if (Resizing.fixedDimsChanged(names(inputSpecs), declared(inputSpecs), shapes).isEmpty()) {
+                return true;
+            }
+            Served served = rebuild(shapes);
+            modelName = served.name();
+            inputSpecs = served.inputs();
+            outputSpecs = served.outputs();
+            last = null;
+            return true;
+        } catch (KServeHttp.ServerError e) {
+            return fail("resize failed! Error is " + e);
+        } catch (IOException e) {
+            return fail("resize failed! Error is kLiteFileError: " + e.getMessage());
+        } finally {
+            lock.writeLock().unlock();
         }
     }
 
@@ -226,6 +279,24 @@ public final class ModelParallelRunner {
             inputSpecs = null;
             outputSpecs = null;
             last = null;
+            source = null;
+            sourceBytes = null;
+            resized.clear();
+        } finally {
+            lock.writeLock().unlock();
+        }
+    }
+
+    /**
+     * A runner bound to a model another {@link Model} of its {@link ModelGroup} built from the same bytes: what a
+     * resize builds again is this model's own file ({@code modelPath}) or buffer ({@code model}, when not null).
+     */
+    boolean rebuildsFrom(String modelPath, byte[] model) {
+        lock.writeLock().lock();
+        try {
+            source = modelPath;
+            sourceBytes = model;
+            return true;
         } finally {
             lock.writeLock().unlock();
         }
@@ -252,6 +323,51 @@ public final class ModelParallelRunner {
     }
 
     // -- internals ---------------------------------------------------------------------------------------
+    /** The server model for these inputs' shapes (called under the read lock). */
+    private String servingFor(List<MSTensor> inputs) throws KServeHttp.ServerError, IOException {
+        List<int[]> shapes = new ArrayList<>();
+        inputs.forEach(t -> shapes.add(t.getShape()));
+        String key = Resizing.fixedDimsChanged(names(inputSpecs), declared(inputSpecs), shapes);
+        if (key.isEmpty()) {
+            return modelName;
+        }
+        synchronized (resized) { // one rebuild at a time; later predicts of the same dims reuse it
+            String found = resized.get(key);
+            if (found == null) {
+                found = rebuild(shapes).name();
+                resized.put(key, found);
+            }
+            return found;
+        }
+    }
+
+    /** The model built again with {@code shapes} in the dims it fixes, under its own name. */
+    private Served rebuild(List<int[]> shapes) throws KServeHttp.ServerError, IOException {
+        List<String> names = names(inputSpecs);
+        if (source == null) {
+            throw Resizing.bound(names, shapes);
+        }
+        Path path = Paths.get(source);
+        byte[] model = sourceBytes != null ? sourceBytes : Files.readAllBytes(path);
+        String name = upload(server, path, model, sourceConfig, Resizing.parameter(names, shapes));
+        return describe(server, name);
+    }
+
+    private static Served describe(KServeHttp http, String name) throws KServeHttp.ServerError {
+        Map<String, Object> meta = http.metadata(name);
+        Map<String, Object> conf = http.config(name);
+        boolean batched = ((Number) conf.getOrDefault("max_batch_size", 0L)).intValue() > 0;
+        return new Served(name, specs(meta.get("inputs"), batched), specs(meta.get("outputs"), batched));
+    }
+
+    private static List<String> names(List<TensorSpec> specs) {
+        return specs.stream().map(s -> s.name).toList();
+    }
+
+    private static List<int[]> declared(List<TensorSpec> specs) {
+        return specs.stream().map(s -> s.declared).toList();
+    }
+
     private List<MSTensor> tensors(boolean in) {
         lock.readLock().lock();
         try {
@@ -291,16 +407,20 @@ public final class ModelParallelRunner {
             for (int i = 0; i < shape.length; i++) {
                 shape[i] = ((Number) dims.get(i)).intValue();
             }
+            int[] declared = shape.clone();
             if (batched && shape.length > 0 && shape[0] == -1) {
                 shape[0] = 1; // code written for a static model (one sample) runs unchanged
             }
-            specs.add(new TensorSpec((String) t.get("name"), dataType, shape));
+            specs.add(new TensorSpec((String) t.get("name"), dataType, shape, declared));
         }
         return specs;
     }
 
-    /** Upload the model unless the same model + config is already loaded; returns the server-side name. */
-    private static String upload(KServeHttp http, Path path, byte[] model, RunnerConfig cfg)
+    /**
+     * Upload the model unless the same model + config is already loaded; returns the server-side name.
+     * {@code resized}: {@link Resizing#parameter}, or null.
+     */
+    private static String upload(KServeHttp http, Path path, byte[] model, RunnerConfig cfg, String resized)
             throws IOException, KServeHttp.ServerError {
         // told by content, as the Python client does (mslite_contract/mindir.py, detect_format): ONNX's
         // ModelProto starts with field 1 as a varint (0x08), MindIR's with a string (0x0A or 0x12); the server
@@ -315,7 +435,7 @@ public final class ModelParallelRunner {
             throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName()
                     + "' is neither an ONNX nor a MindIR model");
         }
-        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors());
+        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors(), resized);
         String name = ModelConfigs.name(path, config, model);
         if (!http.modelReady(name)) {
             Map<String, Object> named = new LinkedHashMap<>(config);
