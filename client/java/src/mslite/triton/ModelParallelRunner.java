@@ -7,7 +7,6 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -41,8 +40,8 @@ public final class ModelParallelRunner {
     private final ThreadLocal<String> lastError = ThreadLocal.withInitial(() -> "");
     private KServeHttp server;
     private String modelName;
-    private List<TensorSpec> inputSpecs;
-    private List<TensorSpec> outputSpecs;
+    private List<ServedModel.TensorSpec> inputSpecs;
+    private List<ServedModel.TensorSpec> outputSpecs;
     private boolean binaryData = true;
     private int maxPending = DEFAULT_MAX_PENDING; // 0: no bound
     private final AtomicInteger pending = new AtomicInteger();
@@ -52,23 +51,6 @@ public final class ModelParallelRunner {
     private byte[] sourceBytes; // a buffer's model; null: read source again
     private RunnerConfig sourceConfig;
     private final Map<String, String> resized = new HashMap<>(); // Resizing.fixedDimsChanged's key -> model
-
-    private static final class TensorSpec {
-        final String name;
-        final int dataType;
-        final int[] shape; // as getInputs shows it: a dynamic batch dimension reads 1
-        final int[] declared; // as the server declares it: -1 where dynamic
-
-        TensorSpec(String name, int dataType, int[] shape, int[] declared) {
-            this.name = name;
-            this.dataType = dataType;
-            this.shape = shape;
-            this.declared = declared;
-        }
-    }
-
-    /** A server model and its tensors. */
-    private record Served(String name, List<TensorSpec> inputs, List<TensorSpec> outputs) {}
 
     /** Builds with default settings: the server as {@link Endpoint} finds it, workers from the core count. */
     public boolean init(String modelPath) {
@@ -112,9 +94,10 @@ public final class ModelParallelRunner {
                 if (model == null && !Files.isRegularFile(path)) {
                     throw new IOException("model_path does not exist: " + path);
                 }
-                name = upload(http, path, model != null ? model : Files.readAllBytes(path), runnerConfig, null);
+                byte[] bytes = model != null ? model : Files.readAllBytes(path);
+                name = ServedModel.upload(http, path, bytes, runnerConfig, null);
             }
-            Served served = describe(http, name);
+            ServedModel.Served served = ServedModel.describe(http, name);
             inputSpecs = served.inputs();
             outputSpecs = served.outputs();
             source = model == null && modelPath.startsWith(BIND_PREFIX) ? null : modelPath;
@@ -191,7 +174,7 @@ public final class ModelParallelRunner {
                         + outputSpecs.size() + ")");
             }
             List<String> wanted = new ArrayList<>();
-            for (TensorSpec s : outputSpecs) {
+            for (ServedModel.TensorSpec s : outputSpecs) {
                 wanted.add(s.name);
             }
             String target = modelName;
@@ -252,10 +235,10 @@ public final class ModelParallelRunner {
     boolean resizeServed(List<int[]> shapes) {
         lock.writeLock().lock();
         try {
-            if (Resizing.fixedDimsChanged(names(inputSpecs), declared(inputSpecs), shapes).isEmpty()) {
+            if (changedDims(shapes).isEmpty()) {
                 return true;
             }
-            Served served = rebuild(shapes);
+            ServedModel.Served served = rebuild(shapes);
             modelName = served.name();
             inputSpecs = served.inputs();
             outputSpecs = served.outputs();
@@ -327,7 +310,7 @@ public final class ModelParallelRunner {
     private String servingFor(List<MSTensor> inputs) throws KServeHttp.ServerError, IOException {
         List<int[]> shapes = new ArrayList<>();
         inputs.forEach(t -> shapes.add(t.getShape()));
-        String key = Resizing.fixedDimsChanged(names(inputSpecs), declared(inputSpecs), shapes);
+        String key = changedDims(shapes);
         if (key.isEmpty()) {
             return modelName;
         }
@@ -341,31 +324,20 @@ public final class ModelParallelRunner {
         }
     }
 
+    private String changedDims(List<int[]> shapes) {
+        return Resizing.fixedDimsChanged(ServedModel.names(inputSpecs), ServedModel.declared(inputSpecs), shapes);
+    }
+
     /** The model built again with {@code shapes} in the dims it fixes, under its own name. */
-    private Served rebuild(List<int[]> shapes) throws KServeHttp.ServerError, IOException {
-        List<String> names = names(inputSpecs);
+    private ServedModel.Served rebuild(List<int[]> shapes) throws KServeHttp.ServerError, IOException {
+        List<String> names = ServedModel.names(inputSpecs);
         if (source == null) {
             throw Resizing.bound(names, shapes);
         }
         Path path = Paths.get(source);
         byte[] model = sourceBytes != null ? sourceBytes : Files.readAllBytes(path);
-        String name = upload(server, path, model, sourceConfig, Resizing.parameter(names, shapes));
-        return describe(server, name);
-    }
-
-    private static Served describe(KServeHttp http, String name) throws KServeHttp.ServerError {
-        Map<String, Object> meta = http.metadata(name);
-        Map<String, Object> conf = http.config(name);
-        boolean batched = ((Number) conf.getOrDefault("max_batch_size", 0L)).intValue() > 0;
-        return new Served(name, specs(meta.get("inputs"), batched), specs(meta.get("outputs"), batched));
-    }
-
-    private static List<String> names(List<TensorSpec> specs) {
-        return specs.stream().map(s -> s.name).toList();
-    }
-
-    private static List<int[]> declared(List<TensorSpec> specs) {
-        return specs.stream().map(s -> s.declared).toList();
+        String name = ServedModel.upload(server, path, model, sourceConfig, Resizing.parameter(names, shapes));
+        return ServedModel.describe(server, name);
     }
 
     private List<MSTensor> tensors(boolean in) {
@@ -383,66 +355,13 @@ public final class ModelParallelRunner {
                 }
                 return out;
             }
-            for (TensorSpec s : in ? inputSpecs : outputSpecs) {
+            for (ServedModel.TensorSpec s : in ? inputSpecs : outputSpecs) {
                 out.add(new MSTensor(s.name, s.dataType, s.shape, null));
             }
             return out;
         } finally {
             lock.readLock().unlock();
         }
-    }
-
-    @SuppressWarnings("unchecked")
-    private static List<TensorSpec> specs(Object items, boolean batched) throws KServeHttp.ServerError {
-        List<TensorSpec> specs = new ArrayList<>();
-        for (Object o : (List<Object>) items) {
-            Map<String, Object> t = (Map<String, Object>) o;
-            int dataType = DataType.fromKServe((String) t.get("datatype"));
-            if (dataType == DataType.kTypeUnknown) {
-                throw new KServeHttp.ServerError("kLiteNotSupport",
-                        "tensor '" + t.get("name") + "' has datatype " + t.get("datatype") + ", not supported here");
-            }
-            List<Object> dims = (List<Object>) t.get("shape");
-            int[] shape = new int[dims.size()];
-            for (int i = 0; i < shape.length; i++) {
-                shape[i] = ((Number) dims.get(i)).intValue();
-            }
-            int[] declared = shape.clone();
-            if (batched && shape.length > 0 && shape[0] == -1) {
-                shape[0] = 1; // code written for a static model (one sample) runs unchanged
-            }
-            specs.add(new TensorSpec((String) t.get("name"), dataType, shape, declared));
-        }
-        return specs;
-    }
-
-    /**
-     * Upload the model unless the same model + config is already loaded; returns the server-side name.
-     * {@code resized}: {@link Resizing#parameter}, or null.
-     */
-    private static String upload(KServeHttp http, Path path, byte[] model, RunnerConfig cfg, String resized)
-            throws IOException, KServeHttp.ServerError {
-        // told by content, as the Python client does (mslite_contract/mindir.py, detect_format): ONNX's
-        // ModelProto starts with field 1 as a varint (0x08), MindIR's with a string (0x0A or 0x12); the server
-        // converts MindIR (with its [mindir] extra); a .ms flatbuffer has "MSL" at offset 4
-        String file = "file:1/model.onnx";
-        if (model.length >= 8 && model[4] == 'M' && model[5] == 'S' && model[6] == 'L') {
-            throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName() + "': MindSpore Lite's .ms"
-                    + " format cannot be served; serve the .mindir (or an ONNX export) the .ms file was converted from");
-        } else if (model.length > 0 && (model[0] == 0x0A || model[0] == 0x12)) {
-            file = "file:1/model.mindir";
-        } else if (model.length == 0 || model[0] != 0x08) {
-            throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName()
-                    + "' is neither an ONNX nor a MindIR model");
-        }
-        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors(), resized);
-        String name = ModelConfigs.name(path, config, model);
-        if (!http.modelReady(name)) {
-            Map<String, Object> named = new LinkedHashMap<>(config);
-            named.put("name", name);
-            http.load(name, Json.write(named), Map.of(file, model));
-        }
-        return name;
     }
 
     private boolean fail(String message) {
