@@ -84,9 +84,7 @@ int Model(const std::string &url, const std::string &file, const std::string &in
   Print("config_missing", model.LoadConfig(out + "/no_such.ini"));
   Print("config", model.LoadConfig(ini));  // [runner] thread_num=1
   Print("update", model.UpdateConfig("runner", {"thread_num", "2"}));  // wins over the file's
-  auto pinned = Context<mindspore::CPUDeviceInfo>(url);
-  pinned->SetThreadAffinity(std::vector<int>{0});  // sent as the other clients send it
-  if (!Build(&model, file, pinned)) return 1;
+  if (!Build(&model, file, Context<mindspore::CPUDeviceInfo>(url))) return 1;
   Print("rebuild", model.Build(file, mindspore::kMindIR, Context<mindspore::CPUDeviceInfo>(url)));
 
   auto inputs = model.GetInputs();
@@ -221,11 +219,14 @@ int Group(const std::string &url, const std::string &file) {
   mindspore::ModelGroup other(mindspore::ModelGroupFlag::kShareWeight);
   Print("add_other_group", other.AddModel(std::vector<mindspore::Model>{c}));
   mindspore::ModelGroup workspace;  // kShareWorkspace: each model its own server model
-  if (!Build(&c, file, Context<mindspore::CPUDeviceInfo>(url, 1), "build_c") ||
+  auto pinned = Context<mindspore::CPUDeviceInfo>(url, 1);
+  pinned->SetThreadAffinity(std::vector<int>{0});  // sent as the other clients send it
+  if (!Build(&c, file, pinned, "build_c") ||
       !Build(&d, file, Context<mindspore::CPUDeviceInfo>(url, 2), "build_d")) {
     return 1;
   }
   std::cout << "workspace_shared " << (c.GetModelName() == d.GetModelName()) << std::endl;
+  std::cout << "pinned_model " << c.GetModelName() << std::endl;
 
   // MindSpore Lite's cloud runtime's flag rules: each kind of AddModel under each flag
   const std::pair<const char *, mindspore::ModelGroupFlag> flags[] = {
