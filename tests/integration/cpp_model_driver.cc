@@ -221,12 +221,11 @@ int Group(const std::string &url, const std::string &file) {
   mindspore::ModelGroup workspace;  // kShareWorkspace: each model its own server model
   auto pinned = Context<mindspore::CPUDeviceInfo>(url, 1);
   pinned->SetThreadAffinity(std::vector<int>{0});  // sent as the other clients send it
-  if (!Build(&c, file, pinned, "build_c") ||
-      !Build(&d, file, Context<mindspore::CPUDeviceInfo>(url, 2), "build_d")) {
+  if (!Build(&c, file, Context<mindspore::CPUDeviceInfo>(url, 1), "build_c") || !Build(&d, file, pinned, "build_d")) {
     return 1;
   }
-  std::cout << "workspace_shared " << (c.GetModelName() == d.GetModelName()) << std::endl;
-  std::cout << "pinned_model " << c.GetModelName() << std::endl;
+  std::cout << "workspace_shared " << (c.GetModelName() == d.GetModelName()) << std::endl;  // c shares a's
+  std::cout << "pinned_model " << d.GetModelName() << std::endl;
 
   // MindSpore Lite's cloud runtime's flag rules: each kind of AddModel under each flag
   const std::pair<const char *, mindspore::ModelGroupFlag> flags[] = {
