@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from mslite_contract.protocol import DEADLINE_EXIT_CODE, DEADLINE_PASSED
+from mslite_contract.protocol import DEADLINE_PASSED
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import Worker, workers_of
 from tests.support import model_zoo
@@ -136,35 +136,17 @@ def test_a_reloaded_models_old_busy_worker_is_ended_and_the_new_one_serves(serve
     assert len(server.supervisor.heals) == heals
 
 
+@pytest.mark.parametrize("model", ["spin_deadline", "spin_strings"])  # the Python API's run; the C API's
 def test_a_request_past_the_models_execute_deadline_is_stopped_and_its_worker_serves_on(
-    server: LocalServer,
+    server: LocalServer, model: str
 ) -> None:
     heals = len(server.supervisor.heals)
-    call, pid = _busy_worker(server, "spin_deadline")
+    call, pid = _busy_worker(server, model)
     outcome = str(call.result())
-    assert f"model 'spin_deadline': the request {DEADLINE_PASSED} (execute_deadline_s 2 s); its run was stopped" in (
-        outcome
-    )
-    assert _finished(server, "spin_deadline", 3) == 3.0  # the same worker serves, within the deadline
-    assert [w.pid for w in _live(server, "spin_deadline_0_0")] == [pid]
+    assert f"model '{model}': the request {DEADLINE_PASSED} (execute_deadline_s 2 s); its run was stopped" in outcome
+    assert _finished(server, model, 3) == 3.0  # the same worker serves, within the deadline
+    assert [w.pid for w in _live(server, f"{model}_0_0")] == [pid]
     assert len(server.supervisor.heals) == heals
-
-
-def test_a_run_past_the_deadline_that_does_not_stop_ends_its_worker_which_is_replaced(
-    server: LocalServer,
-) -> None:
-    """A string model's run goes through ORT's C API, which the deadline cannot stop: its worker is ended."""
-    heals = len(server.supervisor.heals)
-    call, pid = _busy_worker(server, "spin_strings")
-    outcome = str(call.result())
-    assert f"model 'spin_strings': the request {DEADLINE_PASSED} (execute_deadline_s 2 s)" in outcome
-    assert "the worker running it was ended and is replaced" in outcome
-    eventually(lambda: _gone(pid), "end of the worker past its deadline", WAIT_S)
-    eventually(lambda: len(server.supervisor.heals) > heals, "heal of the model", WAIT_S)
-    heal = server.supervisor.heals[heals]
-    assert heal.what == "worker" and heal.models == ("spin_strings",) and heal.ok
-    assert f"exited with code {DEADLINE_EXIT_CODE} (its execute ran past the model's execute_deadline_s)" in heal.cause
-    assert _finished(server, "spin_strings", 3) == 3.0  # the new worker serves, within the deadline
 
 
 def _finished(srv: LocalServer, model: str, n: int) -> str | float | None:

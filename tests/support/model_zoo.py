@@ -360,7 +360,7 @@ def spin() -> onnx.ModelProto:
 
 def spin_strings() -> onnx.ModelProto:
     """`spin` with a string ``s`` ``[1]`` passed through to ``s_out``: a CPU worker runs it through ONNX Runtime's
-    C API (`ort_c_strings`), whose runs the execute deadline cannot stop (for tests of the worker ended instead).
+    C API (`ort_c_strings`), for tests of the execute deadline stopping a run there.
     """
     model = spin()
     model.graph.input.append(_vi("s", TensorProto.STRING, [1]))

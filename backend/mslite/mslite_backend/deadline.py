@@ -7,7 +7,7 @@ the `RunOptions` every run of the worker is made with (`stop_runs`); ONNX Runtim
 kernels (and between a Loop's iterations), so the run fails at once, `execute` answers its requests with an
 error naming the deadline (`ExecuteWatch.running`'s `Run.stopped`), and the worker serves the next requests.
 
-A run that does not stop (one kernel that runs on, a string model's run through the C API, a native hang)
+A run that does not stop (one kernel that runs on, a GPU bucket's CUDA graph, a native hang)
 is still inside `execute` `grace_s` later: then `expire` answers the requests through their response
 senders and ends the worker (`model.py`), which the launcher's supervisor replaces as a dead one.
 """
@@ -33,32 +33,43 @@ class Run:
 
 
 class RunStop:
-    """The `RunOptions` every ONNX Runtime run of one worker is made with; `stop` fails the run in progress."""
+    """The run options every ONNX Runtime run of one worker is made with; `stop` fails the run in progress.
 
-    def __init__(self, options: Any) -> None:
+    One ORT `RunOptions` for the Python API's sessions, and a `CRunOptions` for a string model's C API session.
+    """
+
+    def __init__(self, options: list[Any]) -> None:
         self.options = options
 
     def stop(self) -> None:
         """Tell the run in progress (and any later one, until `resume`) to stop at its next kernel."""
-        self.options.terminate = True
+        for options in self.options:
+            options.terminate = True
 
     def resume(self) -> None:
         """Let runs go on again (after the stopped `execute` returned)."""
-        self.options.terminate = False
+        for options in self.options:
+            options.terminate = False
 
 
 def stop_runs(runtime: Any) -> RunStop:
-    """One `RunOptions` for every session of a loaded `ModelRuntime` (`OrtSession.use_run_options`).
+    """Run options for every session of a loaded `ModelRuntime` (`use_run_options`), and the `RunStop` of them.
 
-    Call it before the executor is chosen: a plain executor takes the session's run as it is then. A string
-    model's C API session (`ort_c_strings`) and a GPU bucket's own options (its CUDA graph id) are not
-    covered: their runs past the deadline end the worker.
+    Call it before the executor is chosen: a plain executor takes the session's run as it is then. A GPU
+    bucket's own options (its CUDA graph id) are not covered: a run of one past the deadline ends the worker.
     """
     import onnxruntime as ort
 
-    stop = RunStop(ort.RunOptions())
+    from .ort_c_strings import CRunOptions
+
+    python = ort.RunOptions()
     for session in (runtime.session, *runtime.bucket_sessions.values()):
-        session.use_run_options(stop.options)
+        session.use_run_options(python)
+    stop = RunStop([python])
+    if runtime.string_session is not None:
+        native = CRunOptions()
+        runtime.string_session.use_run_options(native)
+        stop.options.append(native)
     return stop
 
 
