@@ -1,118 +1,123 @@
-"""The `execute-deadline` row of `python -m benchmarks.chaos costs`: keyless requests that run for ever.
+"""The `execute-deadline` row of `python -m benchmarks.chaos costs`, and the figures behind the deadline's default.
 
-A keyless client sends requests of 2**40 loop iterations to `spin` (the zoo's spin model, one worker,
-`execute_deadline_s` SPIN_DEADLINE_S) at a fixed rate, each on a connection of its own, while another client
-predicts `tiny` in a loop. Bar: every one of the other client's requests answered, the slowest within 2 s;
-each attack answered with the deadline's error; tritonserver not restarted (workers may be ended, and the
-row counts them); gateway and tritonserver RSS growth under 256 MiB each.
+Row: a keyless client sends a request of 2**40 loop iterations to `spin` (one worker, `execute_deadline_s` 1)
+every second for 30 s, each on a connection of its own, while another client predicts `tiny` in a loop. Bar:
+the other client's requests all answered, the slowest within 2 s; tritonserver not restarted (workers may be
+ended: counted); gateway and tritonserver RSS growth under 256 MiB each.
+
+Default: `python -m benchmarks.chaos_deadline [--hogs 0,2,4]`: a MobileNetV2 worker (model.py on the unit
+tests' stand-in pb_utils) runs `execute`s of 1 and 64 requests beside processes that each keep a core busy;
+printed: the slowest of 5 as a multiple of a first run on a fresh session (what the load's warm-up costs).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import multiprocessing
+import os
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import tritonclient.http as httpclient
 
+from benchmarks.chaos_costs import _Other, _rss_mib
 from mslite_contract.protocol import DEADLINE_PASSED
 from mslite_server import LocalServer
 from mslite_server.workers import workers_of
-from tests.support import model_zoo
-from tests.support.badinput.memory import rss_kib
-from tests.support.repository import MINIMAL
-from tests.support.traffic import Loops
+from tests.support import fake_pb_utils as pb
 
-SPIN_DEADLINE_S = 1.0
-SPIN_CONFIG = (
-    MINIMAL
-    + "instance_group [ { kind: KIND_CPU, count: 1 } ]\n"
-    + f'parameters {{ key: "execute_deadline_s" value {{ string_value: "{SPIN_DEADLINE_S:g}" }} }}\n'
-)
-FOREVER = 2**40  # loop iterations: days of work
+SPIN = 'instance_group [{kind: KIND_CPU, count: 1}]\nparameters {key: "execute_deadline_s" value {string_value: "1"}}'
 
 
-def spin_model() -> object:
-    """The attacked model (`add_model(repo, "spin", spin_model(), SPIN_CONFIG)`)."""
-    return model_zoo.spin()
+def _input(name: str, value: np.ndarray, dtype: str) -> httpclient.InferInput:
+    inp = httpclient.InferInput(name, list(value.shape), dtype)
+    inp.set_data_from_numpy(value)
+    return inp
 
 
-class _Other(Loops):
-    """The other client: predicts `tiny` in a loop until stopped; counts answers and the slowest."""
-
-    def __init__(self, port: int) -> None:
-        self.client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=30)
-        self.ok = self.failed = 0
-        self.slowest = 0.0
-        self.errors: list[str] = []
-        super().__init__([self._loop], join_s=60)
-
-    def _loop(self) -> None:
-        x = httpclient.InferInput("x", [1, 4], "FP32")
-        x.set_data_from_numpy(np.arange(4, dtype=np.float32).reshape(1, 4))
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                good = self.client.infer("tiny", [x]).as_numpy("y").tolist() == [[1.0, 3.0, 5.0, 7.0]]
-            except Exception as e:  # noqa: BLE001 - counted: the other client's failures are the bar
-                good = False
-                self.errors.append(repr(e)[:200])
-            self.slowest = max(self.slowest, time.monotonic() - started)
-            self.ok, self.failed = self.ok + good, self.failed + (not good)
-            time.sleep(0.02)
-
-
-def _rss_mib(pid: int | None) -> float:
-    return (rss_kib(pid) or 0) / 1024 if pid else 0.0
-
-
-def execute_deadline(server: LocalServer, seconds: float = 30.0, every_s: float = 1.0) -> str:
-    """One keyless request of 2**40 iterations to `spin` every `every_s` for `seconds`; the row of figures."""
-    assert server.process is not None and server.supervisor is not None
-    triton_pid = server.process.pid
-    gateway_pid = server.gateway.pid if server.gateway is not None else None
-    spin_workers = {w.pid for w in workers_of(triton_pid) if w.model == "spin"}
-    heals = len(server.supervisor.heals)
-    rss = (_rss_mib(triton_pid), _rss_mib(gateway_pid))
-    answers: list[tuple[float, str]] = []
-    lock = threading.Lock()
+def execute_deadline(server: LocalServer, seconds: int = 30) -> str:
+    """The row; the server's repository has `spin` (the zoo's spin model, config `SPIN`)."""
+    assert server.process is not None and server.gateway is not None and server.supervisor is not None
+    pid, gateway, heals = server.process.pid, server.gateway.pid or 0, len(server.supervisor.heals)
+    spins, rss = {w.pid for w in workers_of(pid) if w.model == "spin"}, (_rss_mib([pid]), _rss_mib([gateway]))
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}", network_timeout=30)
+    x, outcomes = np.arange(4, dtype=np.float32).reshape(1, 4), []
 
     def attack() -> None:
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}", network_timeout=120)
-        n = httpclient.InferInput("n", [1], "INT64")
-        n.set_data_from_numpy(np.array([FOREVER], np.int64))
-        started = time.monotonic()
+        attacker = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}", network_timeout=120)
         try:
-            client.infer("spin", [n])
-            outcome = "answered (never expected)"
+            attacker.infer("spin", [_input("n", np.array([2**40], np.int64), "INT64")])
+            outcomes.append("answered")
         except Exception as e:  # noqa: BLE001 - the deadline's error is the expected outcome
-            outcome = "deadline" if DEADLINE_PASSED in str(e) else f"other: {str(e)[:100]}"
-        with lock:
-            answers.append((time.monotonic() - started, outcome))
+            outcomes.append("deadline" if DEADLINE_PASSED in str(e) else str(e)[:80])
 
-    threads: list[threading.Thread] = []
-    with _Other(server.http_port) as other:
-        time.sleep(1)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            t = threading.Thread(target=attack, daemon=True)
+    with _Other(
+        lambda: client.infer("tiny", [_input("x", x, "FP32")]).as_numpy("y").tolist() == [[1, 3, 5, 7]]
+    ) as other:
+        threads = [threading.Thread(target=attack, daemon=True) for _ in range(seconds)]
+        for t in threads:
             t.start()
-            threads.append(t)
-            time.sleep(every_s)
+            time.sleep(1)
         for t in threads:
             t.join(timeout=300)
-    grown = (_rss_mib(triton_pid) - rss[0], _rss_mib(gateway_pid) - rss[1])
-    ended = len(spin_workers - {w.pid for w in workers_of(triton_pid) if w.model == "spin"})
-    restarted = server.process is None or server.process.pid != triton_pid
-    deadline_errors = [s for s, outcome in answers if outcome == "deadline"]
-    odd = sorted({outcome for _, outcome in answers if outcome != "deadline"})
-    new_heals = [h.what for h in server.supervisor.heals[heals:]]
+    ended = len(spins - {w.pid for w in workers_of(pid) if w.model == "spin"})
     return (
-        f"execute-deadline: {len(threads)} keyless requests of 2**40 iterations to spin (execute_deadline_s "
-        f"{SPIN_DEADLINE_S:g}, 1 worker), one every {every_s:g} s: {len(deadline_errors)} answered the deadline's "
-        f"error (slowest {max(deadline_errors, default=0):.1f} s){'; other outcomes ' + str(odd) if odd else ''}; "
+        f"execute-deadline: {len(threads)} keyless requests of 2**40 iterations to spin, one a second: "
+        f"{outcomes.count('deadline')} answered the deadline's error, others {sorted(set(outcomes) - {'deadline'})}; "
         f"the other client's predicts of tiny: {other.ok} ok, {other.failed} failed (bar: 0), slowest "
-        f"{other.slowest:.2f} s (bar: 2 s); spin workers ended {ended}, heals {new_heals or 'none'}, tritonserver "
-        f"restarted: {'yes' if restarted else 'no'} (bar: no); RSS growth tritonserver {grown[0]:+.0f} MiB, gateway "
-        f"{grown[1]:+.0f} MiB (bar: < 256 each)"
+        f"{max(other.waits):.2f} s (bar: 2 s); spin workers ended {ended}, heals "
+        f"{[h.what for h in server.supervisor.heals[heals:]]}, tritonserver restarted: "
+        f"{server.process is None or server.process.pid != pid} (bar: False); RSS growth tritonserver "
+        f"{_rss_mib([pid]) - rss[0]:+.0f} MiB, gateway {_rss_mib([gateway]) - rss[1]:+.0f} MiB (bar: < 256 each)"
     )
+
+
+def _hog() -> None:
+    while True:
+        pass
+
+
+def default_figures(hogs: list[int], model: str = "model_repository/mobilenetv2/1/model.onnx") -> None:
+    """Print the slowest `execute` of 1 and 64 requests as a multiple of the warm-up, beside each count of hogs."""
+    import onnxruntime as ort
+
+    from mslite_backend.session import session_options
+
+    worker, repo = pb.install().TritonPythonModel(), Path(tempfile.mkdtemp(prefix="deadline-"))
+    (repo / "1").mkdir()
+    (repo / "1" / "model.onnx").symlink_to(Path(model).resolve())
+    inputs = [{"name": "input", "data_type": "TYPE_FP32", "dims": [3, 224, 224]}]
+    group = [{"name": "m_0", "count": 1, "kind": "KIND_CPU"}]
+    config = {"name": "m", "max_batch_size": 64, "input": inputs, "output": [], "instance_group": group}
+    args = {"model_instance_name": "m_0_0", "model_instance_kind": "CPU", "model_instance_device_id": "0"}
+    worker.initialize({"model_config": json.dumps(config), "model_repository": str(repo), "model_version": "1", **args})
+    feeds = {"input": np.random.default_rng(0).random((1, 3, 224, 224), np.float32)}
+    session = ort.InferenceSession(model, session_options(worker.runtime.cfg), providers=["CPUExecutionProvider"])
+    started = time.perf_counter()
+    session.run(None, feeds)
+    warm_s = time.perf_counter() - started
+    for n in hogs:
+        procs = [multiprocessing.Process(target=_hog, daemon=True) for _ in range(n)]
+        for p in procs:
+            p.start()
+        row = []
+        for size in (1, 64):
+            took = []
+            for _ in range(5):
+                started = time.perf_counter()
+                worker.execute([pb.InferenceRequest(dict(feeds), "{}", ()) for _ in range(size)])
+                took.append(time.perf_counter() - started)
+            row.append(f"{size} request(s): slowest {max(took):.2f} s = {max(took) / warm_s:.0f} x the warm-up")
+        for p in procs:
+            p.terminate()
+        print(f"warm-up {warm_s * 1000:.0f} ms; {n} hogs, load {os.getloadavg()[0]:.1f}: {'; '.join(row)}", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hogs", default="0,2,4")
+    default_figures([int(h) for h in parser.parse_args().hogs.split(",")])
