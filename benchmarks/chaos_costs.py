@@ -12,8 +12,11 @@ Each attack runs while another client uses the same model, loopback only, bounde
               model's workers grow by < 1.5 GB.
   gzip-bomb:  8 threads post 30 KiB gzip bodies that inflate to ~30 MiB of JSON for 15 s, while another
               client posts 400 KiB JSON predicts to `seq`; bar: >= 90 % of those answered 200 within 2 s each.
+  execute-deadline: keyless requests that would run for ever to `spin`, one a second for 30 s, while another
+              client predicts `tiny`; bar: all of those answered, the slowest within 2 s, tritonserver not
+              restarted (`chaos_deadline.py`).
 
-Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb]
+Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb,execute-deadline]
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
 from tests.support.traffic import Loops
 
-ATTACKS = ("zero-batch", "strings", "gzip-bomb")
+ATTACKS = ("zero-batch", "strings", "gzip-bomb", "execute-deadline")
 
 
 def _rss_mib(pids: list[int]) -> float:
@@ -245,7 +248,10 @@ def costs_campaign(selected: list[str]) -> int:
     add_model(repo, "seq", model_zoo.variable_seq())
     add_model(repo, "strings", model_zoo.string_identity())
     add_model(repo, "tiny", GEN.build_tiny())
-    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb}
+    from benchmarks.chaos_deadline import SPIN, execute_deadline  # (it imports this module)
+
+    add_model(repo, "spin", model_zoo.spin(), f'backend: "mslite"\n{SPIN}\n')
+    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb, "execute-deadline": execute_deadline}
     with LocalServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)

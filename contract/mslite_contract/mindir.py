@@ -208,7 +208,13 @@ def run_converter(mindir_path: str, onnx_path: str, timeout_s: float = CONVERT_T
     with tempfile.TemporaryDirectory(prefix="mslite-mindir-") as workdir:
         try:
             done = subprocess.run(
-                [python_executable(), "-m", __name__, *map(os.path.abspath, (mindir_path, onnx_path))],
+                [
+                    python_executable(),
+                    "-m",
+                    __name__,
+                    *map(os.path.abspath, (mindir_path, onnx_path)),
+                    str(os.getpid()),
+                ],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -336,7 +342,22 @@ def convert(mindir_path: str, onnx_path: str) -> None:
     export_onnx(lambda: nn.GraphCell(graph), specs, onnx_path)
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this converter when the process that started it ends (PR_SET_PDEATHSIG), or exit if it has."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
 def _main(argv: list[str]) -> int:
+    if len(argv) > 3:  # the worker that waits for it: a converter never outlives it
+        _die_with_parent(int(argv[3]))
     try:
         convert(argv[1], argv[2])
     except Exception as e:  # noqa: BLE001 -- the parent reads the last stderr line as the reason

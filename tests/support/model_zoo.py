@@ -390,6 +390,17 @@ def spin() -> onnx.ModelProto:
     )
 
 
+def spin_strings() -> onnx.ModelProto:
+    """`spin` with a string ``s`` ``[1]`` passed through to ``s_out``: a CPU worker runs it through ONNX Runtime's
+    C API (`ort_c_strings`), for tests of the execute deadline stopping a run there.
+    """
+    model = spin()
+    model.graph.input.append(_vi("s", TensorProto.STRING, [1]))
+    model.graph.output.append(_vi("s_out", TensorProto.STRING, [1]))
+    model.graph.node.append(helper.make_node("Identity", ["s"], ["s_out"]))
+    return model
+
+
 def big_weights(mb: int = 200, seed: int = 0) -> onnx.ModelProto:
     """An MLP of square fp32 layers whose weights total about ``mb`` MiB.
 

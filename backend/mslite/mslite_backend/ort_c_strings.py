@@ -44,6 +44,9 @@ _INDEX = {
     "SetSessionGraphOptimizationLevel": 23,
     "SetIntraOpNumThreads": 24,
     "SetInterOpNumThreads": 25,
+    "CreateRunOptions": 39,
+    "RunOptionsSetTerminate": 46,
+    "RunOptionsUnsetTerminate": 47,
     "CreateTensorAsOrtValue": 48,
     "CreateTensorWithDataAsOrtValue": 49,
     "GetTensorMutableData": 51,
@@ -62,6 +65,7 @@ _INDEX = {
     "ReleaseMemoryInfo": 94,
     "ReleaseSession": 95,
     "ReleaseValue": 96,
+    "ReleaseRunOptions": 97,
     "ReleaseTensorTypeAndShapeInfo": 99,
     "ReleaseSessionOptions": 100,
     "AddSessionConfigEntry": 130,
@@ -87,6 +91,9 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "SetSessionGraphOptimizationLevel": (_P, (_P, ctypes.c_int)),
     "SetIntraOpNumThreads": (_P, (_P, ctypes.c_int)),
     "SetInterOpNumThreads": (_P, (_P, ctypes.c_int)),
+    "CreateRunOptions": (_P, (_PP,)),
+    "RunOptionsSetTerminate": (_P, (_P,)),
+    "RunOptionsUnsetTerminate": (_P, (_P,)),
     "CreateTensorAsOrtValue": (_P, (_P, _I64P, _SIZE, ctypes.c_int, _PP)),
     "CreateTensorWithDataAsOrtValue": (_P, (_P, _P, _SIZE, _I64P, _SIZE, ctypes.c_int, _PP)),
     "GetTensorMutableData": (_P, (_P, _PP)),
@@ -105,6 +112,7 @@ _SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "ReleaseMemoryInfo": (None, (_P,)),
     "ReleaseSession": (None, (_P,)),
     "ReleaseValue": (None, (_P,)),
+    "ReleaseRunOptions": (None, (_P,)),
     "ReleaseTensorTypeAndShapeInfo": (None, (_P,)),
     "ReleaseSessionOptions": (None, (_P,)),
     "AddSessionConfigEntry": (_P, (_P, ctypes.c_char_p, ctypes.c_char_p)),
@@ -227,6 +235,7 @@ class CStringSession:
             OSError: the C API is not available (the caller falls back to the Python binding).
         """
         self._session: _P | None = None  # before anything can fail: `close` runs from `__del__` too
+        self._run_options: CRunOptions | None = None  # of every run, when set (`use_run_options`)
         self._name_arrays: dict[tuple[str, ...], Any] = {}
         self._api = a = api()
         self._where = f"model '{where}', " if where else ""
@@ -265,7 +274,8 @@ class CStringSession:
         try:
             inputs = (_P * len(feeds))(*(self._tensor(name, array, made, keep) for name, array in feeds.items()))
             in_names, out_names = self._names(tuple(feeds)), self._names(tuple(output_names))
-            status = a.Run(self._session, None, in_names, inputs, len(feeds), out_names, len(output_names), outputs)
+            options = self._run_options.handle if self._run_options is not None else None
+            status = a.Run(self._session, options, in_names, inputs, len(feeds), out_names, len(output_names), outputs)
             # the inputs' copies go before the outputs are copied out: a big string request holds one at a time
             _release(a, made)
             made.extend(_P(v) for v in outputs if v)
@@ -287,6 +297,10 @@ class CStringSession:
         if array is None:
             array = self._name_arrays[names] = (ctypes.c_char_p * len(names))(*(n.encode() for n in names))
         return array
+
+    def use_run_options(self, options: CRunOptions) -> None:
+        """Make every later run with `options` (the execute deadline stops runs through them: `deadline`)."""
+        self._run_options = options
 
     def close(self) -> None:
         """Release the native session (idempotent)."""
@@ -387,3 +401,32 @@ def _release(a: _Api, values: list[_P]) -> None:
     """Release every OrtValue in `values`, emptying it (so a later release skips them)."""
     while values:
         a.ReleaseValue(values.pop())
+
+
+class CRunOptions:
+    """The C API's `OrtRunOptions`, whose `terminate` works as the Python API's `RunOptions.terminate`."""
+
+    def __init__(self) -> None:
+        """Raises: OSError: the C API is not available."""
+        self._api = a = api()
+        self.handle: _P | None = None
+        handle = _P()
+        a.check(a.CreateRunOptions(ctypes.byref(handle)), OSError)
+        self.handle = handle
+        self._terminate = False
+
+    @property
+    def terminate(self) -> bool:
+        """Whether runs made with these options stop (at their next kernel)."""
+        return self._terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        a = self._api
+        a.check((a.RunOptionsSetTerminate if value else a.RunOptionsUnsetTerminate)(self.handle), OSError)
+        self._terminate = value
+
+    def __del__(self) -> None:
+        if self.handle is not None:
+            self._api.ReleaseRunOptions(self.handle)
+            self.handle = None
