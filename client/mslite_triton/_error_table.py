@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from mslite_contract.protocol import DEADLINE_PASSED
-from mslite_contract.scrub import scrub
+from mslite_contract.scrub import device_missing, scrub
 
 from .errors import (
     DeviceNotAvailableError,
@@ -47,18 +47,6 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
 # Triton's refusal of an instance group on a GPU it cannot use ("... specifies invalid or unsupported gpu id 0.
 # GPUs with at least the minimum required CUDA compute compatibility of 6.0 are: 1, 2"), said as every client of
 # this library says it (the C++ client's server_errors.cc and the Java client's KServeHttp word it the same).
-_GPU_REFUSED = re.compile(r"invalid or unsupported gpu id (\d+).*?\bare:\s*([0-9][0-9, ]*)?", re.I | re.S)
-
-
-def device_missing(message: str) -> str | None:
-    """The clients' one wording for a device the server lacks, naming it; None for other messages."""
-    found = _GPU_REFUSED.search(message)
-    if found is None:
-        return None
-    usable = ", ".join(d for d in re.split(r"[,\s]+", found.group(2) or "") if d) or "none"
-    return f"GPU {found.group(1)} is not available on the server (the GPUs it can use: {usable})"
-
-
 def clean_message(text: str) -> str:
     """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
     text = scrub(text).strip()

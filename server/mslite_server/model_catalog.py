@@ -103,7 +103,7 @@ class ModelCatalog:
             return None
         if not upload_copies([model_dir]):  # from the server's repository: Triton finds it there again
             return Snapshot(name, config, None)
-        target = self._upload_dir(name)
+        target = self.upload_dir(name)
         shutil.rmtree(target, ignore_errors=True)
         try:
             _link_tree(Path(model_dir), target)
@@ -116,9 +116,9 @@ class ModelCatalog:
     def _forget(self, name: str) -> None:
         snap = self._snapshots.pop(name)
         if snap.files_dir is not None:
-            shutil.rmtree(self._upload_dir(snap.name), ignore_errors=True)
+            shutil.rmtree(self.upload_dir(snap.name), ignore_errors=True)
 
-    def _upload_dir(self, name: str) -> Path:
+    def upload_dir(self, name: str) -> Path:
         """`<workspace>/uploads/<name>`, for a name that passed the rule: never anything outside that folder.
 
         Raises:

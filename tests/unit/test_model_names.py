@@ -62,7 +62,7 @@ def test_grpc_loads_and_unloads_of_bad_names_are_refused(name: str) -> None:
 def test_the_catalog_never_makes_a_path_outside_its_uploads_folder(tmp_path: Path) -> None:
     server = SimpleNamespace(workspace=SimpleNamespace(path=tmp_path))
     catalog = ModelCatalog(server)  # type: ignore[arg-type]
-    assert catalog._upload_dir("tiny") == tmp_path / "uploads" / "tiny"
+    assert catalog.upload_dir("tiny") == tmp_path / "uploads" / "tiny"
     for name in ("..", ".", "a/../..", "/etc", ""):
         with pytest.raises(ValueError, match="no folder name under the uploads folder"):
-            catalog._upload_dir(name)
+            catalog.upload_dir(name)

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
-from mslite_contract.scrub import scrub_json_error
+from mslite_contract.scrub import device_missing, scrub_json_error
 from mslite_triton._build import build_failed
-from mslite_triton._error_table import classify, device_missing
+from mslite_triton._error_table import classify
 from mslite_triton._model_config import parse_config_file, plan_workers
 from mslite_triton._onnx_io import metadata_props
 from mslite_triton._pending import DEFAULT_MAX_PENDING, PendingLimit, take_runner_section

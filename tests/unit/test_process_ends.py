@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from mslite_contract.mindir import _REASON_PREFIX
+from mslite_contract.mindir import REASON_PREFIX
 from mslite_server.parent_death import end_group, group_members
 
 
@@ -20,8 +20,8 @@ def test_a_converter_whose_parent_is_gone_exits_at_once() -> None:
         return subprocess.run(args, capture_output=True, timeout=120, check=False)
 
     orphan, child = run("1"), run(str(os.getpid()))
-    assert orphan.returncode == 1 and _REASON_PREFIX.encode() not in orphan.stderr, orphan.stderr[-300:]
-    assert child.returncode == 1 and _REASON_PREFIX.encode() in child.stderr, child.stderr[-300:]
+    assert orphan.returncode == 1 and REASON_PREFIX.encode() not in orphan.stderr, orphan.stderr[-300:]
+    assert child.returncode == 1 and REASON_PREFIX.encode() in child.stderr, child.stderr[-300:]
 
 
 def test_end_group_kills_what_is_left_of_a_process_group() -> None:

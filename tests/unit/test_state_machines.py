@@ -50,9 +50,16 @@ def _modules() -> list:
 
 
 def _keyed_by_tuples(value: object) -> bool:
-    """A non-empty dict whose keys are all tuples of two or more: a transition table, or something shaped as one
-    (string states and events, or a joint table of two sides)."""
-    return isinstance(value, dict) and bool(value) and all(isinstance(k, tuple) and len(k) >= 2 for k in value)
+    """A non-empty dict whose keys are all pairs or triples of names: a transition table, or something shaped as
+    one (string states and events, or a joint table of two sides). A cache keyed by other tuples (of bytes,
+    numbers, flags) is not one, however full other tests left it."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(
+            isinstance(k, tuple) and len(k) in (2, 3) and all(isinstance(p, (enum.Enum, str)) for p in k) for k in value
+        )
+    )
 
 
 def _is_table(value: object) -> bool:

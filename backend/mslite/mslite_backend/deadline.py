@@ -60,7 +60,7 @@ def stop_runs(runtime: Any) -> RunStop:
     """
     import onnxruntime as ort
 
-    from .ort_c_strings import CRunOptions
+    from .ort_c_api import CRunOptions
 
     python = ort.RunOptions()
     for session in (runtime.session, *runtime.bucket_sessions.values()):
