@@ -33,6 +33,7 @@ from mslite_gateway.grpc.frames import (
     GOAWAY,
     NO_ERROR,
     PASS,
+    REFUSED_STREAM,
     RST_STREAM,
     U32,
     UNAVAILABLE,
@@ -194,22 +195,37 @@ class CheckedCalls:
         return self.unary.stalled_ids(now, stall_s) + self.streamed.stalled_ids(now, stall_s)
 
     def overdue_ids(self, now: float) -> list[int]:
-        """The calls sent on to Triton that it has not begun to answer within the upstream timeout (`tick`)."""
-        return self.unary.overdue_ids(now, self.rules.upstream_timeout_s)
+        """The calls sent on to Triton whose answer did not reach the client within the upstream timeout (`tick`)."""
+        limit_s = self.rules.upstream_timeout_s
+        return self.unary.overdue_ids(now, limit_s) + self.streamed.overdue_ids(now, limit_s)
 
     def refuse(self, sid: int, code: int, message: str) -> None:
         """Answer call `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""
         self.rules.refused += 1
         # a call whose answers began gets trailers; one Triton never answered, a trailers-only answer
-        answer = trailers if self.streamed.headers_sent(sid) else trailers_only
+        answer = trailers if self.streamed.headers_sent(sid) or self.unary.headers_sent(sid) else trailers_only
         self.finish(sid)
-        self.refused_ids.add(sid)
-        if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
-            self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
+        self._ended_here(sid)
         link = self.link
         link.send(answer(sid, code, message) + frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
         if not link.alone:
             link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
+
+    def refuse_stream(self, sid: int) -> None:
+        """A new stream past the connection's bound (`RelayRules.max_streams`): REFUSED_STREAM, reset at Triton.
+
+        Its header block still goes to Triton (its HPACK context is the client's), and the reset right after it.
+        """
+        self.rules.refused += 1
+        self._ended_here(sid)
+        self.link.send(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+        self.link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
+
+    def _ended_here(self, sid: int) -> None:
+        """Stream `sid` was ended by the relay: none of Triton's frames for it go to the client any more."""
+        self.refused_ids.add(sid)
+        if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
+            self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
 
     def finish(self, sid: int, *, answered: bool = False) -> None:
         """Call `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
