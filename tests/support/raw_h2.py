@@ -49,7 +49,7 @@ class Frame:
 class RawH2:
     """One client connection (context manager); a thread reads the peer's frames."""
 
-    def __init__(self, port: int, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, port: int, *, timeout_s: float = 30.0, settings: bytes = b"") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
         self.encoder = hpack.Encoder()
         self.frames: list[Frame] = []
@@ -60,7 +60,7 @@ class RawH2:
         self.windows: dict[int, int] = {}
         self.ended: set[int] = set()  # streams the peer ended (trailers or RST_STREAM)
         self._wlock = threading.Lock()
-        self.send(PREFACE + frame(SETTINGS, 0, 0))
+        self.send(PREFACE + frame(SETTINGS, 0, 0, settings))  # `settings`: this client's, as the payload
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
