@@ -41,12 +41,7 @@ from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
 from tests.support.traffic import Loops
 
-BOUNDS = {
-    "idle-connections": lambda s, stop, held: raw_h2.idle_connections(s.grpc_port, s.http_port, stop, held),
-    "zero-window": lambda s, stop, held: raw_h2.zero_window(s.grpc_port, stop, held),
-    "error-answers": lambda s, stop, held: raw_h2.error_answers(s.grpc_port, stop, held),
-    "streams-left": lambda s, stop, held: raw_h2.streams_left(s.grpc_port, stop, held),
-}
+BOUNDS = ("idle-connections", "zero-window", "error-answers", "streams-left")  # `raw_h2`'s attackers
 ATTACKS = ("zero-batch", "strings", "gzip-bomb", *BOUNDS)
 
 
@@ -247,14 +242,15 @@ def gzip_bomb(server: LocalServer, seconds: float = 15.0) -> str:
 
 
 def bound(name: str, server: LocalServer) -> str:
-    """Attack `name` of `BOUNDS` for 20 s, another client predicting `tiny` over gRPC and HTTP meanwhile."""
+    """Attack `name` (`BOUNDS`) for 20 s, another client predicting `tiny` over gRPC and HTTP meanwhile."""
     ports, x = (server.grpc_port, server.http_port), np.arange(4, dtype=np.float32).reshape(1, 4)
     clients = [(m.InferenceServerClient(f"127.0.0.1:{p}"), m.InferInput("x", [1, 4], "FP32").set_data_from_numpy(x))
                for m, p in zip((grpcclient, httpclient), ports)]  # fmt: skip
     pids = lambda: [server.gateway.pid if server.gateway else 0, server.process.pid if server.process else 0]  # noqa: E731
     started, stop, held = pids(), threading.Event(), []
     before = peak = [_rss_mib([pid]) for pid in started]
-    attacker = threading.Thread(target=BOUNDS[name], args=(server, stop, held), daemon=True)
+    attack, args = getattr(raw_h2, name.replace("-", "_")), (server.grpc_port, server.http_port, stop, held)
+    attacker = threading.Thread(target=attack, args=args, daemon=True)
     with _Other(lambda: all(np.allclose(c.infer("tiny", [i]).as_numpy("y"), x * 2 + 1) for c, i in clients)) as other:
         attacker.start()
         for _ in range(40):

@@ -254,7 +254,8 @@ def rapid_reset(port: int, pairs: int, *, batch: int = 100) -> tuple[Frame | Non
         return goaway, h2.closed.wait(30 if goaway is not None else 0)
 
 
-# -- attackers at a fixed rate, for `benchmarks.chaos costs` (each appends what it opens to `held`) --------------
+# -- attackers at a fixed rate, for `benchmarks.chaos costs`: (gRPC port, HTTP port, stop, held), each appends
+# what it opens to `held` ---------------------------------------------------------------------------------------
 WINDOW_0 = struct.pack(">HI", _INITIAL_WINDOW, 0)  # a client's SETTINGS: a receive window of 0 on every stream
 
 
@@ -334,7 +335,7 @@ def idle_connections(grpc_port: int, http_port: int, stop: threading.Event, held
     at_rate(150, stop, one)
 
 
-def zero_window(port: int, stop: threading.Event, held: list) -> None:
+def zero_window(port: int, _: int, stop: threading.Event, held: list) -> None:
     """One connection with a window of 0: 10 stream messages of 40 KB and 1 unary call a second, none read."""
     conn = Silent(port, WINDOW_0)
     held.append(conn)
@@ -349,7 +350,7 @@ def zero_window(port: int, stop: threading.Event, held: list) -> None:
     at_rate(10, stop, one)
 
 
-def error_answers(port: int, stop: threading.Event, held: list) -> None:
+def error_answers(port: int, _: int, stop: threading.Event, held: list) -> None:
     """One connection with a window of 0: 20 streams a second, 100 failing requests a second among them, each
     with a 16 KB id that its error answer repeats; none read."""
     conn = Silent(port, WINDOW_0)
@@ -365,7 +366,7 @@ def error_answers(port: int, stop: threading.Event, held: list) -> None:
     at_rate(100, stop, one)
 
 
-def streams_left(port: int, stop: threading.Event, held: list) -> None:
+def streams_left(port: int, _: int, stop: threading.Event, held: list) -> None:
     """4 connections opening 500 ModelInfer streams a second each: headers only, never ended or reset."""
     conns = [Silent(port) for _ in range(4)]
     held.extend(conns)

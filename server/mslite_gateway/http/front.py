@@ -135,7 +135,7 @@ class HttpFront:
             while True:
                 if step.writes:
                     writer.writelines(step.writes)
-                    await within(writer.drain(), self.upstream.timeout_s)
+                    await self._drained(writer)
                 if step.refused:
                     self.refused += 1
                 if step.half_close:
@@ -150,10 +150,10 @@ class HttpFront:
                     finally:
                         self.inflight -= 1
                     step = conn.answer(parts, close, loop.time())
-                    if step.writes:  # an answer the client does not read is bounded by the upstream timeout
+                    if step.writes:
                         writer.writelines(step.writes)
                         step.writes = []
-                        await within(writer.drain(), self.upstream.timeout_s)
+                        await self._drained(writer)
                     entry.serving = False
                     entry.last_active = loop.time()
                     continue
@@ -180,6 +180,17 @@ class HttpFront:
             self.connections.left(entry)
             self._writers.discard(writer)
             writer.close()
+
+    async def _drained(self, writer: asyncio.StreamWriter) -> None:
+        """Wait until what was written fits asyncio's buffer (a client that reads nothing: the upstream timeout).
+
+        Raises:
+            asyncio.TimeoutError: the client did not read it within the upstream timeout (its connection closes).
+        """
+        if writer.transport.get_write_buffer_size():  # usually all written at once: no timer then
+            await within(writer.drain(), self.upstream.timeout_s)
+        else:
+            await writer.drain()
 
     def _watch(self, reader: asyncio.StreamReader, conn: HttpConnection) -> asyncio.Task[Any]:
         """Have `_sweep` look at this request's client while Triton has the request; returns the request's task.
