@@ -238,3 +238,16 @@ def test_an_unreachable_triton_still_announces_the_stream_bound():
     wire = Wire(reachable=False, max_streams=7)
     settings = [f for f in frames_of(wire.client.data) if f[0] == SETTINGS]
     assert wire.core.state is ALONE and _settings(settings[0][3]) == {SETTINGS_MAX_CONCURRENT_STREAMS: 7}
+
+
+def test_an_unchecked_call_left_open_ends_at_the_stall_timeout_and_one_that_ended_its_request_does_not():
+    wire, encoder = _opened()
+    stall_s = wire.rules.admission.stall_s
+    wire.from_client(_headers(encoder, 1, LIVE))  # headers only: left open
+    wire.from_client(_headers(encoder, 3, LIVE) + frame(DATA, END_STREAM, 3, _message(b"")))  # a whole request
+    wire.tick(wire.now + stall_s + 1)
+    ends = [f for f in _to_client(wire, 1) if f[0] == HEADERS and f[1] & END_STREAM]
+    assert len(ends) == 1 and _status(ends[0][3])["grpc-status"] == str(DEADLINE_EXCEEDED)
+    assert _to_triton(wire, 1)[-1] == (RST_STREAM, 0, 1, U32.pack(CANCEL))  # Triton lets go of it
+    assert _to_client(wire, 3) == [] and [f[0] for f in _to_triton(wire, 3)] == [HEADERS, DATA]
+    assert 1 not in wire.core.open and 3 in wire.core.open

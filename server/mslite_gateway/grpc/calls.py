@@ -30,6 +30,7 @@ from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.frames import (
     CANCEL,
     DROP,
+    END_STREAM,
     GOAWAY,
     NO_ERROR,
     PASS,
@@ -68,6 +69,7 @@ class CheckedCalls:
         "streamed",
         "refused_ids",
         "metadata_ids",
+        "unchecked",
         "window",
         "account",
         "owed",
@@ -81,6 +83,9 @@ class CheckedCalls:
         self.headers = RequestHeaders()
         self.refused_ids: set[int] = set()
         self.metadata_ids: set[int] = set()  # ServerMetadata calls: Triton's answer is rewritten (`server_metadata`)
+        # calls passed on unchecked whose request has not ended: when each opened (the stall timeout ends them, so
+        # that streams opened and left do not stay open at Triton, where each costs memory)
+        self.unchecked: dict[int, float] = {}
         self.window = WindowCredit()  # what is owed to the client for DATA Triton never saw
         self.account = Account()  # request bytes this connection has in flight
         self.owed = 0  # bytes of the checked DATA frame being read still to arrive (counted as they do)
@@ -100,6 +105,8 @@ class CheckedCalls:
         streamed = self.streamed.calls.get(sid)
         if streamed is not None:
             return self.streamed.data_header(sid, streamed, length)
+        if flags & END_STREAM and self.unchecked:
+            self.unchecked.pop(sid, None)
         return PASS
 
     def take_bytes(self, sid: int, call: UnaryCall | StreamCall, length: int) -> str | None:
@@ -185,14 +192,17 @@ class CheckedCalls:
             self.unary.calls[sid] = UnaryCall(_no_check, encoding, rewrite=rules.rewrites[path], now=link.now)
         elif path == rules.stream_path:
             self.streamed.open(sid, encoding, holds_key(key, rules.admin_key))
-        elif path == server_metadata.GRPC_PATH:
-            self.metadata_ids.add(sid)
+        else:
+            self.unchecked[sid] = link.now
+            if path == server_metadata.GRPC_PATH:
+                self.metadata_ids.add(sid)
 
     # -- ends of calls --
     def stalled_ids(self, now: float) -> list[int]:
         """The calls whose message brought no byte for the stall timeout (`RelayCore.tick` drops them)."""
         stall_s = self.rules.admission.stall_s
-        return self.unary.stalled_ids(now, stall_s) + self.streamed.stalled_ids(now, stall_s)
+        left = [sid for sid, opened in self.unchecked.items() if now - opened > stall_s]
+        return self.unary.stalled_ids(now, stall_s) + self.streamed.stalled_ids(now, stall_s) + left
 
     def overdue_ids(self, now: float) -> list[int]:
         """The calls sent on to Triton whose answer did not reach the client within the upstream timeout (`tick`)."""
@@ -231,6 +241,7 @@ class CheckedCalls:
         """Call `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
         self.link.open.discard(sid)
         self.metadata_ids.discard(sid)
+        self.unchecked.pop(sid, None)
         if not self.unary.finish(sid, answered=answered):
             self.streamed.finish(sid, answered=answered)
 

@@ -151,7 +151,9 @@ class RelayCore:
         calls = self.calls
         for sid in calls.stalled_ids(now):
             # not closed with the connection by the one before
-            if (sid in calls.unary.calls or sid in calls.streamed.calls) and self.state is not SHUT:
+            if (sid in calls.unary.calls or sid in calls.streamed.calls or sid in calls.unchecked) and (
+                self.state is not SHUT
+            ):
                 self.stalled(sid)
         overdue = calls.overdue_ids(now)
         for sid in overdue:
