@@ -367,7 +367,8 @@ def error_answers(port: int, _: int, stop: threading.Event, held: list) -> None:
 
 
 def streams_left(port: int, _: int, stop: threading.Event, held: list) -> None:
-    """4 connections opening 500 ModelInfer streams a second each: headers only, never ended or reset."""
+    """4 connections opening 500 streams a second each (ModelInfer and ServerLive by turns): headers only, never
+    ended or reset."""
     conns = [Silent(port) for _ in range(4)]
     held.extend(conns)
-    at_rate(2000, stop, lambda i: conns[i % 4].open("ModelInfer") and None)
+    at_rate(2000, stop, lambda i: conns[i % 4].open("ServerLive" if i % 8 < 4 else "ModelInfer") and None)
