@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
+from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_gateway.admission import Admission
 from mslite_gateway.grpc.frames import (
     CANCEL,
@@ -251,3 +252,22 @@ def test_an_unchecked_call_left_open_ends_at_the_stall_timeout_and_one_that_ende
     assert _to_triton(wire, 1)[-1] == (RST_STREAM, 0, 1, U32.pack(CANCEL))  # Triton lets go of it
     assert _to_client(wire, 3) == [] and [f[0] for f in _to_triton(wire, 3)] == [HEADERS, DATA]
     assert 1 not in wire.core.open and 3 in wire.core.open
+
+
+def test_the_connection_bounds_are_serve_options_down_to_the_gateway_process():
+    from mslite_server.cli import build_parser
+
+    argv = ["serve", "--max-connections", "9", "--idle-timeout-s", "3.5", "--max-streams-per-connection", "7"]
+    args = build_parser().parse_args([*argv, "--max-unread-mib-per-connection", "2"])
+    assert (args.max_connections, args.idle_timeout_s, args.max_streams_per_connection) == (9, 3.5, 7)
+    assert args.max_unread_mib_per_connection == 2
+    limits = GatewayLimits(
+        max_connections=9, idle_timeout_s=3.5, max_streams_per_connection=7, max_unread_bytes_per_connection=2 << 20
+    )
+    options = GatewayOptions(
+        http_port=1, grpc_port=2, upstream_http="127.0.0.1:3", upstream_grpc="127.0.0.1:4", limits=limits
+    )
+    assert GatewayOptions.from_argv(options.to_argv()) == options
+    assert {"--max-connections=9", "--idle-timeout-s=3.5", "--max-streams-per-connection=7"} <= set(options.to_argv())
+    with pytest.raises(ValueError, match="max_streams_per_connection"):
+        GatewayLimits(max_streams_per_connection=0)
