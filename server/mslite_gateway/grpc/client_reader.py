@@ -55,6 +55,7 @@ class ClientReader:
 
     __slots__ = (
         "link",
+        "open",
         "calls",
         "frames",
         "preface",
@@ -68,6 +69,7 @@ class ClientReader:
 
     def __init__(self, link: Link, calls: CheckedCalls, frames: Frames) -> None:
         self.link = link
+        self.open = link.open  # (the connection's set itself: read on every new stream and reset)
         self.calls = calls
         self.frames = frames  # the client's bytes; its `out` is what goes to Triton
         self.preface = len(PREFACE)  # bytes of the connection preface still to come
@@ -129,13 +131,13 @@ class ClientReader:
         if kind == HEADERS or kind == CONTINUATION:
             if kind == HEADERS and sid > self.last_sid:  # a new stream
                 self.last_sid = sid
-                if len(link.open) < self.max_streams:
-                    link.open.add(sid)
+                if len(self.open) < self.max_streams:
+                    self.open.add(sid)
                 else:  # its header block still goes to Triton (HPACK), then the reset (`refuse_stream`)
                     self.calls.refuse_stream(sid)
             return COLLECT
         if kind == RST_STREAM:
-            if sid not in link.open:
+            if sid not in self.open:
                 return DROP  # never forwarded, refused by us (and reset at Triton then), or ended there
             self.calls.finish(sid)
             if self.resets.too_many(link.now):

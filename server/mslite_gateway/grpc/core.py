@@ -85,6 +85,7 @@ class RelayCore:
         "early",
         "calls",
         "client",
+        "frames",
         "from_triton",
         "triton",
         "later",
@@ -104,7 +105,7 @@ class RelayCore:
         self.close_at = 0.0  # when a calmed connection closes (0: not calmed, or closed at once)
         self.wake_s = 0.0  # a timer for `tick` the adapter is still to be asked for (once)
         self.writes = Writes()
-        frames = Frames()  # the client's bytes; its `out` is what goes to Triton
+        frames = self.frames = Frames()  # the client's bytes; its `out` is what goes to Triton
         self.calls = CheckedCalls(rules, self, frames)  # it reads what is above
         self.client = ClientReader(self, self.calls, frames)
         self.from_triton = TritonReader(self, self.calls)
@@ -276,7 +277,7 @@ class RelayCore:
         out = writes.to_client = self.triton.out
         if out:
             self.triton.out = []
-        frames = self.client.frames
+        frames = self.frames
         out = writes.to_triton = frames.out
         if out:
             frames.out = []
