@@ -271,3 +271,26 @@ def test_the_connection_bounds_are_serve_options_down_to_the_gateway_process():
     assert {"--max-connections=9", "--idle-timeout-s=3.5", "--max-streams-per-connection=7"} <= set(options.to_argv())
     with pytest.raises(ValueError, match="max_streams_per_connection"):
         GatewayLimits(max_streams_per_connection=0)
+
+
+def test_a_staged_call_refused_after_its_window_was_owed_gets_no_window_update_on_its_ended_stream():
+    from tests.support.relay_wire import FakeStaging
+
+    admission = Admission(max_inflight_per_model=1, max_inflight_bytes=256 << 20)
+    admission.enter("tiny")  # refused at admission, after its bytes stayed in the relay (staged)
+    wire, encoder = _opened(admission=admission, staging=FakeStaging(min_bytes=1024))
+    req = pb.ModelInferRequest(model_name="tiny")
+    req.inputs.add(name="x", datatype="FP32", shape=[1024, 4])
+    req.raw_input_contents.append(bytes(1024 * 16))
+    message = _message(req.SerializeToString())
+    wire.from_client(_headers(encoder, 1, INFER))
+    for a in range(0, len(message), 16384):
+        wire.from_client(frame(DATA, END_STREAM if a + 16384 >= len(message) else 0, 1, message[a : a + 16384]))
+    wire.core.calls.give_credit()
+    wire.apply(wire.core.tick(wire.now))
+    frames = _to_client(wire, 1)
+    end = next(i for i, f in enumerate(frames) if f[0] == HEADERS and f[1] & END_STREAM)
+    assert _status(frames[end][3])["grpc-status"] == str(UNAVAILABLE)
+    assert [f[0] for f in frames[end + 1 :]] == [RST_STREAM]  # and nothing after it
+    given = sum(U32.unpack(p)[0] for k, _, sid, p in frames_of(wire.client.data) if k == 8 and sid == 0)
+    assert given >= len(message)  # the window its bytes took comes back on the connection

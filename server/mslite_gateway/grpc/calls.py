@@ -232,7 +232,11 @@ class CheckedCalls:
         self.link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
 
     def _ended_here(self, sid: int) -> None:
-        """Stream `sid` was ended by the relay: none of Triton's frames for it go to the client any more."""
+        """Stream `sid` was ended by the relay: nothing more goes to the client on it.
+
+        Neither Triton's frames nor a window update of ours: what it is owed is given back on the connection only.
+        """
+        self.window.streams.pop(sid, None)
         self.refused_ids.add(sid)
         if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
             self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
