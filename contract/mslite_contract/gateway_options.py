@@ -85,8 +85,7 @@ class GatewayLimits:
     )
     max_streams_per_connection: int = _option(
         GATEWAY_MAX_STREAMS_PER_CONNECTION,
-        "gRPC streams one connection may have open at once, and requests in flight on its streams; more streams "
-        "are refused (REFUSED_STREAM), more requests answered kLiteServiceDeny",
+        "gRPC streams one connection may have open at once; more are refused (REFUSED_STREAM)",
     )
     max_unread_bytes_per_connection: int = _option(
         GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION,

@@ -85,7 +85,6 @@ GATEWAY_MAX_CONNECTIONS = 1024
 GATEWAY_IDLE_TIMEOUT_S = 75.0
 # Streams one gRPC connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS, as HTTP/2 servers set
 # it): each open stream costs tritonserver memory. More are refused with REFUSED_STREAM (clients retry them).
-# Its ModelStreamInfer streams' requests in flight are bounded by the same number (kLiteServiceDeny past it).
 GATEWAY_MAX_STREAMS_PER_CONNECTION = 128
 # Bytes of the gateway's own answers (a stream's error answers) that one gRPC connection's client has not read
 # yet, all its streams together; past it the stream that adds more ends (RESOURCE_EXHAUSTED).

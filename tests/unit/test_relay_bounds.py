@@ -294,27 +294,3 @@ def test_a_staged_call_refused_after_its_window_was_owed_gets_no_window_update_o
     assert [f[0] for f in frames[end + 1 :]] == [RST_STREAM]  # and nothing after it
     given = sum(U32.unpack(p)[0] for k, _, sid, p in frames_of(wire.client.data) if k == 8 and sid == 0)
     assert given >= len(message)  # the window its bytes took comes back on the connection
-
-
-def test_one_connections_stream_requests_in_flight_are_bounded_by_its_stream_bound():
-    """A client that reads nothing cannot hold more of a model's slots on one connection than it has streams."""
-    wire, encoder = _opened(max_streams=3)
-    wire.from_client(_headers(encoder, 1, STREAM))
-    head = hpack.Encoder().encode([(":status", "200"), ("content-type", "application/grpc")])
-    wire.from_triton(frame(HEADERS, END_HEADERS, 1, head))
-    wire.from_client(frame(DATA, 0, 1, b"".join(_request(str(i)) for i in range(5))))
-    assert wire.rules.admission.models == {"tiny": 3}
-    data = b"".join(p for k, _, sid, p in frames_of(wire.client.data) if k == DATA and sid == 1)
-    answers = [pb.ModelStreamInferResponse.FromString(data[i + 5 : i + 5 + U32.unpack_from(data, i + 1)[0]])
-               for i in _message_starts(data)]  # fmt: skip
-    assert [a.infer_response.id for a in answers] == ["3", "4"]
-    assert all("kLiteServiceDeny" in a.error_message and "--max-streams-per-connection" in a.error_message
-               for a in answers)  # fmt: skip
-
-
-def _message_starts(data: bytes) -> list[int]:
-    starts, i = [], 0
-    while i < len(data):
-        starts.append(i)
-        i += 5 + U32.unpack_from(data, i + 1)[0]
-    return starts

@@ -144,7 +144,6 @@ class Calls(Protocol):
     frames: Frames  # the client's byte stream: its `out` is what goes to Triton
     account: Account  # request bytes the connection has in flight
     window: WindowCredit  # what is owed to the client for DATA Triton never saw
-    unary: Any  # its unary calls (`grpc.unary_calls.UnaryCalls`: `calls`, by stream)
 
     def take_bytes(self, sid: int, call: Any, length: int) -> str | None:
         """Admit a DATA frame's bytes to the budget (None), or say why not."""

@@ -26,7 +26,6 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_contract.protocol import SERVICE_DENY
 from mslite_gateway.admission import Overloaded
 from mslite_gateway.grpc.call_states import Answers, Phase
 from mslite_gateway.grpc.checks import read_model_infer, staged_model_infer
@@ -128,7 +127,6 @@ class StreamCalls:
             req, raw = read_model_infer(body, rules.cap, keyed=call.keyed, max_strings=rules.max_strings)
             model = str(req.model_name)
             _check_empty_batch(rules.batching, model, req)
-            self._check_share()
             rules.admission.enter(model)
         except (Refusal, Overloaded) as e:
             self._refuse(sid, call, message, e.message, nbytes)
@@ -145,25 +143,6 @@ class StreamCalls:
             self._send(sid, [sent], len(sent))
             self._credit(sid, call, message.length - len(sent))  # Triton reads the rest from the region
         call.sent(Pending(str(req.id), model, nbytes, region, owner.link.now))
-
-    def _check_share(self) -> None:
-        """One more request in flight on this connection, within its bound (`RelayRules.max_streams`).
-
-        Requests on a stream are answered whenever the client reads: one connection that reads nothing (its
-        window at 0) would otherwise hold every slot of a model until their upstream timeout. Its unary calls
-        are bounded by its open streams, its streams' requests by the same number.
-
-        Raises:
-            Overloaded: the connection's streams have that many requests in flight already.
-        """
-        owner = self.owner
-        n = len(owner.unary.calls) + sum(len(call.pending) for call in self.calls.values())
-        if n >= owner.rules.max_streams:
-            owner.rules.admission.denied += 1
-            raise Overloaded(
-                f"{SERVICE_DENY}: this connection has {n} requests in flight, this server's limit per connection "
-                "(gateway option --max-streams-per-connection); retry later"
-            )
 
     def _send(self, sid: int, parts: list[Any], length: int) -> None:
         """A message (with its prefix) to Triton on stream `sid`, in DATA frames of ours (views, no copy)."""
