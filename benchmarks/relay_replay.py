@@ -147,6 +147,7 @@ class _Peer:
         self.reader = asyncio.StreamReader(limit=limit)  # the gateway's: 64 KiB for clients, 1 MiB for Triton
         self.replies = replies
         self.status_lines: list[bytes] = []  # the start of each message written to this side
+        self.transport = self  # (a writer's transport: all written at once)
 
     def reply(self) -> None:
         data = next(self.replies, None)
@@ -165,6 +166,9 @@ class _Peer:
 
     async def drain(self) -> None:
         pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
 
     def write_eof(self) -> None:
         pass

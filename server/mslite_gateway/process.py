@@ -27,6 +27,7 @@ from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_gateway.admission import Admission
+from mslite_gateway.connections import Connections
 from mslite_gateway.grpc.relay import start_relay
 from mslite_gateway.grpc.relay_rules import RelayRules
 from mslite_gateway.http.front import HttpFront
@@ -81,6 +82,8 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         body_stall_timeout_s=limits.body_stall_timeout_s,
     )
     admin_key = os.environ.get(ADMIN_KEY_ENV) or None
+    # both ports' client connections: one cap (a gRPC one holds one of Triton's too), one idle time-out
+    connections = Connections(max_connections=limits.max_connections, idle_timeout_s=limits.idle_timeout_s)
     offload = Offload()
     # why a model failed to load, for callers without the key: read with the gateway's own key, on its upstream
     failures = LoadFailures(http_reader(upstream.exchange, index_request(ADMIN_KEY_HEADER.encode(), admin_key)))
@@ -96,6 +99,8 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         failures=failures,
         batching=batching,
         max_strings=limits.max_string_elements,
+        idle_timeout_s=limits.idle_timeout_s,
+        connections=connections,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
     try:
@@ -114,8 +119,10 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
             batching=batching,
             max_strings=limits.max_string_elements,
             upstream_timeout_s=limits.upstream_timeout_s,
+            max_streams=limits.max_streams_per_connection,
+            max_unread_bytes=limits.max_unread_bytes_per_connection,
         )
-        grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules)
+        grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules, connections)
     except OSError as e:
         raise RuntimeError(f"gRPC port {options.grpc_port} on {options.host} could not be bound: {e}") from None
     if staging is not None:
@@ -126,17 +133,22 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
     http_server.close()
     grpc_server.close()
     await asyncio.gather(front.drain_and_close(options.grace_s), relay.drain_and_close(options.grace_s))
+    connections.close()
     offload.close()
     if staging is not None:
         log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
         await staging.close()
     log.warning(
         "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control); cancelled %d "
-        "HTTP requests whose client hung up",
+        "HTTP requests whose client hung up; %d idle connections closed for room, %d by the idle time-out, %d "
+        "refused at the cap",
         front.refused,
         relay.refused,
         admission.denied,
         front.gone,
+        connections.dropped_for_room,
+        connections.idled_out,
+        connections.refused,
     )
 
 

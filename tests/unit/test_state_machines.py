@@ -29,6 +29,7 @@ MACHINES = {
     "mslite_gateway.grpc.call_states.PHASES": ("Phase", "PhaseEvent"),  # a ModelStreamInfer call, the client's side
     "mslite_gateway.grpc.call_states.ANSWERS": ("Answers", "AnswersEvent"),  # ... and Triton's side
     "mslite_gateway.http.bodies.CHUNK_MOVES": ("Chunked", "ChunkEvent"),  # a chunked HTTP body's reading
+    "mslite_gateway.grpc.link_state.LINK_MOVES": ("LinkState", "LinkEvent"),  # the relay's connection
 }
 # every exception class the gateway defines, and what it stands for: none is a second illegal-move error
 EXCEPTIONS = {

@@ -30,9 +30,11 @@ from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.frames import (
     CANCEL,
     DROP,
+    END_STREAM,
     GOAWAY,
     NO_ERROR,
     PASS,
+    REFUSED_STREAM,
     RST_STREAM,
     U32,
     UNAVAILABLE,
@@ -67,6 +69,7 @@ class CheckedCalls:
         "streamed",
         "refused_ids",
         "metadata_ids",
+        "unchecked",
         "window",
         "account",
         "owed",
@@ -80,6 +83,9 @@ class CheckedCalls:
         self.headers = RequestHeaders()
         self.refused_ids: set[int] = set()
         self.metadata_ids: set[int] = set()  # ServerMetadata calls: Triton's answer is rewritten (`server_metadata`)
+        # calls passed on unchecked whose request has not ended: when each opened (the stall timeout ends them, so
+        # that streams opened and left do not stay open at Triton, where each costs memory)
+        self.unchecked: dict[int, float] = {}
         self.window = WindowCredit()  # what is owed to the client for DATA Triton never saw
         self.account = Account()  # request bytes this connection has in flight
         self.owed = 0  # bytes of the checked DATA frame being read still to arrive (counted as they do)
@@ -99,6 +105,8 @@ class CheckedCalls:
         streamed = self.streamed.calls.get(sid)
         if streamed is not None:
             return self.streamed.data_header(sid, streamed, length)
+        if flags & END_STREAM and self.unchecked:
+            self.unchecked.pop(sid, None)
         return PASS
 
     def take_bytes(self, sid: int, call: UnaryCall | StreamCall, length: int) -> str | None:
@@ -184,37 +192,60 @@ class CheckedCalls:
             self.unary.calls[sid] = UnaryCall(_no_check, encoding, rewrite=rules.rewrites[path], now=link.now)
         elif path == rules.stream_path:
             self.streamed.open(sid, encoding, holds_key(key, rules.admin_key))
-        elif path == server_metadata.GRPC_PATH:
-            self.metadata_ids.add(sid)
+        else:
+            self.unchecked[sid] = link.now
+            if path == server_metadata.GRPC_PATH:
+                self.metadata_ids.add(sid)
 
     # -- ends of calls --
     def stalled_ids(self, now: float) -> list[int]:
         """The calls whose message brought no byte for the stall timeout (`RelayCore.tick` drops them)."""
         stall_s = self.rules.admission.stall_s
-        return self.unary.stalled_ids(now, stall_s) + self.streamed.stalled_ids(now, stall_s)
+        left = [sid for sid, opened in self.unchecked.items() if now - opened > stall_s]
+        return self.unary.stalled_ids(now, stall_s) + self.streamed.stalled_ids(now, stall_s) + left
 
     def overdue_ids(self, now: float) -> list[int]:
-        """The calls sent on to Triton that it has not begun to answer within the upstream timeout (`tick`)."""
-        return self.unary.overdue_ids(now, self.rules.upstream_timeout_s)
+        """The calls sent on to Triton whose answer did not reach the client within the upstream timeout (`tick`)."""
+        limit_s = self.rules.upstream_timeout_s
+        return self.unary.overdue_ids(now, limit_s) + self.streamed.overdue_ids(now, limit_s)
 
     def refuse(self, sid: int, code: int, message: str) -> None:
         """Answer call `sid` ourselves, and reset it at Triton (which has not seen a whole message)."""
         self.rules.refused += 1
         # a call whose answers began gets trailers; one Triton never answered, a trailers-only answer
-        answer = trailers if self.streamed.headers_sent(sid) else trailers_only
+        answer = trailers if self.streamed.headers_sent(sid) or self.unary.headers_sent(sid) else trailers_only
         self.finish(sid)
-        self.refused_ids.add(sid)
-        if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
-            self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
+        self._ended_here(sid)
         link = self.link
         link.send(answer(sid, code, message) + frame(RST_STREAM, 0, sid, U32.pack(NO_ERROR)))
         if not link.alone:
             link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
 
+    def refuse_stream(self, sid: int) -> None:
+        """A new stream past the connection's bound (`RelayRules.max_streams`): REFUSED_STREAM, reset at Triton.
+
+        Its header block still goes to Triton (its HPACK context is the client's), and the reset right after it.
+        """
+        self.rules.refused += 1
+        self._ended_here(sid)
+        self.link.send(frame(RST_STREAM, 0, sid, U32.pack(REFUSED_STREAM)))
+        self.link.for_triton.append(frame(RST_STREAM, 0, sid, U32.pack(CANCEL)))
+
+    def _ended_here(self, sid: int) -> None:
+        """Stream `sid` was ended by the relay: nothing more goes to the client on it.
+
+        Neither Triton's frames nor a window update of ours: what it is owed is given back on the connection only.
+        """
+        self.window.streams.pop(sid, None)
+        self.refused_ids.add(sid)
+        if len(self.refused_ids) > 4096:  # old ids: long answered; frames for them stop coming
+            self.refused_ids = {i for i in self.refused_ids if i > sid - 4096}
+
     def finish(self, sid: int, *, answered: bool = False) -> None:
         """Call `sid` is over (`answered`: Triton's trailers came): what it counted in flight is given back."""
         self.link.open.discard(sid)
         self.metadata_ids.discard(sid)
+        self.unchecked.pop(sid, None)
         if not self.unary.finish(sid, answered=answered):
             self.streamed.finish(sid, answered=answered)
 

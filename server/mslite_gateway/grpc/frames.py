@@ -15,8 +15,8 @@ from mslite_gateway.grpc.trailers import grpc_message_value, literal_not_indexed
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-SETTINGS_HEADER_TABLE_SIZE = 0x1
-CANCEL, NO_ERROR, ENHANCE_YOUR_CALM = 0x8, 0x0, 0xB
+SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_CONCURRENT_STREAMS = 0x1, 0x3
+CANCEL, NO_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x8, 0x0, 0x7, 0xB
 # gRPC status codes
 INVALID_ARGUMENT, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNAVAILABLE, INTERNAL = 3, 4, 8, 12, 14, 13
 NOT_FOUND, PERMISSION_DENIED = 5, 7
@@ -79,6 +79,16 @@ def trailers(stream: int, code: int, message: str, head: bytes = b"") -> bytes:
         message = message[:limit] + "..."
     block += literal_not_indexed(b"grpc-message", grpc_message_value(message))
     return frame(HEADERS, END_STREAM | END_HEADERS, stream, block)
+
+
+def capped_settings(payload: Any, caps: dict[int, int]) -> bytes:
+    """A SETTINGS frame's payload with each parameter of `caps` at most its cap (added where it is absent)."""
+    params: dict[int, int] = {}
+    for i in range(0, len(payload) - 5, 6):
+        params[int.from_bytes(payload[i : i + 2], "big")] = int.from_bytes(payload[i + 2 : i + 6], "big")
+    for key, cap in caps.items():
+        params[key] = min(params.get(key, cap), cap)
+    return b"".join(key.to_bytes(2, "big") + U32.pack(value) for key, value in params.items())
 
 
 def unpadded(payload: Any, flags: int) -> Any:

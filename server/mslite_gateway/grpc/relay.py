@@ -2,7 +2,9 @@
 
 Each client connection gets its own connection to Triton's gRPC port. Both protocols below only move bytes:
 what one side reads goes to the connection's `RelayCore`, and what it returns is written (`apply`). Back
-pressure stays here: when one side's writes pile up, the other side is not read.
+pressure stays here: when one side's writes pile up, the other side is not read; a client whose unread bytes
+(ours: Triton's stop being read) pass `RelayRules.max_unread_bytes` loses its connection. Every connection is
+admitted by the gateway's `connections.Connections` (the cap, room for a new client, the idle time-out).
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from mslite_gateway.connections import Connections
 from mslite_gateway.grpc.core import CLIENT, TRITON, RelayCore, RelayRules, Writes
-from mslite_gateway.grpc.frames import write
+from mslite_gateway.grpc.frames import ENHANCE_YOUR_CALM, GOAWAY, SETTINGS, U32, frame, write
 from mslite_gateway.grpc.relay_rules import Later
 from mslite_gateway.upstream_address import UpstreamAddress
 
@@ -19,14 +22,19 @@ log = logging.getLogger(__name__)
 _SWEEPS_PER_STALL = 5  # the stall timeout is checked this often per timeout: a stream goes within 1.2 times it
 _LINGER_S = 2.0  # how long a closed connection's last bytes may take to reach the client
 _CONNECT_TIMEOUT_S = 10.0
+# What a connection past the cap gets (none of its place was idle): our settings, then GOAWAY with the reason.
+_FULL = frame(SETTINGS, 0, 0) + frame(
+    GOAWAY, 0, 0, U32.pack(0) + U32.pack(ENHANCE_YOUR_CALM) + b"too many client connections; try again later"
+)
 
 
 class GrpcRelay:
     """Accepts client connections (`factory` for loop.create_server) and relays them to Triton's gRPC port."""
 
-    def __init__(self, upstream: UpstreamAddress, rules: RelayRules) -> None:
+    def __init__(self, upstream: UpstreamAddress, rules: RelayRules, connections: Connections | None = None) -> None:
         self.upstream = upstream
         self.rules = rules
+        self.admitted = connections or Connections()  # every front's connections: the cap, the idle time-out
         self.connections: set[_ClientProtocol] = set()
         self.sweeper: asyncio.TimerHandle | None = None
 
@@ -85,9 +93,26 @@ class _ClientProtocol(asyncio.Protocol):
         self.lingering = False  # the core closed the connection: written, write side shut, closing soon
         self.tasks: set[asyncio.Task[None]] = set()  # work off the loop for its streams (`grpc.relay_rules.Later`)
         self.loop = asyncio.get_running_loop()
+        self.last_active = self.loop.time()  # the latest byte either way (`connections.Entry`)
+        self.backed_up = False  # the client's writes passed asyncio's high-water mark: its unread bytes are watched
+
+    # -- `connections.Entry` --
+    def busy(self) -> bool:
+        """Whether a checked call is in flight on this connection."""
+        return self.core.inflight > 0
+
+    def drop(self) -> None:
+        """Idle, or its place is wanted: GOAWAY, then closed."""
+        self.apply(self.core.goaway(self.loop.time()))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        client: asyncio.Transport = transport  # type: ignore[assignment]
+        self.transport = client
+        if not self.relay.admitted.admit(self):
+            self.lingering = True
+            client.write(_FULL)
+            self._close_soon(client)
+            return
         self.relay.connections.add(self)
         self.relay.watch()
         self.connecting = self.loop.create_task(self._connect())
@@ -113,6 +138,10 @@ class _ClientProtocol(asyncio.Protocol):
         triton = self.upstream.transport if self.upstream is not None else None
         if writes.to_client and client is not None and not client.is_closing():
             write(client, writes.to_client)
+            if self.backed_up and client.get_write_buffer_size() > self.relay.rules.max_unread_bytes:
+                log.warning("a gRPC client left more than %d bytes unread: closed", self.relay.rules.max_unread_bytes)
+                writes = self.core.closed(CLIENT)
+                client.close()  # what it did not read is dropped with it
         if writes.to_triton and triton is not None and not triton.is_closing():
             write(triton, writes.to_triton)
         if writes.pause_client and client is not None:
@@ -148,10 +177,13 @@ class _ClientProtocol(asyncio.Protocol):
         """
         if client.is_closing() or self.lingering:
             return
+        self.lingering = True
+        self._close_soon(client)
+
+    def _close_soon(self, client: asyncio.Transport) -> None:
         if not client.can_write_eof():
             client.close()
             return
-        self.lingering = True
         client.write_eof()
         client.resume_reading()  # a paused connection would keep its unread bytes
         self.loop.call_later(_LINGER_S, client.close)
@@ -159,18 +191,22 @@ class _ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.lingering:
             return  # closing: what the client still sends is dropped
-        self.apply(self.core.feed(CLIENT, data, self.loop.time()))
+        now = self.last_active = self.loop.time()
+        self.apply(self.core.feed(CLIENT, data, now))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.relay.admitted.left(self)
         self.relay.connections.discard(self)
         self.apply(self.core.closed(CLIENT))
         self.transport = None
 
     def pause_writing(self) -> None:
+        self.backed_up = True
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.backed_up = False
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.resume_reading()
 
@@ -187,7 +223,8 @@ class _TritonProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         client = self.client
-        client.apply(client.core.feed(TRITON, data, client.loop.time()))
+        now = client.last_active = client.loop.time()
+        client.apply(client.core.feed(TRITON, data, now))
 
     def pause_writing(self) -> None:
         """Triton reads slower than the client sends: stop reading the client."""
@@ -205,13 +242,13 @@ class _TritonProtocol(asyncio.Protocol):
 
 
 async def start_relay(
-    host: str, port: int, upstream: UpstreamAddress, rules: RelayRules
+    host: str, port: int, upstream: UpstreamAddress, rules: RelayRules, connections: Connections | None = None
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
-    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint) under `rules`.
+    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint) under `rules` (and `connections`).
 
     Raises:
         OSError: the port could not be bound.
     """
-    relay = GrpcRelay(upstream, rules)
+    relay = GrpcRelay(upstream, rules, connections)
     server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
     return server, relay

@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS, GATEWAY_UPSTREAM_TIMEOUT_S
+from mslite_contract.settings import (
+    GATEWAY_MAX_STREAMS_PER_CONNECTION,
+    GATEWAY_MAX_STRING_ELEMENTS,
+    GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION,
+    GATEWAY_UPSTREAM_TIMEOUT_S,
+)
 from mslite_gateway.admission import Account, Admission
 from mslite_gateway.grpc.checks import (
     SERVICE,
@@ -23,6 +28,7 @@ from mslite_gateway.grpc.checks import (
     check_versioned,
 )
 from mslite_gateway.grpc.frames import Frames
+from mslite_gateway.grpc.link_state import LinkState
 from mslite_gateway.grpc.unary_state import Check
 from mslite_gateway.grpc.window_credit import WindowCredit
 from mslite_gateway.load_failures import LoadFailures
@@ -66,11 +72,16 @@ class RelayRules:
         batching: ModelBatching | None = None,
         max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
         upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
+        max_streams: int = GATEWAY_MAX_STREAMS_PER_CONNECTION,
+        max_unread_bytes: int = GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION,
     ) -> None:
         self.admin_key = admin_key
         self.batching = batching  # whether a model batches, for a request of batch size 0
         self.max_strings = max_strings
-        self.upstream_timeout_s = upstream_timeout_s  # a call Triton has not begun to answer by then is ended
+        # a call Triton has not answered whole by then (its answer waiting for the client's window too) is ended
+        self.upstream_timeout_s = upstream_timeout_s
+        self.max_streams = max_streams  # streams one connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS)
+        self.max_unread_bytes = max_unread_bytes  # our own answers one connection's client may leave unread
         self.staging = staging
         self.explain = None if failures is None else failures.explain_now  # a not-ready error: why
         self.cap = max_request_bytes
@@ -106,10 +117,20 @@ class Link(Protocol):
     """What the calls need of their connection (`grpc.core.RelayCore`)."""
 
     now: float  # the time of the latest call (seconds)
-    alone: bool  # Triton could not be reached: every call is answered here
+    state: LinkState  # the connection's life (`grpc.link_state`)
     open: set[int]  # streams forwarded to Triton and not ended there
-    for_triton: list[bytes]  # frames of ours for Triton, written at the client's next frame boundary
     later: list[tuple[int, Later]]  # work for calls that the adapter runs off the loop
+
+    @property
+    def alone(self) -> bool:
+        """Triton could not be reached: every call is answered here."""
+
+    @property
+    def for_triton(self) -> list[bytes]:
+        """Frames of ours for Triton, written at the client's next frame boundary."""
+
+    def calm(self) -> None:
+        """Too many resets: GOAWAY ENHANCE_YOUR_CALM to the client, and the connection closed."""
 
     def send(self, data: bytes) -> None:
         """A frame of ours to the client (at the next frame boundary in Triton's byte stream)."""

@@ -142,7 +142,7 @@ class StreamCalls:
             sent = prefixed(staged)
             self._send(sid, [sent], len(sent))
             self._credit(sid, call, message.length - len(sent))  # Triton reads the rest from the region
-        call.sent(Pending(str(req.id), model, nbytes, region))
+        call.sent(Pending(str(req.id), model, nbytes, region, owner.link.now))
 
     def _send(self, sid: int, parts: list[Any], length: int) -> None:
         """A message (with its prefix) to Triton on stream `sid`, in DATA frames of ours (views, no copy)."""
@@ -173,6 +173,15 @@ class StreamCalls:
         answer = error_answer(request_id(message), reason)
         if call.window_owed + sum(map(len, call.errors)) + len(answer) > _MAX_ANSWER_BACKLOG_BYTES:
             owner.refuse(sid, RESOURCE_EXHAUSTED, "too many failed requests whose answers the client has not read")
+            return
+        if self.unread() + len(answer) > owner.rules.max_unread_bytes:
+            owner.refuse(
+                sid,
+                RESOURCE_EXHAUSTED,
+                "too many failed requests whose answers the client has not read on this connection "
+                f"(this server's limit: {owner.rules.max_unread_bytes} bytes, gateway option "
+                "--max-unread-bytes-per-connection)",
+            )
             return
         call.errors.append(frame(DATA, 0, sid, answer))
         if call.answers is Answers.BETWEEN:
@@ -272,7 +281,15 @@ class StreamCalls:
         call = self.calls.get(sid)
         return call is not None and call.window_owed > 0
 
+    def unread(self) -> int:
+        """Bytes of our answers on this connection the client has not read: sent and not given back, or waiting."""
+        return self.window_owed + sum(len(data) for call in self.calls.values() for data in call.errors)
+
     # -- ends --
+    def overdue_ids(self, now: float, limit_s: float) -> list[int]:
+        """Calls with a request whose last answer did not reach the client within `limit_s` of its sending."""
+        return [sid for sid, c in self.calls.items() if c.pending and now - c.pending[0].sent_at > limit_s]
+
     def stalled_ids(self, now: float, stall_s: float) -> list[int]:
         """Calls whose message in progress brought no byte for the stall timeout."""
         return [sid for sid, c in self.calls.items() if not c.requests.between and now - c.moved > stall_s]

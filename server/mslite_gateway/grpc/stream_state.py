@@ -39,9 +39,10 @@ _ERROR_MESSAGE, _INFER_RESPONSE = 1, 2  # ModelStreamInferResponse field numbers
 class Pending:
     """A request of the stream that Triton has and has not answered for the last time."""
 
-    __slots__ = ("request_id", "model", "nbytes", "region")
+    __slots__ = ("request_id", "model", "nbytes", "region", "sent_at")
 
-    def __init__(self, request_id: str, model: str, nbytes: int, region: Region | None) -> None:
+    def __init__(self, request_id: str, model: str, nbytes: int, region: Region | None, sent_at: float = 0.0) -> None:
+        self.sent_at = sent_at  # when it went to Triton: its last answer is due within the upstream timeout
         self.request_id = request_id
         self.model = model  # counted in flight for it (`Admission.enter`)
         self.nbytes = nbytes  # request bytes counted for it

@@ -30,9 +30,11 @@ from mslite_gateway.grpc.frames import (
     RST_STREAM,
     SETTINGS,
     SETTINGS_HEADER_TABLE_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
     U32,
     WINDOW_UPDATE,
     Frames,
+    capped_settings,
     frame,
     joined,
     scrubbed_trailers,
@@ -46,7 +48,7 @@ from mslite_gateway.server_metadata import served_message
 class TritonReader:
     """Reads Triton's byte stream for one connection; its `frames.out` is what goes to the client."""
 
-    __slots__ = ("link", "calls", "unary", "streamed", "explain", "frames", "in_block", "ours")
+    __slots__ = ("link", "calls", "unary", "streamed", "explain", "frames", "in_block", "ours", "stream_cap")
 
     def __init__(self, link: Link, calls: CheckedCalls) -> None:
         self.link = link
@@ -57,6 +59,7 @@ class TritonReader:
         self.frames = Frames()
         self.in_block = False  # between a HEADERS frame without END_HEADERS and its last CONTINUATION
         self.ours: list[bytes] = []  # frames of ours for the client, waiting for a frame boundary here
+        self.stream_cap = {SETTINGS_MAX_CONCURRENT_STREAMS: calls.rules.max_streams}
 
     def send(self, data: bytes, *, now: bool) -> None:
         """A frame of ours to the client: at once if `now` or between frames here, else at the next boundary."""
@@ -79,6 +82,14 @@ class TritonReader:
             self.ours = []
         calls = self.calls
         streamed = self.streamed.calls
+        if sid and sid in calls.refused_ids:
+            # we ended that stream (our trailers, or REFUSED_STREAM): nothing of Triton's follows them, header
+            # blocks included (Triton keeps no HPACK table for the client: `grpc.core._CLIENT_SETTINGS_CAPS`)
+            if kind == HEADERS or kind == CONTINUATION:
+                self.in_block = not flags & END_HEADERS
+            elif kind == DATA and length:  # the window it took is given back to Triton (the client never saw it)
+                self.link.for_triton.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(length)))
+            return DROP if kind != PRIORITY else PASS
         if kind == HEADERS or kind == CONTINUATION:
             self.in_block = not flags & END_HEADERS
             if kind == HEADERS and flags & END_STREAM:
@@ -90,8 +101,6 @@ class TritonReader:
             elif kind == HEADERS:
                 self.unary.answering(sid)
             return PASS
-        if sid and sid in calls.refused_ids:
-            return DROP if kind != PRIORITY else PASS  # we answered that stream: Triton's reset, data, credit go
         if kind == DATA and sid in streamed:
             return COLLECT  # a stream's answers are read message by message (`grpc.stream_calls`)
         if kind == RST_STREAM:
@@ -124,10 +133,10 @@ class TritonReader:
                 out.append(raw)
                 out += parts
             return
-        if parts:
-            self._settings(joined(parts))  # SETTINGS only
-        out.append(raw)
-        out += parts
+        # SETTINGS only: the relay's bound on open streams added (`RelayRules.max_streams`)
+        payload = joined(parts) if parts else b""
+        self._settings(payload)
+        out.append(frame(SETTINGS, 0, 0, capped_settings(payload, self.stream_cap)))
 
     def _served_metadata(self, flags: int, sid: int, raw: bytes, parts: list[Any]) -> list[Any]:
         """A ServerMetadata answer's DATA frame, its list of extensions cut to those served (`server_metadata`).

@@ -264,14 +264,27 @@ class UnaryCalls:
         return [sid for sid, c in self.calls.items() if c.state is RECEIVING and now - c.moved > stall_s]
 
     def overdue_ids(self, now: float, limit_s: float) -> list[int]:
-        """Calls sent on to Triton that it has not begun to answer within `limit_s`."""
-        return [sid for sid, c in self.calls.items() if c.state is SENT and now - c.moved > limit_s]
+        """Calls sent on to Triton whose answer is not whole at the client within `limit_s`.
+
+        The clock runs from the call's admission to Triton's trailers, so an answer that waits for a client that
+        reads nothing (its window at 0) counts, and its model's slot comes back (a model load is not timed).
+        """
+        return [
+            sid
+            for sid, c in self.calls.items()
+            if (c.state is SENT or c.state is ANSWERING) and c.moved and now - c.moved > limit_s
+        ]
 
     def answering(self, sid: int) -> None:
-        """Triton began its answer on call `sid` (its response headers): no longer timed here."""
+        """Triton began its answer on call `sid` (its response headers went to the client); still timed."""
         call = self.calls.get(sid)
         if call is not None and call.state is SENT:
-            call.move(ANSWER)
+            call.move(ANSWER, call.moved)
+
+    def headers_sent(self, sid: int) -> bool:
+        """Whether Triton's response headers for call `sid` went to the client (our trailers must have none)."""
+        call = self.calls.get(sid)
+        return call is not None and call.state is ANSWERING and bool(call.moved)
 
     def finish(self, sid: int, *, answered: bool) -> bool:
         """Call `sid` is over, if it is one of these: what it holds is given back."""

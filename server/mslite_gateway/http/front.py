@@ -21,6 +21,7 @@ from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_contract.scrub import json_error, scrub_json_error
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
 from mslite_gateway.admission import Admission, Overloaded
+from mslite_gateway.connections import Connections
 from mslite_gateway.deadlines import within
 from mslite_gateway.http.checks import (
     GENERATE_ROUTE,
@@ -56,6 +57,23 @@ _KEY_HEADER = ADMIN_KEY_HEADER.encode()
 CLIENT_WATCH_S = 1.0
 
 
+class _Entry:
+    """One client connection as the gateway's `connections.Connections` sees it."""
+
+    __slots__ = ("writer", "last_active", "serving")
+
+    def __init__(self, writer: asyncio.StreamWriter, now: float) -> None:
+        self.writer = writer
+        self.last_active = now  # the latest byte read or answer written
+        self.serving = False  # a request is being answered
+
+    def busy(self) -> bool:
+        return self.serving
+
+    def drop(self) -> None:
+        self.writer.close()  # its reader sees the end: `handle` returns
+
+
 class HttpFront:
     """Serves client connections: `handle` is the asyncio.start_server callback."""
 
@@ -72,8 +90,10 @@ class HttpFront:
         failures: LoadFailures | None = None,
         batching: ModelBatching | None = None,
         max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
+        connections: Connections | None = None,
     ) -> None:
         self.upstream = upstream
+        self.connections = connections or Connections(idle_timeout_s=idle_timeout_s)  # the cap, idle time-out
         self.batching = batching
         self.max_strings = max_strings
         self.gone = 0  # requests whose client hung up while Triton had them
@@ -96,6 +116,12 @@ class HttpFront:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one client connection until it closes, errs, idles out, or the gateway stops."""
         loop = asyncio.get_running_loop()
+        entry = _Entry(writer, loop.time())
+        if not self.connections.admit(entry):  # at the cap, and no connection idle to make room
+            self.refused += 1
+            writer.write(error_response(503, "too many client connections; try again later", close=True))
+            writer.close()
+            return
         conn = HttpConnection(
             cap=self.cap,
             admission=self.admission,
@@ -109,7 +135,7 @@ class HttpFront:
             while True:
                 if step.writes:
                     writer.writelines(step.writes)
-                    await writer.drain()
+                    await self._drained(writer)
                 if step.refused:
                     self.refused += 1
                 if step.half_close:
@@ -118,11 +144,18 @@ class HttpFront:
                     return
                 if step.request is not None:  # served even once the gateway stops: it was read whole
                     self.inflight += 1
+                    entry.serving = True
                     try:
                         parts, close = await self._serve(step.request, reader, conn)
                     finally:
                         self.inflight -= 1
                     step = conn.answer(parts, close, loop.time())
+                    if step.writes:
+                        writer.writelines(step.writes)
+                        step.writes = []
+                        await self._drained(writer)
+                    entry.serving = False
+                    entry.last_active = loop.time()
                     continue
                 if self.closing:  # stopping: nothing more is read
                     return
@@ -131,7 +164,8 @@ class HttpFront:
                 except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
                     step = conn.tick(loop.time())
                 else:
-                    step = conn.feed(data, loop.time())
+                    now = entry.last_active = loop.time()
+                    step = conn.feed(data, now)
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -143,8 +177,20 @@ class HttpFront:
                 raise
         finally:
             conn.close()  # what its request held in flight is given back
+            self.connections.left(entry)
             self._writers.discard(writer)
             writer.close()
+
+    async def _drained(self, writer: asyncio.StreamWriter) -> None:
+        """Wait until what was written fits asyncio's buffer (a client that reads nothing: the upstream timeout).
+
+        Raises:
+            asyncio.TimeoutError: the client did not read it within the upstream timeout (its connection closes).
+        """
+        if writer.transport.get_write_buffer_size():  # usually all written at once: no timer then
+            await within(writer.drain(), self.upstream.timeout_s)
+        else:
+            await writer.drain()
 
     def _watch(self, reader: asyncio.StreamReader, conn: HttpConnection) -> asyncio.Task[Any]:
         """Have `_sweep` look at this request's client while Triton has the request; returns the request's task.
