@@ -170,10 +170,14 @@ def test_merged_requests_equal_single_runs_exactly(tmp_path: Path, name: str) ->
         _assert_same(got, zoo.run_reference(model, feeds), names)
 
 
-@pytest.mark.parametrize("name", ["multi_io", "mixed_dtypes", "variable_seq"])
-def test_cpu_workers_run_each_request_alone_by_default(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("variable_seq", {}), ("multi_io", {"merge_requests": "false"}), ("mixed_dtypes", {"merge_requests": "false"})],
+)
+def test_cpu_workers_run_each_request_alone_by_default(tmp_path: Path, name: str, params: dict[str, str]) -> None:
+    """A graph that is not light (a free length), or one whose config turns merging off."""
     model = getattr(zoo, name)()
-    runtime = _load(tmp_path, model)
+    runtime = _load(tmp_path, model, **params)
     requests = [_feeds(name, n) for n in (2, 1, 4)]
     calls = _count_runs(runtime)
     results = runtime.execute(requests)
