@@ -268,9 +268,17 @@ class TritonPythonModel:
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
             results = [InferenceFailure("internal error in the mslite backend")] * len(feeds)
-        if self._publisher is not None:  # nobody reads the figures otherwise
+        if self._publisher is not None:  # nobody reads the figures otherwise; once per execute
             elapsed_ms = (time.perf_counter() - started) * 1000.0
-            self.metrics.record(elapsed_ms, _samples(feeds) if self._batched else len(feeds))
+            if self._batched:  # samples are rows (every input of a request has the same batch size)
+                rows = 0
+                for f in feeds:
+                    for array in f.values():
+                        rows += len(array) if array.ndim else 1
+                        break
+                self.metrics.record(elapsed_ms, rows)
+            else:
+                self.metrics.record(elapsed_ms, len(feeds))
         return results
 
     def _respond(self, request: pb_utils.InferenceRequest, result: Result) -> pb_utils.InferenceResponse:
@@ -359,16 +367,6 @@ def _refusal(error: BackendError) -> pb_utils.InferenceResponse:
     """The error response of one request: Triton's code for the error's class, a message safe for a client."""
     code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(error), "INTERNAL"))
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(error)), code))
-
-
-def _samples(feeds: list[dict[str, Any]]) -> int:
-    """Rows of a batch of requests of a batched model (every input of a request has the same batch size)."""
-    rows = 0
-    for f in feeds:
-        for array in f.values():
-            rows += len(array) if array.ndim else 1
-            break
-    return rows
 
 
 def _neutral_file_name(cls: type, name: str = "mslite/model.py") -> None:
