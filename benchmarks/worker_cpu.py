@@ -85,11 +85,9 @@ def main() -> None:
     # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
     settings = PerfSettings(interval_ms=a.interval_ms, max_trials=3, stability_pct=1000)
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
-        extra = {BASELINE_BACKEND: backend_at(a.baseline, Path(tmp))} if a.baseline else {}
+        a.extra = extra = {BASELINE_BACKEND: backend_at(a.baseline, Path(tmp))} if a.baseline else {}
         if a.profile_s:
-            return profile(
-                tools, lambda root: compose(root, names[:1], a.model, a.workers), names[0], levels[0], a, extra
-            )
+            return profile(tools, lambda root: compose(root, names[:1], a.model, a.workers), names[0], levels[0], a)
         found = measure_composed(
             tools,
             lambda root: compose(root, names, a.model, a.workers),
@@ -115,24 +113,23 @@ def main() -> None:
         )
 
 
-def profile(tools: Tools, write: Callable[[Path], None], name: str, c: int, a: Any, extra: dict[str, Path]) -> None:
+def profile(tools: Tools, write: Callable[[Path], None], name: str, c: int, a: Any) -> None:
     """`name`'s workers under load for `a.profile_s` s: perf (software clock) by shared object, py-spy (on PATH,
     one worker) by function, where samples with no Python frame are the stub's own C++ code."""
     spy, secs = shutil.which("py-spy") or "", str(a.profile_s)
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         write(Path(tmp))
-        server = BenchServer(Path(tmp), extra_backends=extra).start()
+        server = BenchServer(Path(tmp), extra_backends=a.extra).start()
         try:
             server.only(name)
             pids, load = model_worker_pids(server.pid, name), PerfSettings((a.profile_s + 6) * 1000 // 3, 3, 1000)
-            loading = threading.Thread(
-                target=measure, args=(tools, server, name, c), kwargs={"shm": False, "settings": load}
-            )
-            loading.start()
+            (
+                loading := threading.Thread(target=lambda: measure(tools, server, name, c, shm=False, settings=load))
+            ).start()
             time.sleep(3)  # past perf_analyzer's start (its windows: 3 of the profile's length)
             perf = ["perf", "record", "-q", "-e", "cpu-clock", "-o", f"{tmp}/perf.data", "-p", ",".join(map(str, pids))]
-            spying = [spy, "record", "--nonblocking", "-f", "raw", "-d", secs, "-o", f"{tmp}/spy", "-p", str(pids[0])]
-            cmds = [[*perf, "sleep", secs]] + ([spying] if spy else [])
+            spying = [spy, "record", "--nonblocking", "-f", "raw", "-r", "250", "-d", secs, "-o", f"{tmp}/spy"]
+            cmds = [[*perf, "sleep", secs]] + ([[*spying, "-p", str(pids[0])]] if spy else [])
             for proc in [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for cmd in cmds]:
                 proc.wait(timeout=a.profile_s + 120)
             loading.join()
