@@ -38,7 +38,9 @@ class RequestChecks:
         Raises:
             RequestError: naming the tensor, what was expected and what arrived.
         """
-        key = tuple([(name, arr.dtype, arr.shape) for name, arr in feeds.items()])  # `layout`, inlined: per request
+        # names, dtypes and shapes: a dtype as its type number and byte order (its own hash builds a tuple on
+        # every call), which name every built-in dtype, and `input_layout` has no other
+        key = tuple([(name, arr.dtype.num, arr.dtype.isnative, arr.shape) for name, arr in feeds.items()])
         if key not in self._accepted:
             self._check_layout(feeds)
             if len(self._accepted) >= ACCEPTED_CACHE_SIZE:
@@ -90,11 +92,6 @@ class RequestChecks:
                 if batch is not None and arr.shape[0] != batch:
                     raise RequestError(f"{where}: inputs disagree on the batch size ({batch} vs {arr.shape[0]})")
                 batch = arr.shape[0]
-
-
-def layout(feeds: Feeds) -> tuple:
-    """What `RequestChecks.validate` checks of a request besides BOOL values: its inputs' names, dtypes, shapes."""
-    return tuple([(name, arr.dtype, arr.shape) for name, arr in feeds.items()])
 
 
 def input_layout(cfg: BackendConfig, io: GraphIO) -> Layout:
