@@ -317,3 +317,25 @@ def test_a_model_whose_merged_run_differs_runs_each_request_alone(load: Any) -> 
     assert sizes == [2, 1, 3]
     for response, f in zip(responses, feeds):
         assert _same_bits(pb.outputs(response)["y"], zoo.run_reference(model, f)[0])
+
+
+def test_a_request_failing_inside_a_merged_run_fails_alone(load: Any) -> None:
+    """out = table[i]: an index past the table fails ORT's run; the merged run is retried request by request."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "i"], ["out"])],
+        "lookup",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, ["N", 1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1])],
+        initializer=[onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32) * 10, name="table")],
+    )
+    worker = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)], ir_version=8))
+    assert worker.executor.kind == "merged"
+    sizes = _counting_runs(worker)
+    ok, bad, also_ok = worker.execute(
+        [_request(i=np.array([[1], [2]])), _request(i=np.array([[9]])), _request(i=np.array([[3]]))]
+    )
+    assert sizes == [4, 2, 1, 1]  # the merged try, then each request alone
+    np.testing.assert_array_equal(pb.outputs(ok)["out"], [[10.0], [20.0]])
+    np.testing.assert_array_equal(pb.outputs(also_ok)["out"], [[30.0]])
+    code, message = _error(bad)
+    assert code == pb.TritonError.INVALID_ARG and "out of data bounds, idx=9" in message, message
