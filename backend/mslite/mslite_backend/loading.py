@@ -30,7 +30,8 @@ from .strings import placeholder
 from .weight_store import WeightStore, launcher_owner, store_directory
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
 
-MERGE_CHECK_ROWS = 64  # rows of the load-time check of merged runs (`check_merging`)
+MERGE_CHECK_ROWS = 64  # rows of the load-time check of merged runs (`check_merging`) of a light graph
+MERGE_CHECK_ROWS_HEAVY = 8  # of any other graph that merges on CPU (asked by `merge_requests`): 36 runs of a row
 
 
 def load_runtime(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -> ModelRuntime:
@@ -85,7 +86,7 @@ def load_runtime(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -
         shared=prepared.shared and not notes,
         notes=prepared.notes + notes + bind_notes + string_notes,
         buckets=buckets,
-        merge=cfg.merges_for(instance.kind, light=is_light(io, cfg.batched)),
+        merge=cfg.merges_for(instance.kind, light=(light := is_light(io, cfg.batched))),
         bucket_sessions=per_bucket,
         string_session=strings,
     )
@@ -109,8 +110,8 @@ def load_runtime(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -
                 )
         elif cfg.warmup:
             warm_up(runtime)
-        if runtime.merge and not bind:  # the bound buckets made their own check
-            check_merging(runtime)
+        if runtime.merge and not bind and instance.kind == "CPU":  # bound buckets make their own check
+            check_merging(runtime, MERGE_CHECK_ROWS if light else MERGE_CHECK_ROWS_HEAVY)
     except BaseException:
         runtime.close(failed_load=True)
         raise
@@ -164,14 +165,15 @@ def bind_buckets(
     return bound, refused
 
 
-def check_merging(runtime: ModelRuntime) -> None:
-    """Turn merging off, with a note, when a merged run of this model differs from one run per request.
+def check_merging(runtime: ModelRuntime, most_rows: int) -> None:
+    """Turn merging off, with a note, when a merged run of this CPU model differs from one run per request.
 
     The check's rows are `bound.check_input`'s (dynamic dims at 1), as many as a merged run may hold
-    (max_batch_size, at most MERGE_CHECK_ROWS).
+    (max_batch_size, at most `most_rows`). Accelerators keep their merged runs as they are (their bound
+    buckets check themselves against plain runs).
     """
     cfg = runtime.cfg
-    rows = min(cfg.max_batch_size, MERGE_CHECK_ROWS)
+    rows = min(cfg.max_batch_size, most_rows)
     expected = runtime.checks.expected
     layout = {name: (dtype, tuple(d if d >= 0 else 1 for d in dims)) for name, (dtype, dims) in expected.items()}
     why = "max_batch_size is 1" if rows < 2 else None
