@@ -1,33 +1,40 @@
 """Worker CPU per request: ours against the naive baseline, the figure a busy machine does not blur.
 
 `python -m benchmarks.worker_cpu [--model tiny] [--levels 1,8] [--rounds 3] [--variants ours,naive]`
+(`--profile-s S`: where the first variant's worker CPU goes at the first level instead, see `profile`)
 
 Throughput ratios move by 10-30 % on a shared machine; the CPU time the worker processes spend per
 request (utime + stime of the stubs from /proc around each perf_analyzer run, over the requests Triton
 counted) moves much less, and it is what our per-request code costs. Every variant is the repository
 model served 2 workers x 1 thread (`ours`: the config as shipped, auto-completed; `ours_all`: every queued
-request per `execute`; `ours_nometrics`: no metrics publisher;
-`ours_pinned`: worker i pinned to core slice i; `naive`: the naive baseline; `before`: the shipped config
-served by backend/mslite as it was at git revision `--baseline`, to measure a change), all loaded at
-once, measured by perf_analyzer over gRPC in alternation (the order reversed every other round). The last
-lines give each variant's median worker CPU per request, tritonserver's, throughput, p50 and requests
-per `execute`, with the ratio of the CPU figure to the first variant's.
+request per `execute`; `ours_nometrics`: no metrics publisher; `ours_pinned`: worker i pinned to core slice
+i; `naive`: the naive baseline; `before`: the shipped config served by backend/mslite as it was at git
+revision `--baseline`, to measure a change), all loaded at once, measured by perf_analyzer over gRPC in
+alternation (the order reversed every other round). The last lines give each variant's median worker CPU
+per request, tritonserver's, throughput, p50 and requests per `execute`, with the ratio to the first's.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import shutil
 import statistics
 import subprocess
 import tarfile
 import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from tests.support.tools import ensure_tools
+from tests.support.processes import model_worker_pids
+from tests.support.tools import Tools, ensure_tools
 
-from .perf import PerfSettings, measure_composed, medians_by_level, variant_names
-from .serving import ModelSpec, compose_repository, with_batcher
+from .perf import PerfSettings, measure, measure_composed, medians_by_level, variant_names
+from .serving import BenchServer, ModelSpec, compose_repository, with_batcher
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {  # name -> what is appended to (or replaces the batcher of) the shipped config; None: as shipped
@@ -68,6 +75,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
     p.add_argument("--baseline", help=f"a git revision: adds the variant '{BASELINE}', its backend/mslite")
+    p.add_argument("--profile-s", type=int, default=0, help="instead: profile the first variant at the first level")
     a = p.parse_args()
     names = variant_names(p, a.variants, {**VARIANTS, BASELINE: None} if a.baseline else VARIANTS)
     if a.baseline and BASELINE not in names:
@@ -77,7 +85,9 @@ def main() -> None:
     # any three windows will do: the CPU figure covers the whole run, not the windows perf_analyzer keeps
     settings = PerfSettings(interval_ms=a.interval_ms, max_trials=3, stability_pct=1000)
     with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
-        extra = {BASELINE_BACKEND: backend_at(a.baseline, Path(tmp))} if a.baseline else {}
+        a.extra = extra = {BASELINE_BACKEND: backend_at(a.baseline, Path(tmp))} if a.baseline else {}
+        if a.profile_s:
+            return profile(tools, lambda root: compose(root, names[:1], a.model, a.workers), names[0], levels[0], a)
         found = measure_composed(
             tools,
             lambda root: compose(root, names, a.model, a.workers),
@@ -101,6 +111,41 @@ def main() -> None:
             f"{statistics.median(x.p50_ms for x in pts):.2f} ms, "
             f"{statistics.median(x.avg_batch for x in pts):.2f} requests per execute"
         )
+
+
+def profile(tools: Tools, write: Callable[[Path], None], name: str, c: int, a: Any) -> None:
+    """`name`'s workers under load for `a.profile_s` s: perf (software clock) by shared object, py-spy (on PATH,
+    one worker) by function, where samples with no Python frame are the stub's own C++ code."""
+    spy, secs = shutil.which("py-spy") or "", str(a.profile_s)
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        write(Path(tmp))
+        server = BenchServer(Path(tmp), extra_backends=a.extra).start()
+        try:
+            server.only(name)
+            pids, load = model_worker_pids(server.pid, name), PerfSettings((a.profile_s + 6) * 1000 // 3, 3, 1000)
+            (
+                loading := threading.Thread(target=lambda: measure(tools, server, name, c, shm=False, settings=load))
+            ).start()
+            time.sleep(3)  # past perf_analyzer's start (its windows: 3 of the profile's length)
+            perf = ["perf", "record", "-q", "-e", "cpu-clock", "-o", f"{tmp}/perf.data", "-p", ",".join(map(str, pids))]
+            spying = [spy, "record", "--nonblocking", "-f", "raw", "-r", "250", "-d", secs, "-o", f"{tmp}/spy"]
+            cmds = [[*perf, "sleep", secs]] + ([[*spying, "-p", str(pids[0])]] if spy else [])
+            for proc in [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for cmd in cmds]:
+                proc.wait(timeout=a.profile_s + 120)
+            loading.join()
+        finally:
+            server.stop()
+        report = ["perf", "report", "-i", f"{tmp}/perf.data", "--stdio", "--sort", "dso", "--percent-limit", "0.5"]
+        print(f"{name} ({a.model}, {a.workers} workers x 1 thread, c={c}), worker CPU by shared object (perf):")
+        lines = subprocess.run(report, capture_output=True, text=True).stdout.splitlines()
+        print(*(line for line in lines if "%" in line), sep="\n")
+        stacks = [line.rpartition(" ") for line in Path(f"{tmp}/spy").read_text().splitlines()] if spy else []
+        found: Counter[str] = Counter()  # inclusive
+        for stack, _, n in stacks:
+            for frame in {f.split(" (")[0] for f in stack.split(";") if f} or {"(no Python frame: the stub's C++)"}:
+                found[frame] += int(n)
+        print(f"one worker, {(total := max(1, sum(int(n) for _, _, n in stacks)))} py-spy samples, by function:")
+        print("\n".join(f"  {100 * n / total:5.1f} %  {frame}" for frame, n in found.most_common(20)))
 
 
 def backend_at(revision: str, into: Path) -> Path:

@@ -114,6 +114,7 @@ class TritonPythonModel:
         self.executor: Executor | None = None  # how requests run, chosen in `initialize` (`choose_executor`)
         self.instance: InstanceInfo | None = None
         self.output_names: list[str] = []
+        self._single_output: str | None = None  # the name of a model's only output (its responses' fast path)
         self._batched = False  # the config's axis 0 is the batch: samples are rows, not requests
         self._version_family: Any = None
         self._version_metric: Any = None
@@ -147,6 +148,7 @@ class TritonPythonModel:
         # In name order (by bytes, as std::map orders them): the order in which Triton's C++ ONNX Runtime
         # backend answers, whichever outputs were requested and in whatever order
         self.output_names = sorted(t["name"] for t in model_config.get("output", []))
+        self._single_output = self.output_names[0] if len(self.output_names) == 1 else None
         self._batched = cfg.batched
         if cfg.execute_deadline_s:  # before the executor is chosen: every run is made with the deadline's options
             stop = stop_runs(runtime)
@@ -251,20 +253,28 @@ class TritonPythonModel:
         of the batch already see them; every other request goes through the executor `initialize` chose.
         The metrics are only queued, and only when a publisher sends them.
         """
-        pending: list[pb_utils.InferenceResponse | None] = []  # an update's response, or None: the request runs
+        updates: dict[int, pb_utils.InferenceResponse] = {}  # the responses of weights updates, by position
         feeds: list[Feeds] = []
-        for request in requests:
+        for i, request in enumerate(requests):
             raw = request.parameters()
             if raw and UPDATE_PARAMETER in raw:  # parse only what may be an update
                 params = json.loads(raw)
                 if UPDATE_PARAMETER in params:
-                    pending.append(self._update(request, params))
+                    updates[i] = self._update(request, params)
                     continue
-            pending.append(None)
             feeds.append({t.name(): t.as_numpy() for t in request.inputs()})
-        results = iter(self._run(feeds) if feeds else ())
-        respond = self._respond
-        return [respond(request, next(results)) if done is None else done for request, done in zip(requests, pending)]
+        results = self._run(feeds) if feeds else []
+        if updates:
+            ran = iter(results)
+            return [updates[i] if i in updates else self._respond(r, next(ran)) for i, r in enumerate(requests)]
+        single = self._single_output
+        if single is not None:  # one output: nothing to choose (Triton checks requested names before we run)
+            tensor, response = pb_utils.Tensor, pb_utils.InferenceResponse
+            return [
+                self._refuse(result) if isinstance(result, BackendError) else response([tensor(single, result[single])])
+                for result in results
+            ]
+        return [self._respond(request, result) for request, result in zip(requests, results)]
 
     def _run(self, feeds: list[Feeds]) -> list[Result]:
         """The executor's results for the inputs of the requests to run (an error for each, if it fails)."""
@@ -275,16 +285,23 @@ class TritonPythonModel:
         except Exception:  # a bug of ours: every request gets a short message, the log the traceback
             _log().log_error(f"mslite: execute failed:\n{traceback.format_exc()}")
             results = [InferenceFailure("internal error in the mslite backend")] * len(feeds)
-        if self._publisher is not None:  # nobody reads the figures otherwise
+        if self._publisher is not None:  # nobody reads the figures otherwise; once per execute
             elapsed_ms = (time.perf_counter() - started) * 1000.0
-            self.metrics.record(elapsed_ms, _samples(feeds) if self._batched else len(feeds))
+            if self._batched:  # samples are rows (every input of a request has the same batch size)
+                rows = 0
+                for f in feeds:
+                    for array in f.values():
+                        rows += len(array) if array.ndim else 1
+                        break
+                self.metrics.record(elapsed_ms, rows)
+            else:
+                self.metrics.record(elapsed_ms, len(feeds))
         return results
 
     def _respond(self, request: pb_utils.InferenceRequest, result: Result) -> pb_utils.InferenceResponse:
         """The response of one request that ran: its outputs, or its error (counted in the metrics)."""
         if isinstance(result, BackendError):
-            self.metrics.error(_ERROR_KINDS.get(type(result), "internal"))
-            return _refusal(result)
+            return self._refuse(result)
         # with one output there is nothing to choose (and Triton checks requested names before we run); the
         # requested names are a set, whose order differs in every worker: the outputs go in `output_names` order
         names = self.output_names
@@ -292,6 +309,11 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(
             [pb_utils.Tensor(n, result[n]) for n in names if n in result and (not requested or n in requested)]
         )
+
+    def _refuse(self, error: BackendError) -> pb_utils.InferenceResponse:
+        """The error response of a request that failed, counted in the metrics."""
+        self.metrics.error(_ERROR_KINDS.get(type(error), "internal"))
+        return _refusal(error)
 
     def _update(self, request: pb_utils.InferenceRequest, params: dict[str, Any]) -> pb_utils.InferenceResponse:
         """Publish the new weights a request carries (or names) to every worker; the reply has no outputs.
@@ -362,16 +384,6 @@ def _refusal(error: BackendError) -> pb_utils.InferenceResponse:
     """The error response of one request: Triton's code for the error's class, a message safe for a client."""
     code = getattr(pb_utils.TritonError, _ERROR_CODES.get(type(error), "INTERNAL"))
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(client_message(str(error)), code))
-
-
-def _samples(feeds: list[dict[str, Any]]) -> int:
-    """Rows of a batch of requests of a batched model (every input of a request has the same batch size)."""
-    rows = 0
-    for f in feeds:
-        for array in f.values():
-            rows += len(array) if array.ndim else 1
-            break
-    return rows
 
 
 def _neutral_file_name(cls: type, name: str = "mslite/model.py") -> None:

@@ -64,7 +64,9 @@ def is_light(nodes: int | None, weight_bytes: int | None, sample_values: int | N
     Needs a known size: operators, bytes of weights (initializers and Constants), and input values per
     sample (None when a dim other than the batch is dynamic). For such a model, the more queued requests
     one `execute` takes the better: its cost is the hand-off, and no worker can hoard work that takes
-    microseconds. The backend's auto-complete and the client's configs judge with this one rule.
+    microseconds, and its requests of one `execute` run as one merged run on CPU (the backend's
+    `BackendConfig.merges_for`). The backend's auto-complete and merging and the client's configs judge
+    with this one rule.
     """
     if nodes is None or weight_bytes is None or sample_values is None:
         return False

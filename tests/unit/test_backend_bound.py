@@ -61,7 +61,7 @@ def test_a_gpu_session_asks_for_a_cuda_graph_only_when_bound() -> None:
 
 def test_cpu_workers_take_the_bound_path_only_when_asked(tmp_path: Path) -> None:
     plain = _load(_dir(tmp_path, "plain"), zoo.multi_io())
-    assert plain.bound == {} and choose_executor(plain).kind == "plain"
+    assert plain.bound == {} and choose_executor(plain).kind == "merged"  # a light graph, not bound
     bound = _load(_dir(tmp_path, "bound"), zoo.multi_io(), max_batch_size=8, io_binding="true")
     assert sorted(bound.bound) == [1, 2, 4, 8]
     assert all(isinstance(b, BoundBucket) for b in bound.bound.values())

@@ -294,6 +294,13 @@ def test_merge_requests_default_and_values(raw: str | None, cpu: bool, gpu: bool
     assert (cfg.merges_for("CPU"), cfg.merges_for("GPU"), cfg.merges_for("MODEL")) == (cpu, gpu, gpu)
 
 
+@pytest.mark.parametrize(("raw", "light_cpu"), [(None, True), ("auto", True), ("true", True), ("off", False)])
+def test_a_light_graph_merges_on_cpu_unless_the_config_says_no(raw: str | None, light_cpu: bool) -> None:
+    cfg = _parse({"merge_requests": raw} if raw else {})
+    assert cfg.merges_for("CPU", light=True) is light_cpu
+    assert cfg.merges_for("GPU", light=True) is (raw != "off")
+
+
 def test_merge_requests_rejects_other_words() -> None:
     with pytest.raises(ConfigError, match="merge_requests.*auto"):
         _parse({"merge_requests": "sometimes"})

@@ -170,10 +170,14 @@ def test_merged_requests_equal_single_runs_exactly(tmp_path: Path, name: str) ->
         _assert_same(got, zoo.run_reference(model, feeds), names)
 
 
-@pytest.mark.parametrize("name", ["multi_io", "mixed_dtypes", "variable_seq"])
-def test_cpu_workers_run_each_request_alone_by_default(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("variable_seq", {}), ("multi_io", {"merge_requests": "false"}), ("mixed_dtypes", {"merge_requests": "false"})],
+)
+def test_cpu_workers_run_each_request_alone_by_default(tmp_path: Path, name: str, params: dict[str, str]) -> None:
+    """A graph that is not light (a free length), or one whose config turns merging off."""
     model = getattr(zoo, name)()
-    runtime = _load(tmp_path, model)
+    runtime = _load(tmp_path, model, **params)
     requests = [_feeds(name, n) for n in (2, 1, 4)]
     calls = _count_runs(runtime)
     results = runtime.execute(requests)
@@ -651,3 +655,13 @@ def test_without_the_c_api_strings_must_be_utf8(tmp_path: Path, monkeypatch: pyt
     assert _ok(runtime.execute([{"INPUT0": good}])[0])["OUTPUT0"].tolist() == good.tolist()
     result = runtime.execute([{"INPUT0": _strings([[b"ok", b"x\xff"]])}])[0]
     assert isinstance(result, RequestError) and "element 1 is not valid UTF-8" in str(result)
+
+
+def test_a_layout_accepted_once_does_not_let_another_byte_order_through(tmp_path: Path) -> None:
+    runtime = _load(tmp_path, zoo.multi_io())
+    native = {"a": np.ones((1, 3), np.float32), "b": np.ones((1, 3), np.float32)}
+    runtime.validate(native)
+    runtime.validate(native)  # the cached layout
+    swapped = {"a": native["a"].astype(">f4"), "b": native["b"]}
+    with pytest.raises(RequestError, match="input 'a': data type expected FP32"):
+        runtime.validate(swapped)

@@ -84,13 +84,14 @@ def _error(response: Any) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("model", "params", "kind"),
     [
-        (zoo.multi_io(), {}, "plain"),  # CPU, one session, nothing to convert: a request is one ORT run
-        (zoo.multi_io(), {"merge_requests": "true"}, "general"),  # a batch's requests concatenated
+        (zoo.multi_io(), {"merge_requests": "false"}, "plain"),  # CPU, nothing to convert: one ORT run a request
+        (zoo.multi_io(), {}, "merged"),  # a light graph: a batch's requests concatenated into one ORT run
+        (zoo.slow(), {}, "plain"),  # not light: each request alone
         (zoo.mixed_dtypes(), {}, "general"),  # a BOOL input: its values checked on every request
         (zoo.string_identity(), {}, "general"),  # strings run as bytes through the C API session
         (linear_model(), {"variable_weights_list": "w"}, "updatable"),
     ],
-    ids=["multi_io", "multi_io-merged", "bool_input", "strings", "updatable_weights"],
+    ids=["multi_io-unmerged", "multi_io", "not_light", "bool_input", "strings", "updatable_weights"],
 )
 def test_initialize_chooses_the_executor_from_the_model(load: Any, model: Any, params: Any, kind: str) -> None:
     worker = load(model, **params)
@@ -250,3 +251,110 @@ def test_without_a_deadline_nothing_watches_execute(load: Any) -> None:
     assert worker._watch is None
     feeds = {"a": np.ones((1, 3), np.float32), "b": np.ones((1, 3), np.float32)}
     assert not worker.execute([_request(**feeds)])[0].has_error()
+
+
+def _light_matmul() -> onnx.ModelProto:
+    """y = relu(x @ w + 1) on 16 floats: light (`protocol.is_light`), and a matrix product's kernel on the path."""
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "one"], ["s"])]
+        + [helper.make_node("Relu", ["s"], ["y"])],
+        "light_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        initializer=[
+            onnx.numpy_helper.from_array(rng.standard_normal((16, 8), dtype=np.float32), name="w"),
+            onnx.numpy_helper.from_array(np.ones(8, np.float32), name="one"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)], ir_version=zoo.IR_VERSION)
+
+
+def _centred() -> onnx.ModelProto:
+    """y = x - mean(x over the batch): light, but each row's output depends on the other rows of its run."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1)]
+        + [helper.make_node("Sub", ["x", "m"], ["y"])],
+        "centred",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)], ir_version=zoo.IR_VERSION)
+
+
+def _counting_runs(worker: Any) -> list[int]:
+    """Rebuild `worker`'s executor on a run that records each ORT run's batch size."""
+    from mslite_backend.executors import MergedExecutor, PlainExecutor
+
+    sizes: list[int] = []
+    direct = worker.runtime.direct_run()
+
+    def run(names: list[str], feeds: dict[str, np.ndarray], options: Any) -> list[np.ndarray]:
+        sizes.append(len(next(iter(feeds.values()))))
+        return direct(names, feeds, options)
+
+    kind = type(worker.executor)
+    assert kind in (MergedExecutor, PlainExecutor)
+    worker.executor = kind(worker.runtime, run)
+    return sizes
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> bool:
+    return got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("model", [_light_matmul(), zoo.multi_io()], ids=["matmul", "multi_io"])
+def test_a_light_model_runs_mixed_batch_sizes_in_one_run_with_the_bits_of_one_run_each(load: Any, model: Any) -> None:
+    worker = load(model)
+    assert worker.executor.kind == "merged"
+    sizes = _counting_runs(worker)
+    rng = np.random.default_rng(7)
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim][1:] for i in model.graph.input}
+    feeds = [{n: rng.standard_normal((b, *s), dtype=np.float32) for n, s in shapes.items()} for b in (1, 3, 2, 1, 5)]
+    bad = {n: np.ones((1, *s), np.float64) for n, s in shapes.items()}  # fails validation, alone
+    responses = worker.execute([_request(**feeds[0]), _request(**bad), *(_request(**f) for f in feeds[1:])])
+    assert sizes == [12]  # the five valid requests, one ORT run
+    assert _error(responses[1])[0] == pb.TritonError.INVALID_ARG
+    names = [o.name for o in model.graph.output]
+    for response, f in zip([responses[0], *responses[2:]], feeds):
+        out = pb.outputs(response)
+        for name, want in zip(names, zoo.run_reference(model, f)):  # one ONNX Runtime run of this request alone
+            assert _same_bits(out[name], want), name
+
+
+def test_a_model_whose_merged_run_differs_runs_each_request_alone(load: Any) -> None:
+    model = _centred()
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((b, 4), dtype=np.float32)} for b in (2, 1, 3)]
+    merged = zoo.run_reference(model, {"x": np.concatenate([f["x"] for f in feeds])})[0]
+    assert not _same_bits(merged[:2], zoo.run_reference(model, feeds[0])[0])  # merging would change the answer
+    worker = load(model)
+    assert worker.executor.kind == "plain"
+    assert any("each request runs alone" in line and "differs" in line for _, line in pb.Logger.lines)
+    sizes = _counting_runs(worker)
+    responses = worker.execute([_request(**f) for f in feeds])
+    assert sizes == [2, 1, 3]
+    for response, f in zip(responses, feeds):
+        assert _same_bits(pb.outputs(response)["y"], zoo.run_reference(model, f)[0])
+
+
+def test_a_request_failing_inside_a_merged_run_fails_alone(load: Any) -> None:
+    """out = table[i]: an index past the table fails ORT's run; the merged run is retried request by request."""
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "i"], ["out"])],
+        "lookup",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, ["N", 1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 1])],
+        initializer=[onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32) * 10, name="table")],
+    )
+    worker = load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)], ir_version=8))
+    assert worker.executor.kind == "merged"
+    sizes = _counting_runs(worker)
+    ok, bad, also_ok = worker.execute(
+        [_request(i=np.array([[1], [2]])), _request(i=np.array([[9]])), _request(i=np.array([[3]]))]
+    )
+    assert sizes == [4, 2, 1, 1]  # the merged try, then each request alone
+    np.testing.assert_array_equal(pb.outputs(ok)["out"], [[10.0], [20.0]])
+    np.testing.assert_array_equal(pb.outputs(also_ok)["out"], [[30.0]])
+    code, message = _error(bad)
+    assert code == pb.TritonError.INVALID_ARG and "out of data bounds, idx=9" in message, message

@@ -42,7 +42,7 @@ def run_batched(requests: list[Feeds], run: RunFn, *, merge: bool) -> list[Resul
         groups.setdefault(key, []).append(i)
     for members in groups.values():
         if len(members) > 1:
-            merged = _run_merged([requests[i] for i in members], run)
+            merged = run_merged([requests[i] for i in members], run)
             if merged is not None:
                 for i, out in zip(members, merged):
                     results[i] = out
@@ -59,7 +59,7 @@ def _run_one(feeds: Feeds, run: RunFn) -> Result:
         return e
 
 
-def _run_merged(group: list[Feeds], run: RunFn) -> list[Outputs] | None:
+def run_merged(group: list[Feeds], run: RunFn) -> list[Outputs] | None:
     """Concatenate, run once and split; None when the merged run failed or cannot be split."""
     sizes = [len(next(iter(f.values()))) for f in group]
     merged = {name: np.concatenate([f[name] for f in group]) for name in group[0]}
@@ -75,3 +75,42 @@ def _run_merged(group: list[Feeds], run: RunFn) -> list[Outputs] | None:
         parts.append({name: a[start : start + n] for name, a in outputs.items()})
         start += n
     return parts
+
+
+# the totals a merged run is checked at (`merge_differs`), up to the model's max_batch_size
+MERGE_CHECK_TOTALS = (2, 3, 4, 5, 7, 8, 16, 32, 64)
+
+
+def merge_differs(run: RunFn, rows: Feeds) -> str | None:
+    """Whether a merged run differs in any bit from one run per request, on this model; None: it does not.
+
+    Each row of `rows` (a fixed random input, its batch the most a merged run may hold) runs alone; then the
+    first n rows run as one batch, for each n of MERGE_CHECK_TOTALS that fits, and each of their output rows
+    must have the bits of the row's own run. A kernel that changes with the batch size (a matrix product
+    blocked differently, a reduction split otherwise) shows here, and the model then runs each request alone.
+    """
+    count = len(next(iter(rows.values())))
+    alone = []
+    try:
+        for i in range(count):
+            alone.append(run({name: a[i : i + 1] for name, a in rows.items()}))
+        for total in [n for n in MERGE_CHECK_TOTALS if n < count] + [count]:
+            merged = run({name: a[:total] for name, a in rows.items()})
+            for name, out in merged.items():
+                if out.ndim == 0 or out.shape[0] != total:
+                    return f"output '{name}' has no batch axis to split (shape {list(out.shape)})"
+                for i in range(total):
+                    if not same_bits(out[i : i + 1], alone[i][name]):
+                        return f"output '{name}' of row {i} differs between a batch of {total} and a run of its own"
+    except BackendError as e:
+        return f"a check run failed: {e}"
+    return None
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same shape, dtype and bytes (NaNs and signed zeros compared as stored)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype == np.object_:
+        return bool(all(x == y for x, y in zip(a.ravel(), b.ravel())))
+    return np.ascontiguousarray(a).view(np.uint8).tobytes() == np.ascontiguousarray(b).view(np.uint8).tobytes()

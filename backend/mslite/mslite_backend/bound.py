@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .batching import same_bits
 from .errors import BackendError
 
 Feeds = dict[str, np.ndarray]
@@ -193,7 +194,7 @@ def differs(bound: Bucket, plain: Callable[[Feeds], Outputs], feeds: Feeds) -> s
                 buf[...] = feeds[name]
             got = bound.run()
             for name, expected in want.items():
-                if not _same_bits(got[name], expected):
+                if not same_bits(got[name], expected):
                     return f"output '{name}' differs from a plain run in run {run + 1}"
     except BackendError as e:
         return f"the bound run failed: {e}"
@@ -202,11 +203,6 @@ def differs(bound: Bucket, plain: Callable[[Feeds], Outputs], feeds: Feeds) -> s
             buf[...] = 0
         bound.dirty = 0
     return None
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and a.view(np.uint8).tobytes() == b.view(np.uint8).tobytes()
 
 
 def run_rows(buckets: Mapping[int, Bucket], requests: list[Feeds]) -> list[Outputs]:

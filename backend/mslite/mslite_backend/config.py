@@ -237,15 +237,17 @@ class BackendConfig:
             warnings=warnings,
         )
 
-    def merges_for(self, kind: str) -> bool:
+    def merges_for(self, kind: str, *, light: bool = False) -> bool:
         """Whether the requests of one `execute` are concatenated into one run on a worker of `kind`.
 
         On CPU, ONNX Runtime's cost per image does not fall with the batch (on the reference machine batch 8
-        was 15 % slower per image than batch 1), so by default each request runs alone; accelerators merge.
+        was 15 % slower per image than batch 1), so by default each request runs alone; accelerators merge,
+        and so does a `light` graph (`protocol.is_light`) on CPU, whose cost is the run's fixed part, not its
+        rows. The load then checks that a merged run gives the same bits (`batching.merge_differs`).
         """
         if not self.batched:
             return False
-        return self.merge_requests if self.merge_requests is not None else kind != "CPU"
+        return self.merge_requests if self.merge_requests is not None else (kind != "CPU" or light)
 
     def binds_for(self, kind: str) -> bool:
         """Whether a worker of `kind` runs its buckets on pre-allocated bound buffers (`bound.BoundBucket`).

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .batching import Feeds, Result
+from .batching import Feeds, Outputs, Result, run_merged
 from .bound import run_rows
 from .errors import BackendError
 from .runtime import ModelRuntime
@@ -74,6 +74,61 @@ class PlainExecutor:
         return results
 
 
+class MergedExecutor:
+    """A light model's valid requests of one `execute` as one call of ONNX Runtime's own run, split back by rows.
+
+    Requests whose inputs agree on every dim but the batch are concatenated on axis 0 (`batching.run_merged`);
+    the load checked that such a run gives each request the bits of its own run (`batching.merge_differs`).
+    A lone request, or a group whose merged run fails, runs as `PlainExecutor` runs it, one run per request.
+    """
+
+    kind = "merged"
+
+    def __init__(self, runtime: ModelRuntime, run: Callable[..., list[np.ndarray]]) -> None:
+        self._validate = runtime.validate
+        self._one = PlainExecutor(runtime, run)
+        self._run = run
+        self._names = names = runtime.output_names
+
+        def merged_run(feeds: Feeds) -> Outputs:
+            try:
+                return dict(zip(names, run(names, feeds, None)))
+            except Exception as e:  # as `OrtSession.run` maps them
+                raise failure(e) from e
+
+        self._merged_run = merged_run
+
+    def __call__(self, requests: list[Feeds]) -> list[Result]:
+        """One result (outputs by name, or the request's error) per request, in order."""
+        validate = self._validate
+        if len(requests) == 1:  # `PlainExecutor`'s run, inlined: at low load every execute holds one request
+            feeds = requests[0]
+            try:
+                validate(feeds)
+            except BackendError as e:
+                return [e]
+            try:
+                return [dict(zip(self._names, self._run(self._names, feeds, None)))]
+            except Exception as e:  # as `OrtSession.run` maps them
+                return [failure(e)]
+        results: list[Result | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for i, feeds in enumerate(requests):
+            try:
+                validate(feeds)
+            except BackendError as e:
+                results[i] = e
+                continue
+            # dtypes and names passed `validate`: what may still differ is a dim other than the batch
+            groups.setdefault(tuple([(name, a.shape[1:]) for name, a in feeds.items()]), []).append(i)
+        for members in groups.values():
+            group = [requests[i] for i in members]
+            merged = run_merged(group, self._merged_run) if len(members) > 1 else None
+            for i, result in zip(members, merged if merged is not None else self._one(group)):
+                results[i] = result
+        return [r for r in results if r is not None]
+
+
 class BoundExecutor:
     """Rows written straight into each bucket's bound buffers, run (or replayed), outputs read once and split.
 
@@ -118,7 +173,7 @@ class BoundExecutor:
             return e
 
 
-Executor = GeneralExecutor | PlainExecutor | BoundExecutor
+Executor = GeneralExecutor | PlainExecutor | MergedExecutor | BoundExecutor
 
 
 def choose_executor(runtime: ModelRuntime) -> Executor:
@@ -129,5 +184,5 @@ def choose_executor(runtime: ModelRuntime) -> Executor:
         return UpdatableExecutor(runtime)
     direct = runtime.direct_run()
     if direct is not None:
-        return PlainExecutor(runtime, direct)
+        return MergedExecutor(runtime, direct) if runtime.merge else PlainExecutor(runtime, direct)
     return GeneralExecutor(runtime)

@@ -14,12 +14,12 @@ from collections.abc import Callable
 import numpy as np
 
 from .affinity import cores_for_worker, pin_process
-from .batching import Feeds
+from .batching import Feeds, merge_differs
 from .bound import BoundBucket, Bucket, Layout, PlainBucket, check_input, differs, graph_op_types, obstacle
 from .buckets import session_per_bucket
 from .config import BackendConfig, InstanceInfo
 from .errors import BackendError, ModelLoadError
-from .graph import GraphIO, check_config_against_graph, read_graph_io
+from .graph import GraphIO, check_config_against_graph, is_light, read_graph_io
 from .model_source import resolve
 from .ort_c_strings import CStringSession
 from .providers import apply_env
@@ -30,6 +30,9 @@ from .store_files import launcher_owner, store_directory
 from .strings import placeholder
 from .weight_store import WeightStore
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
+
+MERGE_CHECK_ROWS = 64  # rows of the load-time check of merged runs (`check_merging`) of a light graph
+MERGE_CHECK_ROWS_HEAVY = 8  # of any other graph that merges on CPU (asked by `merge_requests`): 36 runs of a row
 
 
 def load_runtime(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -> ModelRuntime:
@@ -84,7 +87,7 @@ def load_runtime(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -
         shared=prepared.shared and not notes,
         notes=prepared.notes + notes + bind_notes + string_notes,
         buckets=buckets,
-        merge=cfg.merges_for(instance.kind),
+        merge=cfg.merges_for(instance.kind, light=(light := is_light(io, cfg.batched))),
         bucket_sessions=per_bucket,
         string_session=strings,
     )
@@ -108,6 +111,8 @@ def load_runtime(version_dir: str, cfg: BackendConfig, instance: InstanceInfo) -
                 )
         elif cfg.warmup:
             warm_up(runtime)
+        if runtime.merge and not bind and instance.kind == "CPU":  # bound buckets make their own check
+            check_merging(runtime, MERGE_CHECK_ROWS if light else MERGE_CHECK_ROWS_HEAVY)
     except BaseException:
         runtime.close(failed_load=True)
         raise
@@ -159,6 +164,31 @@ def bind_buckets(
             bucket = PlainBucket(reference, size, inputs, names)
         bound[size] = bucket
     return bound, refused
+
+
+def check_merging(runtime: ModelRuntime, most_rows: int) -> None:
+    """Turn merging off, with a note, when a merged run of this CPU model differs from one run per request.
+
+    The check's rows are `bound.check_input`'s (dynamic dims at 1), as many as a merged run may hold
+    (max_batch_size, at most `most_rows`). Accelerators keep their merged runs as they are (their bound
+    buckets check themselves against plain runs).
+    """
+    cfg = runtime.cfg
+    rows = min(cfg.max_batch_size, most_rows)
+    expected = runtime.checks.expected
+    layout = {name: (dtype, tuple(d if d >= 0 else 1 for d in dims)) for name, (dtype, dims) in expected.items()}
+    why = "max_batch_size is 1" if rows < 2 else None
+    if why is None:
+        feeds = check_input(layout, rows)
+        for name, (dtype, _) in layout.items():
+            if dtype == np.object_:  # strings: distinct bytes of the check's integers
+                values = feeds[name]
+                feeds[name] = np.array([b"s%d" % v for v in values.ravel()], dtype=object).reshape(values.shape)
+        weights = runtime.weights.snapshot().arrays if runtime.weights is not None else None
+        why = merge_differs(lambda f: runtime.run(f, weights), feeds)
+    if why is not None:
+        runtime.merge = False
+        runtime.notes += (f"model '{cfg.model_name}': each request runs alone, not merged with others: {why}",)
 
 
 def warm_up(runtime: ModelRuntime) -> None:

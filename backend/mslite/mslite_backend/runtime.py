@@ -68,11 +68,12 @@ class ModelRuntime:
         """ORT's own run, when a request that passed `validate` needs nothing else to run (`PlainExecutor`).
 
         `run(self.output_names, feeds, None)`, whose exceptions go through `session.failure`. None when a run
-        needs more: updatable weights, buckets or a session per bucket, merging, BOOL inputs (checked on
-        every request), strings (converted on every run), or a provider other than the CPU's.
+        needs more: updatable weights, buckets or a session per bucket, BOOL inputs (checked on every
+        request), strings (converted on every run), or a provider other than the CPU's. Merged runs
+        (`MergedExecutor`) call it too.
         """
         direct = self.session.direct
-        if direct is None or not self._one_session or self.weights is not None or self.merge:
+        if direct is None or not self._one_session or self.weights is not None:
             return None
         if self.checks.bool_inputs or self._strings:
             return None
