@@ -19,7 +19,7 @@ from mslite_backend import bytes_wire
 from mslite_backend.affinity import config_with_instance, worker_index
 from mslite_backend.batching import Feeds, Result
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_resized_inputs, declared_variable_weights
-from mslite_backend.deadline import ExecuteWatch, stop_runs
+from mslite_backend.deadline import ExecuteWatch, deadline_message, stop_runs
 from mslite_backend.errors import (
     BackendError,
     ConfigError,
@@ -44,7 +44,6 @@ from mslite_backend.update_auth import UpdateGuard
 from mslite_contract.owned_files import close_stub_region
 from mslite_contract.protocol import (
     DEADLINE_EXIT_CODE,
-    DEADLINE_PASSED,
     FILE_PARAMETER,
     PROOF_PARAMETER,
     UPDATE_PARAMETER,
@@ -209,9 +208,7 @@ class TritonPythonModel:
     ) -> list[pb_utils.InferenceResponse]:
         """An `execute` whose run was stopped at the deadline (`deadline`): its failed requests say so."""
         name = self.runtime.cfg.model_name if self.runtime is not None else ""
-        message = (
-            f"model '{name}': the request {DEADLINE_PASSED} (execute_deadline_s {deadline_s:g} s); its run was stopped"
-        )
+        message = deadline_message(name, deadline_s, worker_ended=False)
         _log().log_warn(f"mslite: instance '{self.instance_name}': {message}")
         error = pb_utils.TritonError(message)
         return [pb_utils.InferenceResponse(error=error) if r.has_error() else r for r in responses]
@@ -225,10 +222,7 @@ class TritonPythonModel:
         supervisor loads the model again.
         """
         assert self.runtime is not None and self._watch is not None
-        message = (
-            f"model '{self.runtime.cfg.model_name}': the request {DEADLINE_PASSED} "
-            f"(execute_deadline_s {self._watch.deadline_s:g} s); the worker running it was ended and is replaced"
-        )
+        message = deadline_message(self.runtime.cfg.model_name, self._watch.deadline_s, worker_ended=True)
         # stderr goes to the server log directly: Triton's logger would send it through the process that ends
         sys.stderr.write(
             f"mslite: instance '{self.instance_name}' (pid {os.getpid()}): execute still running after "

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from mslite_contract.protocol import DEADLINE_PASSED
+
 MIN_GRACE_S = 2.0  # how long a stopped run gets to return before its worker is ended
 
 
@@ -148,3 +150,9 @@ class ExecuteWatch:
                     self._closed.set()
                     self._expire(elapsed)
                     return
+
+
+def deadline_message(model: str, deadline_s: float, *, worker_ended: bool) -> str:
+    """What the client of a request past the execute deadline reads: its run was stopped, or its worker ended."""
+    then = "the worker running it was ended and is replaced" if worker_ended else "its run was stopped"
+    return f"model '{model}': the request {DEADLINE_PASSED} (execute_deadline_s {deadline_s:g} s); {then}"
