@@ -2,8 +2,10 @@
 # The set-up of `make test-deploy` (the container tests, tests/containers), as root on Debian 12: podman and its
 # tools from Debian, podman's configuration for this kind of host, and the images. What exists is reused: the
 # Debian base, the tritonserver base, nginx and Prometheus are built once; the server's image is rebuilt every
-# time (podman's layer cache makes that quick when the project is unchanged). Argument: the project venv's
-# python (for `pip download` of the nvidia-pytriton wheel, from its cache when it has it).
+# time (podman's layer cache makes that quick when the project is unchanged); after changing a file of
+# deploy/local/, remove its image (`podman rmi localhost/mslite-triton-base:2.51`, ...) to have it rebuilt.
+# Argument: the project venv's python (for `pip download` of the nvidia-pytriton wheel, from pip's cache when
+# it has it). MSLITE_DEBIAN_MIRROR: the Debian mirror for debootstrap (default deb.debian.org).
 #
 # Images (docs/deployment.md, "Containers, run here"):
 #   localhost/mslite-debian:bookworm      debootstrap --variant=minbase, python3 + python3-venv + ca-certificates
