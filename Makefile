@@ -93,7 +93,7 @@ compose-config:
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose config -q
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose -f docker-compose.yml -f deploy/compose.gpu.yml config -q
 
-## The container path for real (not part of `make test`; as root, ~N min, docs/sizes-and-times.md): podman from Debian,
+## The container path for real (not part of `make test`; as root; ~10 min the first time, ~3 min after: docs/sizes-and-times.md): podman from Debian,
 ## the image built from deploy/Dockerfile on a base of the wheel's tritonserver, run alone, with docker-compose.yml
 ## (default stack and scale-out profile) and with deploy/kubernetes/mslite-triton.yaml (`podman kube play`).
 .PHONY: test-deploy

@@ -147,18 +147,29 @@ def test_a_killed_replica_is_restarted_while_the_other_keeps_serving(stack):
         time.sleep(3)
     assert int(inspect(victim, "{{.RestartCount}}")) > restarts
     assert healthcheck(victim).returncode == 0, podman("logs", victim).stderr[-3000:]
-    back = successes(metrics_in(victim), "tiny")
-    for _ in range(20):
-        infer_tiny(8080)
-    assert successes(metrics_in(victim), "tiny") > back  # nginx sends to it again
+    # nginx sends to it again, once the 10 s it leaves a failed replica alone (fail_timeout) have passed
+    deadline = time.monotonic() + 60
+    while successes(metrics_in(victim), "tiny") == 0 and time.monotonic() < deadline:
+        for _ in range(10):
+            assert infer_tiny(8080) == [3.0, 5.0, 7.0, 9.0]
+        time.sleep(1)
+    assert successes(metrics_in(victim), "tiny") > 0
 
 
 def test_stop_ends_every_server_with_exit_0(stack):
-    """Last: `docker-compose stop` (SIGTERM, then the engine's kill after the wait) ends each server cleanly."""
+    """Last: each server stopped by the engine (SIGTERM, then a kill after the wait) ends cleanly, within the wait.
+
+    One at a time, after nginx and Prometheus: three servers stopping at once on 2 cores shared with other jobs
+    were seen to outlast `serve`'s 30 s exit time-out, whereupon `serve` kills tritonserver and exits 1
+    (docs/deployment.md)."""
     servers = stack.containers("triton") + stack.containers("triton-replica")
-    started = time.monotonic()
-    stack.compose("stop", "-t", str(STOP_WAIT_S))
-    assert time.monotonic() - started < STOP_WAIT_S * 2
+    stack.compose("stop", "-t", "10", "nginx", "prometheus")
+    took = {}
+    for name in servers:
+        started = time.monotonic()
+        podman("stop", "-t", str(STOP_WAIT_S), name, timeout=STOP_WAIT_S + 60)
+        took[name] = round(time.monotonic() - started, 1)
     codes = {name: inspect(name, "{{.State.ExitCode}}") for name in servers}
     logs = {name: podman("logs", name).stderr[-2000:] for name, code in codes.items() if code != "0"}
-    assert set(codes.values()) == {"0"}, (codes, logs)
+    assert set(codes.values()) == {"0"}, (codes, took, logs)
+    assert max(took.values()) < STOP_WAIT_S, took
