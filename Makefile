@@ -98,6 +98,14 @@ compose-config:
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose config -q
 	MSLITE_TRITON_KEY=$${MSLITE_TRITON_KEY:-check-only} docker-compose -f docker-compose.yml -f deploy/compose.gpu.yml config -q
 
+## The container path for real (not part of `make test`; as root; ~10 min the first time, ~3 min after: docs/sizes-and-times.md): podman from Debian,
+## the image built from deploy/Dockerfile on a base of the wheel's tritonserver, run alone, with docker-compose.yml
+## (default stack and scale-out profile) and with deploy/kubernetes/mslite-triton.yaml (`podman kube play`).
+.PHONY: test-deploy
+test-deploy: $(STAMP) models
+	sh scripts/deploy_setup.sh $(PY)
+	MSLITE_CONTAINER_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider --durations=15 tests/containers
+
 ## Healing under predicting clients (not part of `make test`; CHAOS_ARGS=--quick for a shorter faults run):
 ## process faults and client attacks under `serve` (faults), and requests that cost everyone else (costs).
 .PHONY: chaos

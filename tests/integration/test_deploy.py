@@ -1,11 +1,13 @@
-"""The container files, checked without a Docker engine (none runs here): nothing in this module starts a container.
+"""The container files, checked without a container engine: nothing in this module starts a container (`make
+test-deploy` does, with podman: tests/containers).
 
 docker-compose.yml (and its GPU override and scale-out profile) is validated by a real Compose implementation's
 `config` command (Debian's docker-compose), whose normalised output is then checked: every bind mount points at a
 real path in the repository, ports are on loopback, the GPU is reserved. The YAML is read with the YAML library
 of that same Compose installation (the project's venv has none). The image's entrypoint script is run with the
-wheel's `tritonserver` standing in for the image's, and serves through the gateway; the Kubernetes/KServe
-manifest is parsed and checked for structure only (KServe's CRD schemas are not available offline).
+wheel's `tritonserver` standing in for the image's, and serves through the gateway, and the image's healthcheck
+script passes against it; the Kubernetes manifests (the plain Deployment + Service, and KServe's) are parsed and
+checked for structure.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.integration
 APT_LINE = "apt-get update && apt-get install -y --no-install-recommends docker-compose"
 KEY = "test-admin-key"
 GPU_OVERRIDE = "deploy/compose.gpu.yml"
+HEALTHCHECK = "mslite-triton-healthcheck"
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +124,8 @@ def test_compose_config_is_valid_and_mounts_are_real(compose, files):
         assert set(mounts) == {"/models"} and Path(mounts["/models"]) == ROOT / "model_repository"
         assert triton["build"]["dockerfile"] == "deploy/Dockerfile"
         assert triton["shm_size"] in ("1gb", "1g", 1 << 30)
-        assert "/v2/health/ready" in " ".join(triton["healthcheck"]["test"])
+        # the image's script (no argument with spaces: podman's Docker-compatible API would split it)
+        assert triton["healthcheck"]["test"] == ["CMD", HEALTHCHECK, "8000"]
         assert triton["environment"][settings.ADMIN_KEY_ENV] == KEY
     assert {port for _, port in published(svcs["triton"])} == {"8000", "8001", "8002"}
     assert svcs["triton-replica"]["deploy"]["replicas"] >= 2 and not published(svcs["triton-replica"])
@@ -179,6 +183,9 @@ def test_image_is_the_triton_release_with_what_the_backend_needs():
     assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:25.07-py3" in text
     (numpy,) = re.findall(r"NUMPY_PACKAGE=numpy==(\d+)\.", text)
     assert int(numpy) < 2 and "ORT_PACKAGE=onnxruntime==" in text  # numpy 2 empties every output
+    assert "ONNX_PACKAGE=onnx==" in text  # the backend imports onnx
+    assert f"COPY deploy/triton-healthcheck.py /usr/local/bin/{HEALTHCHECK}" in text
+    assert f'HEALTHCHECK --interval=5s --timeout=3s --retries=5 --start-period=120s CMD ["{HEALTHCHECK}"]' in text
     ignored = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
     assert ignored[0] == "*"  # everything out, then only what the image needs back in
     for line in text.splitlines():
@@ -230,10 +237,19 @@ def test_the_entrypoint_serves_through_the_gateway_in_front_of_the_given_tritons
         index.add_header("mslite-key", KEY)
         with urllib.request.urlopen(index, timeout=30) as r:
             assert [m["name"] for m in json.load(r)] == ["tiny"]
+        assert healthcheck(http).returncode == 0
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]
+    unhealthy = healthcheck(http)
+    assert unhealthy.returncode == 1 and "not ready" in unhealthy.stderr
+
+
+def healthcheck(port: int) -> subprocess.CompletedProcess[str]:
+    """The image's healthcheck script, as the engine runs it, against a server on `port`."""
+    script = ROOT / "deploy" / "triton-healthcheck.py"
+    return subprocess.run([sys.executable, str(script), str(port)], capture_output=True, text=True, timeout=60)
 
 
 def test_kserve_manifest_structure(compose):
@@ -260,3 +276,33 @@ def test_kserve_manifest_structure(compose):
     (shm,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     volumes = {v["name"]: v for v in runtime["spec"]["volumes"]}
     assert volumes[shm["name"]]["emptyDir"]["medium"] == "Memory"
+
+
+def test_plain_kubernetes_manifest_structure(compose):
+    """deploy/kubernetes/mslite-triton.yaml: a Deployment of the image with `serve`'s options and a Service in front.
+    `make test-deploy` validates it against Kubernetes' schemas and plays its Deployment with podman."""
+    docs = load_yaml(compose, (ROOT / "deploy" / "kubernetes" / "mslite-triton.yaml").read_text())
+    by_kind = {d["kind"]: d for d in docs}
+    assert set(by_kind) == {"Deployment", "Service"}
+    deployment, service = by_kind["Deployment"], by_kind["Service"]
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert service["spec"]["selector"].items() <= labels.items()
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == dockerfile_cmd()  # the image's options, stated
+    assert build_parser().parse_args(["serve", *container["args"]]).http_port == 8000
+    exit_timeout = build_parser().parse_args(["serve"]).exit_timeout_s
+    assert pod["spec"]["terminationGracePeriodSeconds"] > exit_timeout  # a stop is never a kill
+    (key_env,) = [e for e in container["env"] if e["name"] == settings.ADMIN_KEY_ENV]
+    assert "secretKeyRef" in key_env["valueFrom"]
+    assert not [a for a in container["args"] if "key" in a.lower()]  # the key by environment only
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == set(ports)
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert mounts["/models"]["readOnly"] and "persistentVolumeClaim" in volumes[mounts["/models"]["name"]]
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"]["medium"] == "Memory"
