@@ -35,7 +35,7 @@ demo: models
 	cd examples && MSLITE_TRITON_LOG=info ../$(PY) ../scripts/whole_lines.py quick_start_parallel_python.py
 
 # The project's own folders: a script of the user's saved in the checkout (a quick start) is not linted.
-LINT_PATHS := backend benchmarks client contract model_repository scripts server tests typings README.md docs
+LINT_PATHS := backend benchmarks client contract deploy model_repository scripts server tests typings README.md docs
 ## Lint (ruff's rules and its formatting, Markdown's Python blocks included) and type-check, in seconds.
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
