@@ -25,6 +25,7 @@ from typing import Any
 import hpack
 
 from mslite_gateway import server_metadata
+from mslite_gateway.access import grpc_refusal
 from mslite_gateway.admission import Account, Overloaded
 from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.frames import (
@@ -33,6 +34,7 @@ from mslite_gateway.grpc.frames import (
     GOAWAY,
     NO_ERROR,
     PASS,
+    PERMISSION_DENIED,
     RST_STREAM,
     U32,
     UNAVAILABLE,
@@ -165,6 +167,8 @@ class CheckedCalls:
             link.close()  # after what is written
         elif rules.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
+        elif (refusal := grpc_refusal(path, key, rules.admin_key)) is not None:  # default-deny (`access`)
+            self.refuse(sid, PERMISSION_DENIED, refusal.message)
         elif path in rules.checks:
             answered = None
             staging = rules.staging
