@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from mslite_gateway.grpc.core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.grpc.frames import write
@@ -205,13 +206,17 @@ class _TritonProtocol(asyncio.Protocol):
 
 
 async def start_relay(
-    host: str, port: int, upstream: UpstreamAddress, rules: RelayRules
+    host: str, port: int, upstream: UpstreamAddress, rules: RelayRules, *, sock: socket.socket | None = None
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
-    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint) under `rules`.
+    """Listen on host:port (or serve `sock`, a listening socket bound already) and relay to `upstream` under `rules`.
 
     Raises:
         OSError: the port could not be bound.
     """
     relay = GrpcRelay(upstream, rules)
-    server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
+    loop = asyncio.get_running_loop()
+    if sock is not None:
+        server = await loop.create_server(relay.factory, sock=sock, backlog=1024)
+    else:
+        server = await loop.create_server(relay.factory, host, port, backlog=1024)
     return server, relay
