@@ -3,8 +3,9 @@
 A stream's DATA is held (never passed on as it arrives, as a unary call's is) and split into messages
 (`grpc.stream_state.MessageReader`); each whole message gets `ModelInfer`'s checks (`grpc.checks.read_model_infer`:
 size, shapes, datatypes, shared-memory names) and the per-model in-flight limit, and its frames' admission to
-the byte budget. A message that passes goes to Triton in DATA frames of ours (its own bytes, or through a
-staging region as a unary request would); one that fails is answered on the stream with a
+the byte budget; a compressed one is inflated and checked off the event loop, the messages behind it
+waiting. A message that passes goes to Triton in DATA frames of ours (its own bytes, or through a staging
+region as a unary request would); one that fails is answered on the stream with a
 ModelStreamInferResponse carrying the error and the request's id, as Triton answers a request it fails, and the
 stream goes on. A message over the size cap ends the call with RESOURCE_EXHAUSTED, as Triton ends a call whose
 message is over its own limit.
@@ -22,6 +23,7 @@ held back from the client's window updates to Triton, and the bytes of a dropped
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
@@ -44,11 +46,12 @@ from mslite_gateway.grpc.frames import (
     unpadded,
 )
 from mslite_gateway.grpc.messages import PREFIX, Message, inflate, prefixed
-from mslite_gateway.grpc.relay_rules import Calls
+from mslite_gateway.grpc.relay_rules import INFLATED, Calls, Later
 from mslite_gateway.grpc.stream_state import Pending, StreamCall, error_answer, read_answer, request_id
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.rules import Refusal, check_batches, empty_batch_refusal, empty_batches
 
+log = logging.getLogger(__name__)
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
 _PROBE_ID = "mslite-gateway-probe-"  # + the stream's id: how its answer is told from the client's
@@ -109,22 +112,73 @@ class StreamCalls:
             if not reader.between:
                 owner.refuse(sid, INVALID_ARGUMENT, "the request stream ended inside a message")
                 return
-            call.move("half_close")
-            owner.frames.out.append(frame(DATA, END_STREAM, sid))
+            if call.inflating is not None:  # after the messages that wait for it
+                call.ending = True
+            else:
+                self._half_close(sid, call)
+
+    def _half_close(self, sid: int, call: StreamCall) -> None:
+        call.move("half_close")
+        self.owner.frames.out.append(frame(DATA, END_STREAM, sid))
 
     def _request(self, sid: int, call: StreamCall, message: Message) -> None:
-        """A whole request message: checked, counted and sent on, or answered with its error."""
+        """A whole request message: checked, counted and sent on, or answered with its error.
+
+        A compressed one is inflated and checked off the event loop (65 KB may inflate to 64 MiB), as a unary
+        call's is (`grpc.relay_rules.Later`); the stream's later messages wait for it, in order (`resolve`).
+        """
+        if call.inflating is not None:
+            call.waiting.append(message)
+            return
+        rules = self.owner.rules
+        if message.refusal is None and message.compressed:
+            call.inflating = message
+            encoding, packed, cap, keyed, max_strings = (
+                call.encoding,
+                message.body().join(),
+                rules.cap,
+                call.keyed,
+                rules.max_strings,
+            )
+            job = Later(
+                INFLATED,
+                lambda: read_model_infer(inflate(encoding, packed, cap), cap, keyed=keyed, max_strings=max_strings),
+            )
+            self.owner.link.later.append((sid, job))
+            return
+        self._checked(sid, call, message, None)
+
+    def resolve(self, sid: int, job: Later, value: Any, error: BaseException | None) -> None:
+        """A message inflated and checked off the loop (`_request`): it goes on, then the messages behind it."""
+        call = self.calls.get(sid)
+        if call is None or call.inflating is None:  # ended meanwhile: the outcome goes with it
+            return
+        message, call.inflating = call.inflating, None
+        if isinstance(error, Refusal):
+            self._refuse(sid, call, message, error.message, _share(call, message))
+        elif error is not None:
+            log.error("a gRPC stream request's check failed: %r", error)
+            self._refuse(sid, call, message, "the server could not check this request", _share(call, message))
+        else:
+            self._checked(sid, call, message, value)
+        while call.inflating is None and call.waiting and self.calls.get(sid) is call:
+            self._request(sid, call, call.waiting.pop(0))
+        if call.inflating is None and call.ending and self.calls.get(sid) is call:
+            call.ending = False
+            self._half_close(sid, call)
+
+    def _checked(self, sid: int, call: StreamCall, message: Message, checked: tuple[Any, Any] | None) -> None:
+        """Check `message` (unless `checked` already: its request, read off the loop), then count and send it."""
         owner = self.owner
         rules = owner.rules
-        nbytes = min(call.charged - call.attributed, message.length)  # what of `charged` is this message's
+        nbytes = _share(call, message)
         if message.refusal is not None:
             self._refuse(sid, call, message, message.refusal, nbytes)
             return
         try:
-            body: Any = message.body()
-            if message.compressed:
-                body = inflate(call.encoding, body.join(), rules.cap)
-            req, raw = read_model_infer(body, rules.cap, keyed=call.keyed, max_strings=rules.max_strings)
+            if checked is None:
+                checked = read_model_infer(message.body(), rules.cap, keyed=call.keyed, max_strings=rules.max_strings)
+            req, raw = checked
             model = str(req.model_name)
             _check_empty_batch(rules.batching, model, req)
             rules.admission.enter(model)
@@ -307,6 +361,11 @@ class StreamCalls:
         """Whether Triton's response headers for call `sid` went to the client (our trailers must have none)."""
         call = self.calls.get(sid)
         return call is not None and call.answers is not Answers.AWAITING_HEADERS
+
+
+def _share(call: StreamCall, message: Message) -> int:
+    """What of the call's counted bytes (`charged`) this message holds."""
+    return min(call.charged - call.attributed, message.length)
 
 
 def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
