@@ -69,17 +69,33 @@ def key_refusal(what: str, state: str, header: str) -> Refusal:
 
 
 def open_http(method: bytes, target: bytes) -> bool:
-    """Whether anyone may call `method` `target` over HTTP (`KEYLESS_HTTP`)."""
+    """Whether anyone may call `method` `target` over HTTP (`KEYLESS_HTTP`).
+
+    The answers for the first `_KNOWN_TARGETS` requests seen are kept: clients send the same few targets again
+    and again, and matching them costs a few microseconds a request.
+    """
+    known = _known.get((method, target))
+    if known is not None:
+        return known
     path = target.split(b"?", 1)[0]
-    if _ODD_SPELLING.search(path):
-        return False
-    return any(method == m and route.fullmatch(path) for m, route in KEYLESS_HTTP)
+    answer = not _ODD_SPELLING.search(path) and any(
+        method == m and route.fullmatch(path) is not None for m, route in KEYLESS_HTTP
+    )
+    if len(_known) < _KNOWN_TARGETS:
+        _known[(method, target)] = answer
+    return answer
+
+
+_KNOWN_TARGETS = 1024
+_known: dict[tuple[bytes, bytes], bool] = {}
 
 
 def http_refusal(method: bytes, target: bytes, sent: bytes | None, admin_key: str | None) -> Refusal | None:
     """The refusal of an HTTP request that needs the key and came without it (None: it may go on)."""
+    if not admin_key or open_http(method, target):
+        return None
     state = key_state(sent, admin_key)
-    if state in ("open", "held") or open_http(method, target):
+    if state == "held":
         return None
     shown = target.split(b"?", 1)[0][:120].decode("latin-1")
     return key_refusal(f"{method.decode('latin-1')[:16]} {shown}", state, f"HTTP header '{ADMIN_KEY_HEADER}'")
@@ -87,8 +103,10 @@ def http_refusal(method: bytes, target: bytes, sent: bytes | None, admin_key: st
 
 def grpc_refusal(path: bytes, sent: bytes | None, admin_key: str | None) -> Refusal | None:
     """The refusal of a gRPC call that needs the key and came without it (None: it may go on)."""
+    if not admin_key or path in KEYLESS_GRPC:
+        return None
     state = key_state(sent, admin_key)
-    if state in ("open", "held") or path in KEYLESS_GRPC:
+    if state == "held":
         return None
     shown = path[:120].decode("latin-1")
     return key_refusal(f"gRPC method {shown}", state, f"gRPC metadata '{ADMIN_KEY_GRPC_HEADER}'")
