@@ -18,8 +18,9 @@ from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_contract.settings import ADMIN_KEY_ENV, KEY_DIR_ENV
 from mslite_gateway.rules import Refusal
 
-_SEGMENT = rb"[^/]+"  # a model name or version: one path segment (dot segments and %2F are refused apart)
-_MODEL = rb"/v2/models/" + _SEGMENT + rb"(?:/versions/" + _SEGMENT + rb")?"
+# a model name, and its version (empty too: Triton answers that 404 itself, as the checks of `rules` expect);
+# one path segment each (dot segments and %2F are refused apart)
+_MODEL = rb"/v2/models/[^/]+(?:/versions/[^/]*)?"
 #: (method, path) pairs anyone may call over HTTP, the path without its query; the rest needs the key.
 KEYLESS_HTTP: tuple[tuple[bytes, re.Pattern[bytes]], ...] = (
     (b"GET", re.compile(rb"/v2|/v2/health/(?:live|ready)|/v2/models/stats")),
