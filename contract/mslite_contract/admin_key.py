@@ -93,8 +93,10 @@ _REACHES_LOOPBACK = {  # local addresses (as /proc/net/tcp* writes them) a conne
 
 
 def listener_uids(port: int) -> set[int]:
-    """The accounts owning a socket that listens on `port` at a loopback or wildcard address (Linux's
-    /proc/net/tcp and tcp6; empty where they cannot be read)."""
+    """The accounts owning a socket that listens on `port` at a loopback or wildcard address.
+
+    Read from Linux's /proc/net/tcp and tcp6; empty where they cannot be read.
+    """
     uids = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
