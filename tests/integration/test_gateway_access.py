@@ -192,18 +192,15 @@ def _keys_in_cmdlines(key: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("from_env", [False, True], ids=["generated key", "MSLITE_TRITON_KEY"])
-def test_serve_puts_the_key_on_no_command_line(tmp_path: Path, from_env: bool):
+def _serve(tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[str], list[str], str]:
+    """`mslite-triton serve` on free ports, read until it serves: (process, ports, what it printed)."""
     repo = tmp_path / "repo"
     add_model(repo, "tiny", GEN.build_tiny())
     ports = [str(p) for p in pick_ports([("127.0.0.1", 0, "free")] * 3)]
-    env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
-    env.pop(settings.ADMIN_KEY_ENV, None)
-    if from_env:
-        env[settings.ADMIN_KEY_ENV] = "a-key-given-by-the-deployment-0123456789"
     proc = subprocess.Popen(
         [sys.executable, "-m", "mslite_server.cli", "serve", "--model-repository", str(repo),
-         "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5"],
+         "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2], "--exit-timeout-s", "5",
+         *extra],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines: list[str] = []
@@ -212,13 +209,39 @@ def test_serve_puts_the_key_on_no_command_line(tmp_path: Path, from_env: bool):
             line = proc.stdout.readline()
             assert line or proc.poll() is None, proc.stderr.read()[-3000:]
             lines.append(line)
-        printed = "".join(lines)
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=90)
+        raise
+    return proc, ports, "".join(lines)
+
+
+@pytest.mark.parametrize("from_env", [False, True], ids=["generated key", "MSLITE_TRITON_KEY"])
+def test_serve_puts_the_key_on_no_command_line(tmp_path: Path, from_env: bool):
+    env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
+    env.pop(settings.ADMIN_KEY_ENV, None)
+    if from_env:
+        env[settings.ADMIN_KEY_ENV] = "a-key-given-by-the-deployment-0123456789"
+    proc, ports, printed = _serve(tmp_path, env)
+    try:
         shown = re.search(r"^ADMIN KEY (\S+)", printed, re.M)
         key = env.get(settings.ADMIN_KEY_ENV) or (shown and shown[1])
         assert key and key != "from", printed
         assert (tmp_path / "keys" / f"127.0.0.1_{ports[0]}.key").read_text().strip() == key
         assert _keys_in_cmdlines(key) == []
         assert "WARNING" not in printed, printed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=90)
+
+
+def test_serve_without_the_gateway_says_what_it_gives_up(tmp_path: Path):
+    env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
+    env.pop(settings.ADMIN_KEY_ENV, None)
+    proc, _, printed = _serve(tmp_path, env, "--no-gateway")
+    try:
+        assert "WARNING (--no-gateway): the admin key is on tritonserver's command line" in printed, printed
+        assert "WARNING (--no-gateway): tritonserver binds the ports itself, so a restart lets them go" in printed
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=90)
