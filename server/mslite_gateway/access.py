@@ -5,7 +5,7 @@ command line, which every local account reads), so the gateway is the one place 
 rule is default-deny: inference, health, server and model metadata, model configuration and statistics are
 open (what Triton's restricted-API groups left open before); every other route and method (model control,
 the repository index, shared memory, logging, trace, and any spelling of a route that is not exactly one of
-the open ones: `//`, `%2F`, a trailing slash, a dot segment) is refused here without the key, before
+the open ones: `//`, `%2F`, a trailing slash, another method) is refused here without the key, before
 anything reaches Triton. Both fronts ask `http_refusal` / `grpc_refusal` first.
 """
 
@@ -19,7 +19,7 @@ from mslite_contract.settings import ADMIN_KEY_ENV, KEY_DIR_ENV
 from mslite_gateway.rules import Refusal
 
 # a model name, and its version (empty too: Triton answers that 404 itself, as the checks of `rules` expect);
-# one path segment each (dot segments and %2F are refused apart)
+# one path segment each (%2F is refused apart)
 _MODEL = rb"/v2/models/[^/]+(?:/versions/[^/]*)?"
 #: (method, path) pairs anyone may call over HTTP, the path without its query; the rest needs the key.
 KEYLESS_HTTP: tuple[tuple[bytes, re.Pattern[bytes]], ...] = (
@@ -43,11 +43,13 @@ KEYLESS_GRPC: frozenset[bytes] = frozenset(
         "ModelStreamInfer",
     )
 ) | {b"/grpc.health.v1.Health/Check"}
-_ODD_SPELLING = re.compile(rb"%2f|%5c|/\.\.?(?:/|$)", re.I)  # an escaped slash or backslash, a dot segment
+# An escaped slash or backslash. (A dot segment needs no rule: every open route ends in a fixed suffix, so
+# none resolves to a restricted one, and `/v2/models/../infer` is an unknown model's, Triton's to answer.)
+_ODD_SPELLING = re.compile(rb"%2f|%5c", re.I)
 WHERE_THE_KEY_IS = (
-    f"the server's key is the {ADMIN_KEY_ENV} it was started with, else in the key file <host>_<port>.key "
-    f"(the server's host and port) in {KEY_DIR_ENV} or ~/.mslite-triton/keys of the account that runs it; "
-    f"clients on that account read both themselves"
+    f"the server's key is the {ADMIN_KEY_ENV} it was started with, else in its key file <host>_<port>.key "
+    f"(the server's host and port) in the folder {KEY_DIR_ENV} names (by default .mslite-triton/keys in the "
+    f"home of the account that runs the server); clients on that account read both themselves"
 )
 
 
@@ -98,7 +100,7 @@ def http_refusal(method: bytes, target: bytes, sent: bytes | None, admin_key: st
     state = key_state(sent, admin_key)
     if state == "held":
         return None
-    shown = target.split(b"?", 1)[0][:120].decode("latin-1")
+    shown = target.split(b"?", 1)[0].lstrip(b"/")[:120].decode("latin-1")  # named, not shown as a path
     return key_refusal(f"{method.decode('latin-1')[:16]} {shown}", state, f"HTTP header '{ADMIN_KEY_HEADER}'")
 
 
@@ -109,5 +111,5 @@ def grpc_refusal(path: bytes, sent: bytes | None, admin_key: str | None) -> Refu
     state = key_state(sent, admin_key)
     if state == "held":
         return None
-    shown = path[:120].decode("latin-1")
+    shown = path.lstrip(b"/")[:120].decode("latin-1")
     return key_refusal(f"gRPC method {shown}", state, f"gRPC metadata '{ADMIN_KEY_GRPC_HEADER}'")
