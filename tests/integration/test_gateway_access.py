@@ -68,8 +68,8 @@ RESTRICTED_GRPC = [
     "TraceSetting",
     "LogSettings",
 ]
-NO_KEY = re.compile(r"needs the admin key.*MSLITE_TRITON_KEY.*key file")
-WRONG_KEY = re.compile(r"the admin key sent .* is not this server's key.*MSLITE_TRITON_KEY.*key file")
+NO_KEY = re.compile(rf"needs the admin key.*{settings.ADMIN_KEY_ENV}.*key file")
+WRONG_KEY = re.compile(rf"the admin key sent .* is not this server's key.*{settings.ADMIN_KEY_ENV}.*key file")
 
 
 def spellings(path: str) -> list[str]:
@@ -216,7 +216,7 @@ def _serve(tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[subprocess
     return proc, ports, "".join(lines)
 
 
-@pytest.mark.parametrize("from_env", [False, True], ids=["generated key", "MSLITE_TRITON_KEY"])
+@pytest.mark.parametrize("from_env", [False, True], ids=["generated key", "key from the environment"])
 def test_serve_puts_the_key_on_no_command_line(tmp_path: Path, from_env: bool):
     env = {**os.environ, settings.KEY_DIR_ENV: str(tmp_path / "keys")}
     env.pop(settings.ADMIN_KEY_ENV, None)

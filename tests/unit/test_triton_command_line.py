@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mslite_contract import settings
 from mslite_server.config import ServerConfig
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.triton_process import command_line, environment
@@ -26,7 +27,8 @@ def _args(endpoints: TritonEndpoints, tmp_path: Path) -> list[str]:
 def test_behind_the_gateway_the_key_is_on_no_command_line(tmp_path: Path):
     args = _args(TritonEndpoints(socket_dir=tmp_path / "sock"), tmp_path)
     assert not [a for a in args if KEY in a or "restricted" in a]
-    assert environment(Path("/nonexistent/tritonserver"), admin_key=KEY, weights_owner="o")["MSLITE_TRITON_KEY"] == KEY
+    env = environment(Path("/nonexistent/tritonserver"), admin_key=KEY, weights_owner="o")
+    assert env[settings.ADMIN_KEY_ENV] == KEY  # the workers check weights updates against it
 
 
 def test_without_the_gateway_triton_restricts_its_admin_apis_itself(tmp_path: Path):
