@@ -1,6 +1,6 @@
 """`python -m benchmarks.chaos costs`: requests that cost everyone else, against the gateway, one row per attack.
 
-The stack is an embedded server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
+The stack is a local server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
 on a repository of `seq` (the zoo's variable_seq: [N, T] float, batching), `strings` ([N, T] BYTES) and `tiny`.
 Each attack runs while another client uses the same model, loopback only, bounded in time:
 
@@ -12,11 +12,14 @@ Each attack runs while another client uses the same model, loopback only, bounde
               model's workers grow by < 1.5 GB.
   gzip-bomb:  8 threads post 30 KiB gzip bodies that inflate to ~30 MiB of JSON for 15 s, while another
               client posts 400 KiB JSON predicts to `seq`; bar: >= 90 % of those answered 200 within 2 s each.
+  execute-deadline: keyless requests that would run for ever to `spin`, one a second for 30 s, while another
+              client predicts `tiny`; bar: all of those answered, the slowest within 2 s, tritonserver not
+              restarted (`chaos_deadline.py`).
   stream-gzip: 4 keyless connections send gzip ModelStreamInfer messages (~65 KB, 64 MiB inflated) for 15 s
-              (`tests.support.stream_bombs`), while the gateway's liveness probe is asked every 0.2 s and another
-              client predicts `tiny` over gRPC; reported: the slowest probe and predict, the gateway restarts.
+              while the gateway's probe is asked and another client predicts `tiny` (`tests.support.stream_bombs`);
+              reported, no bar: the probes' and predicts' times, whether the gateway was restarted.
 
-Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb,stream-gzip]
+Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb,execute-deadline,stream-gzip]
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ from tests.support import model_zoo
 from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
-from tests.support.stream_bombs import StreamBombers
+from tests.support.stream_bombs import bomb_while_serving
 from tests.support.traffic import Loops
 
-ATTACKS = ("zero-batch", "strings", "gzip-bomb", "stream-gzip")
+ATTACKS = ("zero-batch", "strings", "gzip-bomb", "execute-deadline", "stream-gzip")
 
 
 def _rss_mib(pids: list[int]) -> float:
@@ -243,47 +246,14 @@ def gzip_bomb(server: LocalServer, seconds: float = 15.0) -> str:
 
 
 def stream_gzip(server: LocalServer, seconds: float = 15.0) -> str:
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    x = np.arange(4, dtype=np.float32).reshape(1, 4)
-    pid = server.gateway.pid if server.gateway is not None else None
-    probes: list[float] = []
-    stop = threading.Event()
-
-    def probe() -> None:
-        while not stop.is_set():
-            started = time.monotonic()
-            answered = server.gateway_answers_live(timeout_s=server.config.hang_s)
-            probes.append(time.monotonic() - started if answered else float("inf"))
-            time.sleep(0.2)
-
-    bombers = StreamBombers(server.grpc_port, count=4).start()
-    prober = threading.Thread(target=probe)
-    prober.start()
-    waits, failed = [], 0
-    end = time.monotonic() + seconds
-    try:
-        while time.monotonic() < end:
-            item = grpcclient.InferInput("x", [1, 4], "FP32")
-            item.set_data_from_numpy(x)
-            started = time.monotonic()
-            try:
-                ok = bool(np.array_equal(client.infer("tiny", [item], client_timeout=60).as_numpy("y"), x * 2 + 1))
-            except grpcclient.InferenceServerException:
-                ok = False
-            waits.append(time.monotonic() - started)
-            failed += not ok
-    finally:
-        stop.set()
-        bombers.stop()
-        prober.join(timeout=60)
-        client.close()
-    restarted = server.gateway is None or server.gateway.pid != pid
+    run = bomb_while_serving(server, seconds)
+    probes, predicts = [p for p in run.probes if p < float("inf")], [p for p in run.predicts if p < float("inf")]
     return (
-        f"stream-gzip: 4 connections sent {bombers.sent} gzip stream messages (~65 KB -> 64 MiB) over {seconds:.0f} s; "
-        f"gateway probe: {len(probes)} asked, {sum(p == float('inf') for p in probes)} unanswered, median "
+        f"stream-gzip: 4 connections sent {run.sent} gzip stream messages (~65 KB -> 64 MiB) over {seconds:.0f} s; "
+        f"gateway probe: {len(run.probes)} asked, {len(run.probes) - len(probes)} unanswered, median "
         f"{1000 * float(np.median(probes)):.1f} ms, slowest {1000 * max(probes):.1f} ms; another client's gRPC "
-        f"predicts: {len(waits) - failed} of {len(waits)} ok, median {1000 * float(np.median(waits)):.1f} ms, slowest "
-        f"{1000 * max(waits):.1f} ms; gateway restarted: {'yes' if restarted else 'no'}"
+        f"predicts: {len(predicts)} of {len(run.predicts)} ok, median {1000 * float(np.median(predicts)):.1f} ms, "
+        f"slowest {1000 * max(predicts):.1f} ms; gateway restarted: {'yes' if run.restarted else 'no'}"
     )
 
 
@@ -294,7 +264,11 @@ def costs_campaign(selected: list[str]) -> int:
     add_model(repo, "seq", model_zoo.variable_seq())
     add_model(repo, "strings", model_zoo.string_identity())
     add_model(repo, "tiny", GEN.build_tiny())
-    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb, "stream-gzip": stream_gzip}
+    from benchmarks.chaos_deadline import SPIN, execute_deadline  # (it imports this module)
+
+    add_model(repo, "spin", model_zoo.spin(), f'backend: "mslite"\n{SPIN}\n')
+    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb, "execute-deadline": execute_deadline}
+    runs["stream-gzip"] = stream_gzip
     with LocalServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)

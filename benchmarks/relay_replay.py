@@ -1,12 +1,12 @@
 """The gateway's relays without sockets: their Python cost per request, on traffic recorded from a real run.
 
-    .venv/bin/python -m benchmarks.relay_replay [--model tiny] [--concurrency 8] [--chunks 40000] [--profile]
-    .venv/bin/python -m benchmarks.relay_replay --replay tests/support/relay_traffic/perf_analyzer_tiny.reads \
-        --against /tmp/base/server   # another version's gateway (e.g. `git archive BASE server | tar -x`)
-    .venv/bin/python -m benchmarks.relay_replay --protocol http --rounds 5 \
-        --replay tests/support/relay_traffic/perf_analyzer_tiny_http.reads --against /tmp/base/server
+    .venv/bin/python -m benchmarks.relay_replay [--protocol http] [--profile]   # the committed recording
+    .venv/bin/python -m benchmarks.relay_replay --against /tmp/base/server   # another version's gateway beside
+        # this one (e.g. `git archive BASE server | tar -x -C /tmp/base`)
+    .venv/bin/python -m benchmarks.relay_replay --record [--model tiny] [--concurrency 8] [--chunks 40000]
 
-Starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
+With no `--replay` or `--record` it replays the recording committed for the protocol (`DEFAULT_RECORDINGS`,
+seconds). `--record` starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
 Those reads, in their order, are then fed to the relay's socket-free core (`grpc.core.RelayCore`), and
 its writes to a transport that drops them. Prints the median (and the best) of 5 replays as microseconds
@@ -46,6 +46,8 @@ from typing import Any
 from tests.support import relay_traffic
 
 ROOT = Path(__file__).resolve().parent.parent
+# perf_analyzer's traffic on model tiny, recorded here (tests/support/relay_traffic.py says how)
+DEFAULT_RECORDINGS = {"grpc": "perf_analyzer_tiny.reads", "http": "perf_analyzer_tiny_http.reads"}
 HTTP_REPEAT = 20  # an HTTP recording's exchanges, one after another, this many times in one replay
 
 
@@ -316,12 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver", choices=("perf_analyzer", "tritonclient"), default="perf_analyzer", help="gRPC only")
     ap.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     ap.add_argument("--save", type=Path, help="also write the recording here (tests/support/relay_traffic.py format)")
-    ap.add_argument("--replay", type=Path, help="replay this saved recording instead of recording one")
+    ap.add_argument("--replay", type=Path, help="replay this saved recording (default: the committed one)")
+    ap.add_argument("--record", action="store_true", help="record new traffic through a local server (minutes)")
     ap.add_argument("--against", type=Path, help="also time the mslite_gateway package in this folder, alternated")
     ap.add_argument("--rounds", type=int, default=5, help="replays per version (the median counts)")
     args = ap.parse_args(argv)
-    if args.replay is not None:
-        reads = relay_traffic.load(args.replay)
+    if not args.record:
+        reads = relay_traffic.load(args.replay or relay_traffic.HERE / DEFAULT_RECORDINGS[args.protocol])
     else:
         if not (ROOT / "model_repository" / args.model / "1" / "model.onnx").exists():
             sys.exit("run `make models` first")
@@ -340,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         for version in (ours, other) if i % 2 else (other, ours):
             if version is not None:
                 (runs if version is ours else theirs).append(replay_one(reads, version))
-    print(f"{args.model} {args.protocol} c={args.concurrency}: {len(reads)} reads, {runs[0][1]} requests", flush=True)
+    source = f"{args.model} c={args.concurrency}" if args.record else (args.replay or DEFAULT_RECORDINGS[args.protocol])
+    print(f"{source} ({args.protocol}): {len(reads)} reads, {runs[0][1]} requests", flush=True)
     us = {"this version": _per_request_us(runs)}
     if theirs:
         us[str(args.against)] = _per_request_us(theirs)

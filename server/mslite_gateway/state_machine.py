@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TypeVar
 
 State = TypeVar("State", bound=enum.Enum)
-Event = TypeVar("Event", bound="enum.Enum | str")  # Enum events; str where a machine has not moved to them yet
+Event = TypeVar("Event", bound=enum.Enum)
 
 
 class IllegalTransition(RuntimeError):
@@ -30,11 +30,13 @@ def transition(table: Mapping[tuple[State, Event], State], state: State, event: 
     try:
         return table[(state, event)]
     except KeyError:
-        name = event.name if isinstance(event, enum.Enum) else repr(event)
-        raise IllegalTransition(f"{name} is not a move from {state.name}") from None
+        raise IllegalTransition(f"{event.name} is not a move from {state.name}") from None
 
 
 class FastState(enum.Enum):
-    """An Enum whose members hash by identity (the tables are read per frame; Enum's own hash is Python code)."""
+    """An Enum whose members hash by identity: the base of every machine's states and events.
+
+    The tables are read per frame, keyed by (state, event) tuples; Enum's own hash is Python code.
+    """
 
     __hash__ = object.__hash__

@@ -210,7 +210,9 @@ class LocalServer:
             ServerStartError: it did not start (its log's tail included).
         """
         if self.gateway is not None:
-            self.gateway.stop(timeout_s=1)
+            left = self.gateway.stop(timeout_s=1)  # and what is left of its process group
+            if left:
+                log.error("processes %s of the old gateway's process group are still there after SIGKILL", left)
         self._start_gateway(stop_on_failure=False)
 
     def stop(self, timeout_s: float | None = None) -> int | None:

@@ -2,19 +2,27 @@
 
 Each bomber is one connection with one `ModelStreamInfer` call (grpc-encoding gzip) that sends the same
 message again and again until stopped: ~65 KB on the wire, 64 MiB (the gateway's default request cap) once
-inflated. Used by the gateway's test (its event loop must keep answering) and `benchmarks.chaos costs`.
+inflated. `bomb_while_serving` runs them against a server while its gateway is probed and another client
+predicts: the gateway's test asserts on what it returns (its event loop must keep answering), and
+`benchmarks.chaos costs --attacks stream-gzip` reports it.
 """
 
 from __future__ import annotations
 
 import gzip
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
+import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.settings import GATEWAY_MAX_REQUEST_BYTES
 from mslite_gateway.grpc.frames import END_HEADERS, HEADERS, U32, frame
+from mslite_server import LocalServer
 from tests.support.raw_h2 import RawH2
 
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -67,3 +75,57 @@ class StreamBombers:
                             self.sent += 1
             except OSError:
                 pass
+
+
+@dataclass
+class BombRun:
+    """What happened while the bombers ran: each probe's and predict's seconds (inf: no answer / failed)."""
+
+    sent: int
+    probes: list[float]
+    predicts: list[float]
+    restarted: bool
+
+
+def bomb_while_serving(server: LocalServer, seconds: float, count: int = 4) -> BombRun:
+    """`count` bombers for `seconds` at `server`'s gRPC port while its gateway's probe is asked every 0.2 s (with
+    the supervisor's patience) and another client predicts `tiny` ([1, 4] FP32, y = 2x + 1) over gRPC."""
+    pid = server.gateway.pid if server.gateway is not None else None
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+
+    def predict() -> bool:
+        item = grpcclient.InferInput("x", [1, 4], "FP32")
+        item.set_data_from_numpy(x)
+        try:
+            return bool(np.array_equal(client.infer("tiny", [item], client_timeout=60).as_numpy("y"), x * 2 + 1))
+        except grpcclient.InferenceServerException:
+            return False
+
+    probes: list[float] = []
+    predicts: list[float] = []
+    done = threading.Event()
+
+    def timed(call: Callable[[], bool], into: list[float], pause_s: float) -> None:
+        while not done.is_set():
+            started = time.monotonic()
+            into.append(time.monotonic() - started if call() else float("inf"))
+            time.sleep(pause_s)
+
+    bombers = StreamBombers(server.grpc_port, count).start()
+    prober = threading.Thread(
+        target=timed, args=(lambda: server.gateway_answers_live(server.config.hang_s), probes, 0.2)
+    )
+    prober.start()
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            timed_once = time.monotonic()
+            predicts.append(time.monotonic() - timed_once if predict() else float("inf"))
+    finally:
+        done.set()
+        bombers.stop()
+        prober.join(timeout=60)
+        client.close()
+    restarted = server.gateway is None or server.gateway.pid != pid
+    return BombRun(bombers.sent, probes, predicts, restarted)

@@ -20,8 +20,11 @@ from mslite_gateway.grpc.call_states import (
     SENT,
     UNARY,
     Answers,
+    AnswersEvent,
     CallState,
     Phase,
+    PhaseEvent,
+    UnaryEvent,
 )
 from mslite_gateway.grpc.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, U32, frame
 from mslite_gateway.grpc.stream_state import StreamCall
@@ -34,7 +37,7 @@ SERVICE = "/inference.GRPCInferenceService"
 TABLES = [(UNARY, CallState), (PHASES, Phase), (ANSWERS, Answers)]
 
 
-def _events(table: dict) -> set[str]:
+def _events(table: dict) -> set:
     return {event for _, event in table}
 
 
@@ -45,7 +48,7 @@ def test_a_move_the_table_lacks_raises_and_every_move_it_holds_is_taken(table, s
         if (state, event) in table:
             assert transition(table, state, event) is table[(state, event)]
         else:
-            with pytest.raises(IllegalTransition, match=f"'{event}' is not a move from {state.name}"):
+            with pytest.raises(IllegalTransition, match=f"{event.name} is not a move from {state.name}"):
                 transition(table, state, event)
 
 
@@ -61,25 +64,25 @@ def test_a_unary_call_reaches_every_state_from_receiving_and_ends_from_each_but_
                 frontier.append(after)
     assert reached == set(CallState)
     assert ENDED not in moves  # the end: nothing moves a call on from there
-    assert all(UNARY[(state, "end")] is ENDED for state in CallState if state is not ENDED)
+    assert all(UNARY[(state, UnaryEvent.END)] is ENDED for state in CallState if state is not ENDED)
 
 
 def test_an_illegal_move_leaves_the_call_where_it_was():
     call = UnaryCall(lambda data, keyed: None, b"")
-    call.move("admit", 5.0)
+    call.move(UnaryEvent.ADMIT, 5.0)
     assert call.state is SENT and call.moved == 5.0
     with pytest.raises(IllegalTransition):
-        call.move("check_off_loop")  # a call sent on is never checked again
+        call.move(UnaryEvent.CHECK_OFF_LOOP)  # a call sent on is never checked again
     assert call.state is SENT and call.moved == 5.0
-    call.move("end")
+    call.move(UnaryEvent.END)
     with pytest.raises(IllegalTransition):
-        call.move("end")  # nor ended twice
+        call.move(UnaryEvent.END)  # nor ended twice
     stream = StreamCall(b"", True, 0.0)
-    stream.move("half_close")
+    stream.move(PhaseEvent.HALF_CLOSE)
     with pytest.raises(IllegalTransition):
-        stream.move("half_close")
+        stream.move(PhaseEvent.HALF_CLOSE)
     with pytest.raises(IllegalTransition):
-        stream.answers_move("begin")  # no message of Triton's before its response headers
+        stream.answers_move(AnswersEvent.BEGIN)  # no message of Triton's before its response headers
     assert stream.phase is Phase.HALF_CLOSED and stream.answers is Answers.AWAITING_HEADERS
 
 

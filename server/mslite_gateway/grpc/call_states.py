@@ -12,7 +12,8 @@ machines side by side, each side's events moving only its own: `Phase` (the clie
 once it ended its side, ENDED) and `Answers` (Triton's side: AWAITING_HEADERS until Triton's response headers
 went to the client, then BETWEEN two of Triton's messages, where one of ours may go, or IN_MESSAGE).
 
-Moves go through `state_machine.transition`; a move a table does not hold raises `IllegalTransition`.
+Each machine has its Enum of events (`UnaryEvent`, `PhaseEvent`, `AnswersEvent`); moves go through
+`state_machine.transition`, and a move a table does not hold raises `IllegalTransition`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class CallState(FastState):
     ENDED = "ended"  # answered, reset, refused or cut off: what it held is given back
 
 
-# The members as module names, which the relay reads on every frame: a name of the module costs a few ns,
-# `CallState.SENT` (through the enum's class) 0.1 us in CPython 3.11.
+# The members (and the unary events below) as module names, which the relay reads on every frame: a name of
+# the module costs a few ns, `CallState.SENT` (through the enum's class) 0.1 us in CPython 3.11.
 RECEIVING, CHECKING, SENT, ANSWERING, ENDED = (
     CallState.RECEIVING,
     CallState.CHECKING,
@@ -40,15 +41,33 @@ RECEIVING, CHECKING, SENT, ANSWERING, ENDED = (
     CallState.ENDED,
 )
 
-# Events: "check_off_loop", "admit", "rewrite", "answer", "end"
-UNARY: dict[tuple[CallState, str], CallState] = {
-    (RECEIVING, "check_off_loop"): CHECKING,
-    (CHECKING, "check_off_loop"): CHECKING,  # inflated, then the model's batching asked
-    (RECEIVING, "admit"): SENT,
-    (CHECKING, "admit"): SENT,
-    (RECEIVING, "rewrite"): ANSWERING,
-    (SENT, "answer"): ANSWERING,
-    **{(state, "end"): ENDED for state in CallState if state is not ENDED},
+
+class UnaryEvent(FastState):
+    """What moves a unary call on."""
+
+    CHECK_OFF_LOOP = "check off the loop"  # whole, its check (inflating, the model's batching) goes on off the loop
+    ADMIT = "admit"  # checked and admitted: passed on to Triton
+    REWRITE = "rewrite"  # a call the relay answers with a message of its own (a model load): not timed
+    ANSWER = "answer"  # Triton's answer began
+    END = "end"  # Triton's trailers, a reset, a refusal, the connection closed
+
+
+CHECK_OFF_LOOP, ADMIT, REWRITE, ANSWER, END = (
+    UnaryEvent.CHECK_OFF_LOOP,
+    UnaryEvent.ADMIT,
+    UnaryEvent.REWRITE,
+    UnaryEvent.ANSWER,
+    UnaryEvent.END,
+)
+
+UNARY: dict[tuple[CallState, UnaryEvent], CallState] = {
+    (RECEIVING, CHECK_OFF_LOOP): CHECKING,
+    (CHECKING, CHECK_OFF_LOOP): CHECKING,  # inflated, then the model's batching asked
+    (RECEIVING, ADMIT): SENT,
+    (CHECKING, ADMIT): SENT,
+    (RECEIVING, REWRITE): ANSWERING,
+    (SENT, ANSWER): ANSWERING,
+    **{(state, END): ENDED for state in CallState if state is not ENDED},
 }
 
 
@@ -68,14 +87,29 @@ class Answers(FastState):
     IN_MESSAGE = "in a message"
 
 
-PHASES: dict[tuple[Phase, str], Phase] = {
-    (Phase.OPEN, "half_close"): Phase.HALF_CLOSED,
-    (Phase.OPEN, "end"): Phase.ENDED,
-    (Phase.HALF_CLOSED, "end"): Phase.ENDED,
+class PhaseEvent(FastState):
+    """What moves the client's side of a stream call on."""
+
+    HALF_CLOSE = "half-close"  # the client ended its side
+    END = "end"  # Triton's trailers, a reset or a refusal ended the call
+
+
+class AnswersEvent(FastState):
+    """What moves Triton's side of a stream call on."""
+
+    HEADERS = "headers"  # Triton's response headers went to the client
+    BEGIN = "begin"  # one of Triton's messages began and did not end in the same frame
+    COMPLETE = "complete"  # one of Triton's messages ended
+
+
+PHASES: dict[tuple[Phase, PhaseEvent], Phase] = {
+    (Phase.OPEN, PhaseEvent.HALF_CLOSE): Phase.HALF_CLOSED,
+    (Phase.OPEN, PhaseEvent.END): Phase.ENDED,
+    (Phase.HALF_CLOSED, PhaseEvent.END): Phase.ENDED,
 }
-ANSWERS: dict[tuple[Answers, str], Answers] = {
-    (Answers.AWAITING_HEADERS, "headers"): Answers.BETWEEN,
-    (Answers.BETWEEN, "begin"): Answers.IN_MESSAGE,
-    (Answers.IN_MESSAGE, "complete"): Answers.BETWEEN,
-    (Answers.BETWEEN, "complete"): Answers.BETWEEN,  # a message begun and ended within one frame
+ANSWERS: dict[tuple[Answers, AnswersEvent], Answers] = {
+    (Answers.AWAITING_HEADERS, AnswersEvent.HEADERS): Answers.BETWEEN,
+    (Answers.BETWEEN, AnswersEvent.BEGIN): Answers.IN_MESSAGE,
+    (Answers.IN_MESSAGE, AnswersEvent.COMPLETE): Answers.BETWEEN,
+    (Answers.BETWEEN, AnswersEvent.COMPLETE): Answers.BETWEEN,  # a message begun and ended within one frame
 }

@@ -43,7 +43,7 @@ from mslite_gateway.grpc.frames import (
     trailers,
     trailers_only,
 )
-from mslite_gateway.grpc.relay_rules import Link, RelayRules
+from mslite_gateway.grpc.relay_rules import Later, Link, RelayRules
 from mslite_gateway.grpc.request_headers import RequestHeaders
 from mslite_gateway.grpc.stream_calls import StreamCalls
 from mslite_gateway.grpc.stream_state import StreamCall
@@ -141,6 +141,10 @@ class CheckedCalls:
             self.streamed.data_frame(sid, streamed, flags, parts)
         else:  # finished while this frame came (Triton's reset or answer): Triton never sees it
             self.window.owe(sum(len(p) for p in parts))
+
+    def resolve(self, sid: int, job: Later, value: Any, error: BaseException | None) -> None:
+        """Work off the loop for call `sid` is done: its kind of call goes on with it (`Later`)."""
+        (self.streamed if sid in self.streamed.calls else self.unary).resolve(sid, job, value, error)
 
     def give_credit(self) -> None:
         """The window owed to the client, given back now (in one write)."""

@@ -27,7 +27,7 @@ from mslite_gateway.grpc.unary_state import Check
 from mslite_gateway.grpc.window_credit import WindowCredit
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
-from mslite_gateway.model_control import grpc_load_message
+from mslite_gateway.model_control import grpc_load_message, grpc_unload_message
 from mslite_gateway.staging import Staging
 
 INFLATED, BATCHING = "inflated", "batching"  # the kinds of work a call waits for off the loop
@@ -95,8 +95,11 @@ class RelayRules:
         self.checks[f"/{SERVICE}/SystemSharedMemoryRegister".encode()] = check_register
         self.stream_path = f"/{SERVICE}/ModelStreamInfer".encode()  # held and checked message by message
         # calls whose message may be sent on changed or refused (`model_control`): held until whole (up to the
-        # cap, an upload's files too: its keys are checked), then rewritten
-        self.rewrites = {f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message}
+        # cap, an upload's files too: its keys are checked), then rewritten; an unload's model name is checked
+        self.rewrites = {
+            f"/{SERVICE}/RepositoryModelLoad".encode(): grpc_load_message,
+            f"/{SERVICE}/RepositoryModelUnload".encode(): grpc_unload_message,
+        }
 
 
 class Link(Protocol):

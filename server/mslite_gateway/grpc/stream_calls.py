@@ -29,7 +29,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.grpc.call_states import Answers, Phase
+from mslite_gateway.grpc.call_states import Answers, AnswersEvent, Phase, PhaseEvent
 from mslite_gateway.grpc.checks import read_model_infer, staged_model_infer
 from mslite_gateway.grpc.frames import (
     COLLECT,
@@ -118,7 +118,7 @@ class StreamCalls:
                 self._half_close(sid, call)
 
     def _half_close(self, sid: int, call: StreamCall) -> None:
-        call.move("half_close")
+        call.move(PhaseEvent.HALF_CLOSE)
         self.owner.frames.out.append(frame(DATA, END_STREAM, sid))
 
     def _request(self, sid: int, call: StreamCall, message: Message) -> None:
@@ -262,7 +262,7 @@ class StreamCalls:
     def triton_headers(self, sid: int, call: StreamCall, flags: int) -> None:
         """Triton's response headers (their first frame) went to the client: our answers may follow them."""
         if call.answers is Answers.AWAITING_HEADERS:
-            call.answers_move("headers")
+            call.answers_move(AnswersEvent.HEADERS)
             self._flush(call)  # after the header block (`send` waits for its end)
 
     def triton_data(self, sid: int, call: StreamCall, flags: int, raw: bytes, parts: list[Any]) -> list[Any]:
@@ -287,9 +287,9 @@ class StreamCalls:
                 if pending is not None:
                     self.release(pending, answered=True)
         if call.replies.between:
-            call.answers_move("complete")
+            call.answers_move(AnswersEvent.COMPLETE)
         elif was_between:
-            call.answers_move("begin")
+            call.answers_move(AnswersEvent.BEGIN)
         if call.answers is Answers.BETWEEN and call.errors:
             out += call.errors
             for data in call.errors:
@@ -348,7 +348,7 @@ class StreamCalls:
         call = self.calls.pop(sid, None)
         if call is None:
             return False
-        call.move("end")
+        call.move(PhaseEvent.END)
         owner = self.owner
         for pending in call.pending:
             self.release(pending, answered=answered)

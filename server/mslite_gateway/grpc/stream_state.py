@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.protobuf_varint import field_spans
-from mslite_gateway.grpc.call_states import ANSWERS, PHASES, Answers, Phase
+from mslite_gateway.grpc.call_states import ANSWERS, PHASES, Answers, AnswersEvent, Phase, PhaseEvent
 from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.messages import Message, MessageReader, prefixed
 from mslite_gateway.staging import Region
@@ -92,11 +92,11 @@ class StreamCall:
         self.waiting: list[Message] = []  # whole messages behind it, in order
         self.ending = False  # the client ended its side behind them: half-closed at Triton after them
 
-    def move(self, event: str) -> None:
+    def move(self, event: PhaseEvent) -> None:
         """The client's side moves on (`grpc.call_states.PHASES`)."""
         self.phase = transition(PHASES, self.phase, event)
 
-    def answers_move(self, event: str) -> None:
+    def answers_move(self, event: AnswersEvent) -> None:
         """Triton's side moves on (`grpc.call_states.ANSWERS`)."""
         self.answers = transition(ANSWERS, self.answers, event)
 

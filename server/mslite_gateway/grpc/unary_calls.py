@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.grpc.call_states import ANSWERING, CHECKING, RECEIVING, SENT
+from mslite_gateway.grpc.call_states import ADMIT, ANSWER, ANSWERING, CHECKING, END, RECEIVING, REWRITE, SENT
 from mslite_gateway.grpc.checks import read_model_infer, staged_model_infer, whole
 from mslite_gateway.grpc.frames import (
     COLLECT,
@@ -142,7 +142,7 @@ class UnaryCalls:
             if call.rewrite is not None:
                 data = whole(call.message(cap))
                 self._send_message(sid, flags, call.rewrite(data) or data)
-                call.move("rewrite")
+                call.move(REWRITE)
                 return False
             if call.compressed:
                 # 60 KiB may inflate to 60 MiB: inflated (and checked) in a thread, as HTTP bodies are
@@ -234,7 +234,7 @@ class UnaryCalls:
                 owner.refuse(sid, UNAVAILABLE, e.message)
                 return False
             call.model = model
-        call.move("admit", owner.link.now)
+        call.move(ADMIT, owner.link.now)
         if call.region is None:
             return True
         if len(staged) > _STAGED_MAX_BYTES:  # typed `contents`, not raw bytes: it would not fit Triton's window
@@ -271,7 +271,7 @@ class UnaryCalls:
         """Triton began its answer on call `sid` (its response headers): no longer timed here."""
         call = self.calls.get(sid)
         if call is not None and call.state is SENT:
-            call.move("answer")
+            call.move(ANSWER)
 
     def finish(self, sid: int, *, answered: bool) -> bool:
         """Call `sid` is over, if it is one of these: what it holds is given back."""
@@ -279,7 +279,7 @@ class UnaryCalls:
         if call is None:
             return False
         passed_on = call.state is SENT or call.state is ANSWERING
-        call.move("end")
+        call.move(END)
         owner = self.owner
         rules = owner.rules
         if call.region is not None and rules.staging is not None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mslite_gateway.grpc.call_states import RECEIVING, UNARY
+from mslite_gateway.grpc.call_states import CHECK_OFF_LOOP, RECEIVING, UNARY, UnaryEvent
 from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.messages import PREFIX, inflate
 from mslite_gateway.staging import Region
-from mslite_gateway.state_machine import IllegalTransition
+from mslite_gateway.state_machine import transition
 
 Check = Callable[["bytes | Pieces", bool], "str | None"]  # (message, keyed) -> the model it counts for
 HeldFrame = tuple[int, bytes, list[Any]]  # a DATA frame's flags, raw header and payload pieces
@@ -72,21 +72,18 @@ class UnaryCall:
         self.held: HeldFrame | None = None
         self.checked: tuple[Any, Any] | None = None
 
-    def move(self, event: str, now: float = 0.0) -> None:
+    def move(self, event: UnaryEvent, now: float = 0.0) -> None:
         """Move on by `event` (`grpc.call_states.UNARY`); `now` starts the new state's clock.
 
         Raises:
             IllegalTransition: the table holds no such move.
         """
-        try:  # the table read here, not through `transition`: a call moves 3 times per request
-            self.state = UNARY[(self.state, event)]
-        except KeyError:
-            raise IllegalTransition(f"{event!r} is not a move from {self.state.name}") from None
+        self.state = transition(UNARY, self.state, event)
         self.moved = now
 
     def wait(self, held: HeldFrame) -> None:
         """The check goes on off the loop: `held`, the frame that completed the message, waits with it."""
-        self.move("check_off_loop")
+        self.move(CHECK_OFF_LOOP)
         self.held = held
 
     def take_held(self) -> HeldFrame | None:

@@ -15,9 +15,10 @@ whole within `idle_timeout_s` of the last answer (else the connection closes qui
 read and dropped for `LINGER_S` after the answer ("lingering close"), so a client still sending it sees the
 answer instead of a reset.
 
-Each side has one state, changed only through the named transitions of `CLIENT_MOVES` and `OUR_MOVES`
-(h11's way): the client IDLE (a head to come) -> BODY -> DONE (handed out) -> IDLE once answered, or LINGER /
-CLOSED; ours IDLE -> ANSWERING -> IDLE, or CLOSED.
+Each side has one state (h11's way), an Enum changed only by `state_machine.transition` on an `HttpEvent`,
+through its table: `CLIENT_MOVES`, the client IDLE (a head to come) -> BODY -> DONE (handed out) -> IDLE once
+answered, or LINGER / CLOSED; `OUR_MOVES`, ours IDLE -> ANSWERING -> IDLE, or CLOSED. An event either side's
+table lacks raises `IllegalTransition` and moves neither.
 """
 
 from __future__ import annotations
@@ -32,51 +33,83 @@ from mslite_gateway.http.messages import (
     error_response,
     parse_head,
 )
+from mslite_gateway.state_machine import FastState, transition
 
 LINGER_S = 5.0  # after refusing a body, how long its bytes are read and dropped so the client sees the answer
 LINGER_BYTES = 1 << 30
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
-IDLE, BODY, DONE, LINGER, CLOSED, ANSWERING = "IDLE", "BODY", "DONE", "LINGER", "CLOSED", "ANSWERING"
-# (state, what happened) -> next state; a pair not listed is a bug of the caller or the core (ProtocolBug)
-CLIENT_MOVES = {
-    (IDLE, "head"): BODY,  # a head that announces a body
-    (IDLE, "request"): DONE,  # a head without a body: the whole request
-    (BODY, "request"): DONE,  # the body's last byte
-    (DONE, "answered"): IDLE,  # the connection carries the next request
-    (DONE, "answered_close"): CLOSED,
-    (IDLE, "refused"): CLOSED,
-    (BODY, "refused"): CLOSED,
-    (IDLE, "refused_linger"): LINGER,
-    (BODY, "refused_linger"): LINGER,
-    (IDLE, "ended"): CLOSED,  # closed by the client, idled out, or the gateway's end
-    (DONE, "ended"): CLOSED,
-    (LINGER, "ended"): CLOSED,
+
+class Client(FastState):
+    """The client's side of the connection."""
+
+    IDLE = "idle"  # the next request's head is to come
+    BODY = "body"  # a head came that announces a body: its bytes are arriving
+    DONE = "done"  # a whole request was handed out: nothing more is read until it is answered
+    LINGER = "linger"  # a body was refused: what else the client sends is read and dropped for a while
+    CLOSED = "closed"
+
+
+class Ours(FastState):
+    """Our side of the connection."""
+
+    IDLE = "idle"  # no request to answer
+    ANSWERING = "answering"  # a request was handed out; its answer is due
+    CLOSED = "closed"  # nothing more goes to the client
+
+
+class HttpEvent(FastState):
+    """What moves the connection on (each side by its own table)."""
+
+    HEAD = "head"  # a head that announces a body
+    REQUEST = "request"  # a whole request: a head without a body, or a body's last byte
+    ANSWERED = "answered"  # the request was answered; the connection carries the next one
+    ANSWERED_CLOSE = "answered, close"  # the request was answered with the connection's end
+    REFUSED = "refused"  # a framing error was answered, the connection closes
+    REFUSED_LINGER = "refused, linger"  # a framing error was answered, the client's bytes dropped for a while
+    ENDED = "ended"  # closed by the client, idled out, lingered out, or the gateway's end
+    GONE = "gone"  # the connection is gone (or the gateway stops), from wherever it was
+
+
+# The client's states and the events as module names, read on every request (see `grpc.call_states`).
+IDLE, BODY, DONE, LINGER, CLOSED = Client.IDLE, Client.BODY, Client.DONE, Client.LINGER, Client.CLOSED
+HEAD, REQUEST, ANSWERED, ANSWERED_CLOSE = (
+    HttpEvent.HEAD,
+    HttpEvent.REQUEST,
+    HttpEvent.ANSWERED,
+    HttpEvent.ANSWERED_CLOSE,
+)
+REFUSED, REFUSED_LINGER, ENDED, GONE = HttpEvent.REFUSED, HttpEvent.REFUSED_LINGER, HttpEvent.ENDED, HttpEvent.GONE
+
+CLIENT_MOVES: dict[tuple[Client, HttpEvent], Client] = {
+    (IDLE, HEAD): BODY,
+    (IDLE, REQUEST): DONE,
+    (BODY, REQUEST): DONE,
+    (DONE, ANSWERED): IDLE,
+    (DONE, ANSWERED_CLOSE): CLOSED,
+    (IDLE, REFUSED): CLOSED,
+    (BODY, REFUSED): CLOSED,
+    (IDLE, REFUSED_LINGER): LINGER,
+    (BODY, REFUSED_LINGER): LINGER,
+    (IDLE, ENDED): CLOSED,
+    (DONE, ENDED): CLOSED,
+    (LINGER, ENDED): CLOSED,
+    **{(state, GONE): CLOSED for state in Client},
 }
-OUR_MOVES = {
-    (IDLE, "head"): IDLE,
-    (IDLE, "request"): ANSWERING,
-    (ANSWERING, "answered"): IDLE,
-    (ANSWERING, "answered_close"): CLOSED,
-    (IDLE, "refused"): CLOSED,
-    (IDLE, "refused_linger"): CLOSED,
-    (IDLE, "ended"): CLOSED,
-    (ANSWERING, "ended"): CLOSED,
-    (CLOSED, "ended"): CLOSED,  # the end of lingering after a refusal
-}
-# Both tables at once, for `_move`: (client state, our state, event) -> (client state, our state).
-_MOVES = {
-    (client, ours, event): (after, OUR_MOVES[ours, event])
-    for (client, event), after in CLIENT_MOVES.items()
-    for ours in (IDLE, ANSWERING, CLOSED)
-    if (ours, event) in OUR_MOVES
+OUR_MOVES: dict[tuple[Ours, HttpEvent], Ours] = {
+    (Ours.IDLE, HEAD): Ours.IDLE,
+    (Ours.IDLE, REQUEST): Ours.ANSWERING,
+    (Ours.ANSWERING, ANSWERED): Ours.IDLE,
+    (Ours.ANSWERING, ANSWERED_CLOSE): Ours.CLOSED,
+    (Ours.IDLE, REFUSED): Ours.CLOSED,
+    (Ours.IDLE, REFUSED_LINGER): Ours.CLOSED,
+    (Ours.IDLE, ENDED): Ours.CLOSED,
+    (Ours.ANSWERING, ENDED): Ours.CLOSED,
+    (Ours.CLOSED, ENDED): Ours.CLOSED,  # the end of lingering after a refusal
+    **{(state, GONE): Ours.CLOSED for state in Ours},
 }
 _NEVER = float("inf")
 _CRLF = b"\r\n"
-
-
-class ProtocolBug(RuntimeError):
-    """A transition the tables do not have: the adapter (or the core) did something out of turn."""
 
 
 class Step:
@@ -112,7 +145,7 @@ class HttpConnection:
         self.idle_s = idle_timeout_s
         self.body_s = body_timeout_s
         self.client = IDLE
-        self.ours = IDLE
+        self.ours = Ours.IDLE
         self.step = Step()
         self.charged = 0  # bytes of the current request counted in flight by admission control
         self._buf = bytearray()  # bytes read and not yet parsed
@@ -154,8 +187,7 @@ class HttpConnection:
         step = self._fresh()
         step.writes.extend(parts)
         self._release()
-        event = "answered_close" if close else "answered"
-        self._move(event)
+        self._move(ANSWERED_CLOSE if close else ANSWERED)
         if close:
             step.close = True
             return step
@@ -199,7 +231,7 @@ class HttpConnection:
     def close(self) -> None:
         """The connection is gone (or the gateway stops): what the request held is given back."""
         self._release()
-        self.client = self.ours = CLOSED
+        self._move(GONE)
 
     # -- the states ------------------------------------------------------------------------------------------
 
@@ -210,11 +242,9 @@ class HttpConnection:
         step.refused = step.half_close = step.close = False
         return step
 
-    def _move(self, event: str) -> None:
-        try:
-            self.client, self.ours = _MOVES[self.client, self.ours, event]
-        except KeyError:
-            raise ProtocolBug(f"HTTP connection: no move '{event}' from states {self.client}/{self.ours}") from None
+    def _move(self, event: HttpEvent) -> None:
+        """Both sides move on by `event`, or neither (`IllegalTransition`: a move out of turn, a bug)."""
+        self.client, self.ours = transition(CLIENT_MOVES, self.client, event), transition(OUR_MOVES, self.ours, event)
 
     def _parse(self, data: bytes, now: float) -> None:
         """Read a head and its body from `_buf` + `data` until the request is whole, or the bytes run out."""
@@ -279,7 +309,7 @@ class HttpConnection:
         self._head = req
         self._body = ChunkedBody(self.cap, self._charge) if coding is not None else SizedBody(size, self._charge)
         self._body_until = now + self.body_s
-        self._move("head")
+        self._move(HEAD)
         return start
 
     def _charge(self, n: int) -> None:
@@ -293,7 +323,7 @@ class HttpConnection:
     def _hand_out(self, req: Request) -> None:
         self._head = self._body = None
         self._body_until = _NEVER
-        self._move("request")
+        self._move(REQUEST)
         self.step.request = req
 
     def _release(self) -> None:
@@ -319,7 +349,7 @@ class HttpConnection:
         step.writes.append(error_response(e.status, e.message, close=True))
         step.refused = True
         linger = e.linger and not self._eof
-        self._move("refused_linger" if linger else "refused")
+        self._move(REFUSED_LINGER if linger else REFUSED)
         if linger:
             self._dropped = len(self._buf)
             self._until = now + LINGER_S
@@ -330,5 +360,5 @@ class HttpConnection:
 
     def _end(self) -> None:
         self._release()
-        self._move("ended")
+        self._move(ENDED)
         self.step.close = True

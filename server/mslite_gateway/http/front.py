@@ -41,7 +41,7 @@ from mslite_gateway.http.messages import HttpError, Request, Response, client_he
 from mslite_gateway.http.upstream import READ_BYTES, Upstream
 from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
-from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, http_load_body
+from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, check_http_name, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
 from mslite_gateway.rules import Refusal, holds_key
 from mslite_gateway.server_metadata import HTTP_PATH, served_json
@@ -270,6 +270,7 @@ class HttpFront:
         if unregister and self.staging is not None:
             self.staging.recheck()
         head, body = upstream_head(req), req.body
+        check_http_name(req.target)  # a load or unload of a model whose name the file system must not see
         if req.method == b"POST" and LOAD_ROUTE.fullmatch(req.target.split(b"?", 1)[0]):
             # a file path Triton cannot create aborts it: refused here (`model_control`), a large body off the loop
             if self.offload is not None and (len(req.body) > OFFLOAD_BYTES or req.header(b"content-encoding")):
