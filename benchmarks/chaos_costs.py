@@ -17,8 +17,11 @@ Each attack runs while another client uses the same model, loopback only, bounde
               restarted (`chaos_deadline.py`).
   idle-connections, zero-window, error-answers, streams-left: `raw_h2`'s attackers for 20 s, another client predicting
               tiny; bar: all answered within 2 s, gateway and tritonserver RSS growth < 256 MiB each, no restart.
+  stream-gzip: 4 keyless connections send gzip ModelStreamInfer messages (~65 KB, 64 MiB inflated) for 15 s
+              while the gateway's probe is asked and another client predicts `tiny` (`tests.support.stream_bombs`);
+              reported, no bar: the probes' and predicts' times, whether the gateway was restarted.
 
-Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,execute-deadline,idle-connections,...]
+Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,execute-deadline,stream-gzip,idle-connections,...]
 """
 
 from __future__ import annotations
@@ -42,10 +45,11 @@ from tests.support import model_zoo, raw_h2
 from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
+from tests.support.stream_bombs import bomb_while_serving
 from tests.support.traffic import Loops
 
 BOUNDS = ("idle-connections", "zero-window", "error-answers", "streams-left")  # `raw_h2`'s attackers
-ATTACKS = ("zero-batch", "strings", "gzip-bomb", "execute-deadline", *BOUNDS)
+ATTACKS = ("zero-batch", "strings", "gzip-bomb", "execute-deadline", "stream-gzip", *BOUNDS)
 
 
 def _rss_mib(pids: list[int]) -> float:
@@ -273,6 +277,18 @@ def bound(name: str, server: LocalServer) -> str:
     )
 
 
+def stream_gzip(server: LocalServer, seconds: float = 15.0) -> str:
+    run = bomb_while_serving(server, seconds)
+    probes, predicts = [p for p in run.probes if p < float("inf")], [p for p in run.predicts if p < float("inf")]
+    return (
+        f"stream-gzip: 4 connections sent {run.sent} gzip stream messages (~65 KB -> 64 MiB) over {seconds:.0f} s; "
+        f"gateway probe: {len(run.probes)} asked, {len(run.probes) - len(probes)} unanswered, median "
+        f"{1000 * float(np.median(probes)):.1f} ms, slowest {1000 * max(probes):.1f} ms; another client's gRPC "
+        f"predicts: {len(predicts)} of {len(run.predicts)} ok, median {1000 * float(np.median(predicts)):.1f} ms, "
+        f"slowest {1000 * max(predicts):.1f} ms; gateway restarted: {'yes' if run.restarted else 'no'}"
+    )
+
+
 def costs_campaign(selected: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="chaos-costs-"))
     repo = work / "repo"
@@ -285,6 +301,7 @@ def costs_campaign(selected: list[str]) -> int:
     add_model(repo, "spin", model_zoo.spin(), f'backend: "mslite"\n{SPIN}\n')
     runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb, "execute-deadline": execute_deadline}
     runs.update({name: lambda server, name=name: bound(name, server) for name in BOUNDS})
+    runs["stream-gzip"] = stream_gzip
     with LocalServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)

@@ -61,6 +61,9 @@ class _Sink:
         pass
 
 
+REPLAY_KEY = "replay-admin-key"  # as `serve` runs: with an admin key (the recorded requests send none)
+
+
 def load_gateway(root: Path | None = None) -> dict[str, Any]:
     """The relay's names that `replay` uses, from the `mslite_gateway` package in `root` (None: the installed one).
 
@@ -127,7 +130,7 @@ def replay(reads: list[tuple[str, bytes]], gateway: dict[str, Any] | None = None
         enter(model)
 
     admission.enter = counted  # type: ignore[method-assign]
-    core = RelayCore(RelayRules(max_request_bytes=64 << 20, admission=admission, staging=None))
+    core = RelayCore(RelayRules(max_request_bytes=64 << 20, admission=admission, staging=None, admin_key=REPLAY_KEY))
     core.opened(True, 0.0)
     sink = _Sink()
     start = time.thread_time()  # CPU time: on a busy machine, waiting for a core is not the relay's cost
@@ -215,7 +218,7 @@ def replay_http(reads: list[tuple[str, bytes]], gateway: dict[str, Any] | None =
     requests, answers = requests * HTTP_REPEAT, answers * HTTP_REPEAT
     admission = g["Admission"](max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
     upstream = g["Upstream"](_Triton(answers), timeout_s=60.0)
-    front = g["HttpFront"](upstream, max_request_bytes=64 << 20, admission=admission)
+    front = g["HttpFront"](upstream, max_request_bytes=64 << 20, admission=admission, admin_key=REPLAY_KEY)
 
     async def serve() -> tuple[float, _Peer]:
         client = _Peer(iter(requests), 64 << 10)  # its reader belongs to the loop that runs this

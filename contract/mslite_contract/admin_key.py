@@ -58,16 +58,57 @@ def remove_key(paths: list[Path], key: str) -> None:
 
 
 def key_for(url: str) -> str | None:
-    """The key to send to `url`: `settings.ADMIN_KEY_ENV`, else the key file of its host and port, else None."""
+    """The key to send to `url`: `settings.ADMIN_KEY_ENV`, else the key file of its host and port, else None.
+
+    A key file outlives a server killed abruptly, and its port may then be another account's: a key from a
+    file goes only to a loopback port on which every listener belongs to the file's owner (`listener_uids`),
+    never to another host and never to a port nobody (or somebody else) listens on.
+    """
     env = settings.admin_key()
     if env:
         return env
     parsed = urlparse(url)
-    if not parsed.hostname or not parsed.port:
+    if not parsed.hostname or not parsed.port or parsed.hostname not in _LOOPBACK:
         return None
     for host in {parsed.hostname, "127.0.0.1" if parsed.hostname == "localhost" else parsed.hostname}:
         try:
-            return key_path(host, parsed.port).read_text().strip() or None
+            with open(key_path(host, parsed.port)) as f:
+                owner, key = os.fstat(f.fileno()).st_uid, f.read().strip()
         except OSError:
             continue
+        if key and listener_uids(parsed.port) == {owner}:
+            return key
     return None
+
+
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
+_LISTEN = "0A"  # the state column of a listening socket in /proc/net/tcp
+_REACHES_LOOPBACK = {  # local addresses (as /proc/net/tcp* writes them) a connection to loopback may reach
+    "0100007F",  # 127.0.0.1
+    "00000000",  # 0.0.0.0
+    "00000000000000000000000001000000",  # ::1
+    "00000000000000000000000000000000",  # ::
+    "0000000000000000FFFF00000100007F",  # ::ffff:127.0.0.1
+}
+
+
+def listener_uids(port: int) -> set[int]:
+    """The accounts owning a socket that listens on `port` at a loopback or wildcard address.
+
+    Read from Linux's /proc/net/tcp and tcp6; empty where they cannot be read.
+    """
+    uids = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 8 or fields[3] != _LISTEN:
+                continue
+            address, _, hex_port = fields[1].partition(":")
+            if int(hex_port, 16) == port and address.upper() in _REACHES_LOOPBACK:
+                uids.add(int(fields[7]))
+    return uids

@@ -115,6 +115,12 @@ class GatewayOptions:
     staging: bool = _option(
         True, "hand large tensors to Triton through shared memory (staging.py), not over TCP as they came"
     )
+    http_fd: int = _option(
+        -1, "an inherited descriptor of a socket listening on the HTTP port, served instead of binding it (-1: bind)"
+    )
+    grpc_fd: int = _option(
+        -1, "an inherited descriptor of a socket listening on the gRPC port, served instead of binding it (-1: bind)"
+    )
     limits: GatewayLimits = GatewayLimits()
 
     def to_argv(self) -> list[str]:

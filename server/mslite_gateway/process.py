@@ -19,6 +19,7 @@ import ctypes.util
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -103,10 +104,16 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         connections=connections,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
+    # The launcher binds them once and hands each gateway it starts the same sockets (`http_fd`, `grpc_fd`), so
+    # a restart never lets a port go; a gateway run alone binds them itself.
+    http_sock, grpc_sock = _inherited(options.http_fd), _inherited(options.grpc_fd)
     try:
-        http_server = await asyncio.start_server(
-            front.handle, options.host, options.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
-        )
+        if http_sock is not None:
+            http_server = await asyncio.start_server(front.handle, sock=http_sock, limit=MAX_HEAD_BYTES, backlog=1024)
+        else:
+            http_server = await asyncio.start_server(
+                front.handle, options.host, options.http_port, limit=MAX_HEAD_BYTES, backlog=1024, reuse_address=True
+            )
     except OSError as e:
         raise RuntimeError(f"HTTP port {options.http_port} on {options.host} could not be bound: {e}") from None
     try:
@@ -122,7 +129,9 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
             max_streams=limits.max_streams_per_connection,
             max_unread_bytes=limits.max_unread_bytes_per_connection,
         )
-        grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules, connections)
+        grpc_server, relay = await start_relay(
+            options.host, options.grpc_port, upstream_grpc, rules, connections, sock=grpc_sock
+        )
     except OSError as e:
         raise RuntimeError(f"gRPC port {options.grpc_port} on {options.host} could not be bound: {e}") from None
     if staging is not None:
@@ -150,6 +159,15 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         connections.idled_out,
         connections.refused,
     )
+
+
+def _inherited(fd: int) -> socket.socket | None:
+    """The listening socket of inherited descriptor `fd` (None for -1: the port is bound here)."""
+    if fd < 0:
+        return None
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(False)
+    return sock
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

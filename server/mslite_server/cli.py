@@ -94,6 +94,17 @@ def _serve(args: argparse.Namespace) -> int:
             "ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models "
             "and update weights\n"
         )
+    if server.gateway is None:  # what this mode gives up (docs/reliability.md, "The boundary")
+        if server.admin_key:
+            out.write(
+                "WARNING (--no-gateway): the admin key is on tritonserver's command line (its restricted-API "
+                "flags), which every local account can read (ps): any local user can load models and run code "
+                "as this user\n"
+            )
+        out.write(
+            "WARNING (--no-gateway): tritonserver binds the ports itself, so a restart lets them go: another "
+            "local process may take one meanwhile and receive what clients send there\n"
+        )
     for m in server.model_states():
         reason = f"  ({m.reason.splitlines()[0]})" if m.reason and not m.ready else ""
         out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")

@@ -22,7 +22,7 @@ from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_server.parent_death import dies_with_parent, end_group
 from mslite_server.ports import LOOPBACK
 
-__all__ = ["GatewayError", "GatewayProcess", "answers_probe"]
+__all__ = ["GatewayError", "GatewayProcess", "answers_probe", "bind_public"]
 
 # A request line with no target and no version: the gateway answers it itself (400, malformed request
 # line) and sends nothing on to tritonserver.
@@ -53,10 +53,12 @@ class GatewayProcess:
         Raises:
             GatewayError: it exited or said nothing within `timeout_s` (its log's tail included).
         """
+        fds = [fd for fd in (self.options.http_fd, self.options.grpc_fd) if fd >= 0]  # its listening sockets
         with open(self.log_path, "ab") as logf:
             args = [sys.executable, "-m", GATEWAY_MODULE, *self.options.to_argv()]
             self.process = subprocess.Popen(
                 dies_with_parent(args) if die_with_parent else args,
+                pass_fds=fds,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=logf,
@@ -104,6 +106,32 @@ class GatewayProcess:
         if proc.stdout is not None:
             proc.stdout.close()
         return end_group(proc.pid)
+
+
+def bind_public(host: str, ports: list[int], backlog: int = 1024) -> list[socket.socket]:
+    """Sockets listening on `host` at each of `ports`, for the gateways this process starts (`http_fd`, `grpc_fd`).
+
+    Bound once by the process that outlives gateway restarts and handed to each new gateway, so a port is never
+    free while the server runs: a gateway killed meanwhile leaves connections waiting in the backlog for the next
+    one, not a free port another local process could bind and collect the next request at (key included).
+    SO_REUSEADDR only (a port in TIME_WAIT binds; a listening one does not, to anyone); no SO_REUSEPORT.
+
+    Raises:
+        GatewayError: a port could not be bound ("already in use" when someone holds it).
+    """
+    bound: list[socket.socket] = []
+    try:
+        for port in ports:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            try:
+                bound.append(socket.create_server((host, port), family=family, backlog=backlog))
+            except OSError as e:
+                raise GatewayError(f"port {port} on {host} could not be bound: {e.strerror or e}") from None
+    except GatewayError:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
 
 
 def answers_probe(host: str, http_port: int, timeout_s: float = 2.0) -> bool:

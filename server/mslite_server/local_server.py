@@ -15,6 +15,7 @@ configured. The handle picks the ports (`ports.py`), starts the parts and stops 
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mslite_contract.admin_key import new_key
 from mslite_contract.gateway_options import GatewayOptions
 from mslite_server.config import ModelState, ServerConfig
-from mslite_server.gateway_process import GatewayError, GatewayProcess, answers_probe
+from mslite_server.gateway_process import GatewayError, GatewayProcess, answers_probe, bind_public
 from mslite_server.ports import LOOPBACK, PortTakenError, holders, pick_ports
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints, make_socket_dir
@@ -56,6 +57,7 @@ class LocalServer:
         self.grpc_port = 0
         self.metrics_port = 0
         self.gateway: GatewayProcess | None = None
+        self.listeners: list[socket.socket] = []  # the gateway's public ports, held here across its restarts
         self.admin_key: str | None = None
         self.restarts = 0
         self._supervisor: Supervisor | None = None
@@ -177,17 +179,22 @@ class LocalServer:
 
     def _start_gateway(self, *, stop_on_failure: bool = True) -> None:
         cfg = self.config
-        options = GatewayOptions(
-            host=cfg.host,
-            http_port=self.http_port,
-            grpc_port=self.grpc_port,
-            upstream_http=self.triton.http_address,
-            upstream_grpc=self.triton.grpc_address,
-            grace_s=cfg.exit_timeout_s,
-            limits=cfg.gateway_limits,
-        )
-        self.gateway = GatewayProcess(options, admin_key=self.admin_key, log_path=self.workspace.gateway_log_path)
         try:
+            if not self.listeners:  # bound once, handed to every gateway started (`bind_public`)
+                self.listeners = bind_public(cfg.host, [self.http_port, self.grpc_port])
+            http_sock, grpc_sock = self.listeners
+            options = GatewayOptions(
+                host=cfg.host,
+                http_port=self.http_port,
+                grpc_port=self.grpc_port,
+                upstream_http=self.triton.http_address,
+                upstream_grpc=self.triton.grpc_address,
+                grace_s=cfg.exit_timeout_s,
+                limits=cfg.gateway_limits,
+                http_fd=http_sock.fileno(),
+                grpc_fd=grpc_sock.fileno(),
+            )
+            self.gateway = GatewayProcess(options, admin_key=self.admin_key, log_path=self.workspace.gateway_log_path)
             self.gateway.start(die_with_parent=self._child_dies_with_me())
         except GatewayError as e:
             if stop_on_failure:
@@ -231,6 +238,9 @@ class LocalServer:
         if self.gateway is not None:
             self.gateway.stop(HUNG_GRACE_S if hung else timeout_s)
             self.gateway = None
+        for sock in self.listeners:  # the public ports go only now
+            sock.close()
+        self.listeners = []
         if self.admin_key:
             self.workspace.remove_keys(self.admin_key)
         if hung:

@@ -212,7 +212,10 @@ def command_line(
         f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
     ]
     flags += [f"--load-model={m}" for m in load_models]
-    if admin_key:
+    # Behind a gateway Triton's endpoints are private sockets and the gateway checks the key (its
+    # `access` allow-list): the key stays off this command line, which every local account can read.
+    # Without one, Triton must check it itself, and only its flags can say so.
+    if admin_key and endpoints.socket_dir is None:
         flags += restricted_api_flags(admin_key)
     return [binary, *flags, *cfg.extra_args]
 

@@ -122,7 +122,7 @@ def test_grpc_upload_needs_the_key_and_the_key_passes_through(gw, files):
     config = json.dumps({"name": "keyed", "backend": "mslite"})
     model = {"file:1/model.onnx": (files / "tiny.onnx").read_bytes()}
     try:
-        with pytest.raises(InferenceServerException, match="restricted"):
+        with pytest.raises(InferenceServerException, match="needs the admin key"):
             client.load_model("keyed", config=config, files=model)
         client.load_model("keyed", config=config, files=model, headers={ADMIN_KEY_GRPC_HEADER: gw.admin_key})
         assert client.is_model_ready("keyed")
@@ -269,7 +269,7 @@ def test_server_metadata_lists_only_the_extensions_served(gw):
 
 
 def test_json_answers_say_they_are_json(gw):
-    """A restricted API's 403 (Triton writes it as text/plain) and the gateway's own refusals."""
+    """A restricted API's 403 (the gateway's own: Triton restricts nothing behind it) and its other refusals."""
     calls = [
         ("POST", "/v2/repository/index", b"{}", 403),  # the key is missing
         ("GET", "/v2/systemsharedmemory/status", None, 403),

@@ -25,6 +25,7 @@ from typing import Any
 import hpack
 
 from mslite_gateway import server_metadata
+from mslite_gateway.access import grpc_refusal
 from mslite_gateway.admission import Account, Overloaded
 from mslite_gateway.grpc.checks import Pieces
 from mslite_gateway.grpc.frames import (
@@ -34,6 +35,7 @@ from mslite_gateway.grpc.frames import (
     GOAWAY,
     NO_ERROR,
     PASS,
+    PERMISSION_DENIED,
     REFUSED_STREAM,
     RST_STREAM,
     U32,
@@ -43,7 +45,7 @@ from mslite_gateway.grpc.frames import (
     trailers,
     trailers_only,
 )
-from mslite_gateway.grpc.relay_rules import Link, RelayRules
+from mslite_gateway.grpc.relay_rules import Later, Link, RelayRules
 from mslite_gateway.grpc.request_headers import RequestHeaders
 from mslite_gateway.grpc.stream_calls import StreamCalls
 from mslite_gateway.grpc.stream_state import StreamCall
@@ -148,6 +150,10 @@ class CheckedCalls:
         else:  # finished while this frame came (Triton's reset or answer): Triton never sees it
             self.window.owe(sum(len(p) for p in parts))
 
+    def resolve(self, sid: int, job: Later, value: Any, error: BaseException | None) -> None:
+        """Work off the loop for call `sid` is done: its kind of call goes on with it (`Later`)."""
+        (self.streamed if sid in self.streamed.calls else self.unary).resolve(sid, job, value, error)
+
     def give_credit(self) -> None:
         """The window owed to the client, given back now (in one write)."""
         updates = self.window.updates()
@@ -173,6 +179,8 @@ class CheckedCalls:
             link.close()  # after what is written
         elif rules.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
+        elif (refusal := grpc_refusal(path, key, rules.admin_key)) is not None:  # default-deny (`access`)
+            self.refuse(sid, PERMISSION_DENIED, refusal.message)
         elif path in rules.checks:
             answered = None
             staging = rules.staging

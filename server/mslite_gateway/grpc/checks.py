@@ -20,16 +20,20 @@ from tritonclient.grpc import service_pb2 as pb
 
 from mslite_contract.protobuf_varint import field_spans
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
+from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.rules import (
     Refusal,
     SizeBudget,
     byte_size_mismatch,
+    check_batches,
     check_bool_bytes,
     check_datatype,
     check_grpc_version,
     check_own_region,
     check_region_name,
     element_count,
+    empty_batch_refusal,
+    empty_batches,
 )
 
 log = logging.getLogger(__name__)
@@ -294,3 +298,27 @@ def check_region_call(kind: Any, what: str) -> Callable[[bytes | Pieces, bool], 
 # An unregister call without a name unregisters all others; a registered one would have Triton read its tensors there.
 check_unregister = check_region_call(pb.SystemSharedMemoryUnregisterRequest, "unregistered")
 check_register = check_region_call(pb.SystemSharedMemoryRegisterRequest, "registered")
+
+
+def check_stream_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
+    """A stream's request of batch size 0: refused unless the model is known not to batch (`rules.check_batches`).
+
+    A unary call waits for the model's configuration (`grpc.relay_rules.Later`); a stream's messages are answered in
+    order, so one never answered would hold every answer after it, and the stream cannot wait for a reading
+    either. So here a batch of 0 goes on only where a fresh reading says the model does not batch (or could not
+    be read: Triton then answers for itself), and is refused where the model batches or was not read lately.
+
+    Raises:
+        Refusal: an input of batch size 0 and the model batches, or is not known not to.
+    """
+    empty = empty_batches((inp.name, inp.shape) for inp in req.inputs)
+    if not empty or batching is None:
+        return
+    fresh, size = batching.known(model)
+    if fresh:
+        if size is not None:
+            check_batches(model, empty, size)
+        return
+    raise empty_batch_refusal(
+        model, empty, "a stream takes one only for a model known not to batch: send it as ModelInfer"
+    )

@@ -168,7 +168,7 @@ class RelayCore:
         """Work off the loop for call `sid` is done (`job.run` returned `value` or raised `error`)."""
         self.now = now
         if self.state is not SHUT:
-            self.calls.unary.resolve(sid, job, value, error)
+            self.calls.resolve(sid, job, value, error)
             self._ours_to_triton()
             window = self.calls.window
             if window.credit or window.streams:

@@ -218,3 +218,21 @@ class Frames:
                     on_frame(kind, flags, sid, self.raw, parts)
             i += take
         self._flush(n)
+
+
+def append_data_frames(out: list[Any], sid: int, parts: list[Any], length: int) -> None:
+    """`length` bytes of `parts` (a message, prefix included) onto `out` as DATA frames of stream `sid`, no copy."""
+    pos, i, offset = 0, 0, 0  # bytes framed; the part being framed and where in it
+    while pos < length:
+        n = min(MIN_MAX_FRAME_SIZE, length - pos)
+        out.append(n.to_bytes(3, "big") + bytes((DATA, 0)) + U32.pack(sid))  # a DATA frame's header
+        left = n
+        while left:
+            part = parts[i]
+            take = min(left, len(part) - offset)
+            out.append(part[offset : offset + take] if take < len(part) else part)
+            offset += take
+            left -= take
+            if offset == len(part):
+                i, offset = i + 1, 0
+        pos += n

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from mslite_gateway.connections import Connections
 from mslite_gateway.grpc.core import CLIENT, TRITON, RelayCore, RelayRules, Writes
@@ -242,13 +243,25 @@ class _TritonProtocol(asyncio.Protocol):
 
 
 async def start_relay(
-    host: str, port: int, upstream: UpstreamAddress, rules: RelayRules, connections: Connections | None = None
+    host: str,
+    port: int,
+    upstream: UpstreamAddress,
+    rules: RelayRules,
+    connections: Connections | None = None,
+    *,
+    sock: socket.socket | None = None,
 ) -> tuple[asyncio.AbstractServer, GrpcRelay]:
-    """Listen on host:port and relay to `upstream` (Triton's gRPC endpoint) under `rules` (and `connections`).
+    """Listen on host:port, or serve `sock` (bound already), and relay to Triton's gRPC endpoint under `rules`.
+
+    `connections` (the gateway's registry of client connections) is shared with the HTTP front.
 
     Raises:
         OSError: the port could not be bound.
     """
     relay = GrpcRelay(upstream, rules, connections)
-    server = await asyncio.get_running_loop().create_server(relay.factory, host, port, backlog=1024)
+    loop = asyncio.get_running_loop()
+    if sock is not None:
+        server = await loop.create_server(relay.factory, sock=sock, backlog=1024)
+    else:
+        server = await loop.create_server(relay.factory, host, port, backlog=1024)
     return server, relay

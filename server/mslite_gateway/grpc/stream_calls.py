@@ -3,8 +3,9 @@
 A stream's DATA is held (never passed on as it arrives, as a unary call's is) and split into messages
 (`grpc.stream_state.MessageReader`); each whole message gets `ModelInfer`'s checks (`grpc.checks.read_model_infer`:
 size, shapes, datatypes, shared-memory names) and the per-model in-flight limit, and its frames' admission to
-the byte budget. A message that passes goes to Triton in DATA frames of ours (its own bytes, or through a
-staging region as a unary request would); one that fails is answered on the stream with a
+the byte budget; a compressed one is inflated and checked off the event loop, the messages behind it
+waiting. A message that passes goes to Triton in DATA frames of ours (its own bytes, or through a staging
+region as a unary request would); one that fails is answered on the stream with a
 ModelStreamInferResponse carrying the error and the request's id, as Triton answers a request it fails, and the
 stream goes on. A message over the size cap ends the call with RESOURCE_EXHAUSTED, as Triton ends a call whose
 message is over its own limit.
@@ -22,33 +23,34 @@ held back from the client's window updates to Triton, and the bytes of a dropped
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Overloaded
 from mslite_gateway.grpc.call_states import Answers, AnswersEvent, Phase, PhaseEvent
-from mslite_gateway.grpc.checks import read_model_infer, staged_model_infer
+from mslite_gateway.grpc.checks import check_stream_empty_batch, read_model_infer, staged_model_infer
 from mslite_gateway.grpc.frames import (
     COLLECT,
     DATA,
     END_STREAM,
     INVALID_ARGUMENT,
-    MIN_MAX_FRAME_SIZE,
     PADDED,
     RESOURCE_EXHAUSTED,
     U32,
     WINDOW_UPDATE,
+    append_data_frames,
     frame,
     joined,
     unpadded,
 )
 from mslite_gateway.grpc.messages import PREFIX, Message, inflate, prefixed
-from mslite_gateway.grpc.relay_rules import Calls
+from mslite_gateway.grpc.relay_rules import INFLATED, Calls, Later
 from mslite_gateway.grpc.stream_state import Pending, StreamCall, error_answer, read_answer, request_id
-from mslite_gateway.model_batching import ModelBatching
-from mslite_gateway.rules import Refusal, check_batches, empty_batch_refusal, empty_batches
+from mslite_gateway.rules import Refusal
 
+log = logging.getLogger(__name__)
 # A model name no repository can hold (models are directories): Triton answers it at once with an error.
 _PROBE_MODEL = "/"
 _PROBE_ID = "mslite-gateway-probe-"  # + the stream's id: how its answer is told from the client's
@@ -109,24 +111,75 @@ class StreamCalls:
             if not reader.between:
                 owner.refuse(sid, INVALID_ARGUMENT, "the request stream ended inside a message")
                 return
-            call.move(PhaseEvent.HALF_CLOSE)
-            owner.frames.out.append(frame(DATA, END_STREAM, sid))
+            if call.inflating is not None:  # after the messages that wait for it
+                call.ending = True
+            else:
+                self._half_close(sid, call)
+
+    def _half_close(self, sid: int, call: StreamCall) -> None:
+        call.move(PhaseEvent.HALF_CLOSE)
+        self.owner.frames.out.append(frame(DATA, END_STREAM, sid))
 
     def _request(self, sid: int, call: StreamCall, message: Message) -> None:
-        """A whole request message: checked, counted and sent on, or answered with its error."""
+        """A whole request message: checked, counted and sent on, or answered with its error.
+
+        A compressed one is inflated and checked off the event loop (65 KB may inflate to 64 MiB), as a unary
+        call's is (`grpc.relay_rules.Later`); the stream's later messages wait for it, in order (`resolve`).
+        """
+        if call.inflating is not None:
+            call.waiting.append(message)
+            return
+        rules = self.owner.rules
+        if message.refusal is None and message.compressed:
+            call.inflating = message
+            encoding, packed, cap, keyed, max_strings = (
+                call.encoding,
+                message.body().join(),
+                rules.cap,
+                call.keyed,
+                rules.max_strings,
+            )
+            job = Later(
+                INFLATED,
+                lambda: read_model_infer(inflate(encoding, packed, cap), cap, keyed=keyed, max_strings=max_strings),
+            )
+            self.owner.link.later.append((sid, job))
+            return
+        self._checked(sid, call, message, None)
+
+    def resolve(self, sid: int, job: Later, value: Any, error: BaseException | None) -> None:
+        """A message inflated and checked off the loop (`_request`): it goes on, then the messages behind it."""
+        call = self.calls.get(sid)
+        if call is None or call.inflating is None:  # ended meanwhile: the outcome goes with it
+            return
+        message, call.inflating = call.inflating, None
+        if isinstance(error, Refusal):
+            self._refuse(sid, call, message, error.message, _share(call, message))
+        elif error is not None:
+            log.error("a gRPC stream request's check failed: %r", error)
+            self._refuse(sid, call, message, "the server could not check this request", _share(call, message))
+        else:
+            self._checked(sid, call, message, value)
+        while call.inflating is None and call.waiting and self.calls.get(sid) is call:
+            self._request(sid, call, call.waiting.pop(0))
+        if call.inflating is None and call.ending and self.calls.get(sid) is call:
+            call.ending = False
+            self._half_close(sid, call)
+
+    def _checked(self, sid: int, call: StreamCall, message: Message, checked: tuple[Any, Any] | None) -> None:
+        """Check `message` (unless `checked` already: its request, read off the loop), then count and send it."""
         owner = self.owner
         rules = owner.rules
-        nbytes = min(call.charged - call.attributed, message.length)  # what of `charged` is this message's
+        nbytes = _share(call, message)
         if message.refusal is not None:
             self._refuse(sid, call, message, message.refusal, nbytes)
             return
         try:
-            body: Any = message.body()
-            if message.compressed:
-                body = inflate(call.encoding, body.join(), rules.cap)
-            req, raw = read_model_infer(body, rules.cap, keyed=call.keyed, max_strings=rules.max_strings)
+            if checked is None:
+                checked = read_model_infer(message.body(), rules.cap, keyed=call.keyed, max_strings=rules.max_strings)
+            req, raw = checked
             model = str(req.model_name)
-            _check_empty_batch(rules.batching, model, req)
+            check_stream_empty_batch(rules.batching, model, req)
             rules.admission.enter(model)
         except (Refusal, Overloaded) as e:
             self._refuse(sid, call, message, e.message, nbytes)
@@ -136,31 +189,13 @@ class StreamCalls:
         if staging is not None and not message.compressed and staging.wants(message.length - PREFIX):
             region = staging.take(message.length - PREFIX)
         if region is None:
-            self._send(sid, message.parts, message.length)
+            append_data_frames(self.owner.frames.out, sid, message.parts, message.length)
         else:
             staged = staged_model_infer(req, raw, region.name, region.view)
             sent = prefixed(staged)
-            self._send(sid, [sent], len(sent))
+            append_data_frames(self.owner.frames.out, sid, [sent], len(sent))
             self._credit(sid, call, message.length - len(sent))  # Triton reads the rest from the region
         call.sent(Pending(str(req.id), model, nbytes, region, owner.link.now))
-
-    def _send(self, sid: int, parts: list[Any], length: int) -> None:
-        """A message (with its prefix) to Triton on stream `sid`, in DATA frames of ours (views, no copy)."""
-        out = self.owner.frames.out
-        pos, i, offset = 0, 0, 0  # bytes framed; the part being framed and where in it
-        while pos < length:
-            n = min(MIN_MAX_FRAME_SIZE, length - pos)
-            out.append(n.to_bytes(3, "big") + bytes((DATA, 0)) + U32.pack(sid))  # a DATA frame's header
-            left = n
-            while left:
-                part = parts[i]
-                take = min(left, len(part) - offset)
-                out.append(part[offset : offset + take] if take < len(part) else part)
-                offset += take
-                left -= take
-                if offset == len(part):
-                    i, offset = i + 1, 0
-            pos += n
 
     def _refuse(self, sid: int, call: StreamCall, message: Message, reason: str, nbytes: int) -> None:
         """A request message that failed a check: its bytes given back, and its error answered on the stream."""
@@ -326,25 +361,6 @@ class StreamCalls:
         return call is not None and call.answers is not Answers.AWAITING_HEADERS
 
 
-def _check_empty_batch(batching: ModelBatching | None, model: str, req: pb.ModelInferRequest) -> None:
-    """A stream's request of batch size 0: refused unless the model is known not to batch (`rules.check_batches`).
-
-    A unary call waits for the model's configuration (`grpc.relay_rules.Later`); a stream's messages are answered in
-    order, so one never answered would hold every answer after it, and the stream cannot wait for a reading
-    either. So here a batch of 0 goes on only where a fresh reading says the model does not batch (or could not
-    be read: Triton then answers for itself), and is refused where the model batches or was not read lately.
-
-    Raises:
-        Refusal: an input of batch size 0 and the model batches, or is not known not to.
-    """
-    empty = empty_batches((inp.name, inp.shape) for inp in req.inputs)
-    if not empty or batching is None:
-        return
-    fresh, size = batching.known(model)
-    if fresh:
-        if size is not None:
-            check_batches(model, empty, size)
-        return
-    raise empty_batch_refusal(
-        model, empty, "a stream takes one only for a model known not to batch: send it as ModelInfer"
-    )
+def _share(call: StreamCall, message: Message) -> int:
+    """What of the call's counted bytes (`charged`) this message holds."""
+    return min(call.charged - call.attributed, message.length)

@@ -68,6 +68,9 @@ class StreamCall:
         "moved",
         "debt",
         "window_owed",
+        "inflating",
+        "waiting",
+        "ending",
     )
 
     def __init__(self, encoding: bytes, keyed: bool, now: float) -> None:
@@ -86,6 +89,9 @@ class StreamCall:
         self.moved = now  # when a byte of a message in progress last came
         self.debt = 0  # bytes we sent Triton on this stream that the client did not (its window is not theirs)
         self.window_owed = 0  # stream window the client will give back for bytes Triton did not send
+        self.inflating: Message | None = None  # a compressed message inflated and checked off the loop
+        self.waiting: list[Message] = []  # whole messages behind it, in order
+        self.ending = False  # the client ended its side behind them: half-closed at Triton after them
 
     def move(self, event: PhaseEvent) -> None:
         """The client's side moves on (`grpc.call_states.PHASES`)."""

@@ -20,6 +20,7 @@ from typing import Any
 from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_contract.scrub import json_error, scrub_json_error
 from mslite_contract.settings import GATEWAY_MAX_STRING_ELEMENTS
+from mslite_gateway.access import http_refusal, open_http
 from mslite_gateway.admission import Admission, Overloaded
 from mslite_gateway.connections import Connections
 from mslite_gateway.deadlines import within
@@ -226,6 +227,10 @@ class HttpFront:
             close = connection == b"close" or (req.version == b"HTTP/1.0" and connection != b"keep-alive")
             if req.method == b"HEAD":
                 raise HttpError(405, "method HEAD is not served; use GET")
+            if self.admin_key and not open_http(req.method, req.target):  # default-deny: the rest needs the key
+                refusal = http_refusal(req.method, req.target, req.header(_KEY_HEADER), self.admin_key)
+                if refusal is not None:
+                    raise refusal
             match = infer = None
             empty: list[tuple[str, list[int]]] = []  # inputs of batch size 0
             doc: dict[str, Any] | None = None

@@ -6,6 +6,9 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
 
 /**
  * Where the server is, as the Python client decides it ({@code client/mslite_triton/_endpoint.py}): the context's
@@ -55,11 +58,52 @@ final class Endpoint {
         String dir = Settings.get(Settings.KEY_DIR_ENV);
         Path keys = dir != null ? Paths.get(dir) : Paths.get(System.getProperty("user.home"), ".mslite-triton", "keys");
         String host = "localhost".equals(uri.getHost()) ? "127.0.0.1" : uri.getHost();
+        if (!"127.0.0.1".equals(host)) {
+            return null; // a key file's key goes to loopback only
+        }
         try {
-            String key = Files.readString(keys.resolve(host + "_" + uri.getPort() + ".key")).trim();
+            Path file = keys.resolve(host + "_" + uri.getPort() + ".key");
+            // a dead server's file, its port now another account's: every listener must be the file's owner's
+            Object owner = Files.getAttribute(file, "unix:uid");
+            if (!Set.of(owner).equals(listenerUids(uri.getPort()))) {
+                return null;
+            }
+            String key = Files.readString(file).trim();
             return key.isEmpty() ? null : key;
-        } catch (IOException e) {
+        } catch (IOException | UnsupportedOperationException | IllegalArgumentException e) {
             return null;
         }
+    }
+
+    /** Local addresses, as /proc/net/tcp and tcp6 write them, through which a connection to loopback may arrive. */
+    private static final Set<String> REACHES_LOOPBACK = Set.of(
+            "0100007F", "00000000", "00000000000000000000000001000000", "00000000000000000000000000000000",
+            "0000000000000000FFFF00000100007F");
+
+    /** The accounts owning a socket that listens on {@code port} at a loopback or wildcard address. */
+    static Set<Integer> listenerUids(int port) {
+        Set<Integer> uids = new HashSet<>();
+        for (String table : new String[] {"/proc/net/tcp", "/proc/net/tcp6"}) {
+            List<String> rows;
+            try {
+                rows = Files.readAllLines(Paths.get(table));
+            } catch (IOException e) {
+                continue;
+            }
+            for (String row : rows.subList(Math.min(1, rows.size()), rows.size())) {
+                String[] fields = row.trim().split("\\s+");
+                if (fields.length < 8 || !"0A".equals(fields[3])) {
+                    continue; // 0A: listening
+                }
+                int colon = fields[1].indexOf(':');
+                if (colon < 0 || Integer.parseInt(fields[1].substring(colon + 1), 16) != port) {
+                    continue;
+                }
+                if (REACHES_LOOPBACK.contains(fields[1].substring(0, colon).toUpperCase())) {
+                    uids.add(Integer.parseInt(fields[7]));
+                }
+            }
+        }
+        return uids;
     }
 }
