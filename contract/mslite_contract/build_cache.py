@@ -1,5 +1,7 @@
 """A directory of built models (prepacked weights, MindIR conversions) shared by the workers of one user.
 
+The launcher keeps one more kind of entry there: its `shm_private` library (`mslite_server.shm_private`).
+
 Each entry is `<root>/<key>/` (its files, `model.onnx` among them), with a lock file `<root>/<key>.lock`:
 
 - the builder holds the lock exclusively and builds into a temporary directory renamed into place, so a
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import secrets
 import shutil
@@ -39,8 +42,15 @@ _FOREIGN_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _held: dict[str, int] = {}
 
 
-def ensure_built(root: str, key: str, build: Callable[[str], None], *, timeout_s: float = BUILD_TIMEOUT_S) -> str:
-    """Path of `<root>/<key>/model.onnx`, built by `build(directory)` unless a trusted entry exists.
+def ensure_built(
+    root: str,
+    key: str,
+    build: Callable[[str], None],
+    *,
+    timeout_s: float = BUILD_TIMEOUT_S,
+    filename: str = MODEL_FILENAME,
+) -> str:
+    """Path of `<root>/<key>/<filename>`, built by `build(directory)` unless a trusted entry exists.
 
     The entry stays in the cache while this process lives. Safe when many workers (processes) call it at once.
 
@@ -52,22 +62,23 @@ def ensure_built(root: str, key: str, build: Callable[[str], None], *, timeout_s
     bound = cache_max_bytes()
     _private_root(root)
     final = os.path.join(root, key)
-    model = os.path.join(final, MODEL_FILENAME)
-    if final in _held and _trusted(final):
+    model = os.path.join(final, filename)
+    trusted = functools.partial(_trusted, final, filename)
+    if final in _held and trusted():
         return model
     deadline = time.monotonic() + timeout_s
     fd = os.open(os.path.join(root, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         _lock(fd, fcntl.LOCK_SH, deadline)  # waits for a builder or an eviction
-        if not _trusted(final):
+        if not trusted():
             fcntl.flock(fd, fcntl.LOCK_UN)  # released first: two readers upgrading together would wait forever
             # Workers that start together all get here; the first builds, then holds the lock shared for as long
             # as it lives, so the others stop waiting for it exclusively once the entry is there (renamed into
             # place whole). Waiting on, they waited the whole time-out, and the model's load hung for as long.
-            if _lock(fd, fcntl.LOCK_EX, deadline, unless=lambda: _trusted(final)) and not _trusted(final):
+            if _lock(fd, fcntl.LOCK_EX, deadline, unless=trusted) and not trusted():
                 _build(root, key, final, build)
             _lock(fd, fcntl.LOCK_SH, deadline)
-            if not _trusted(final):  # removed in the instant between the two locks: rare, and not worth a retry
+            if not trusted():  # removed in the instant between the two locks: rare, and not worth a retry
                 raise OSError(errno.EAGAIN, "the cache entry went away while it was being built")
             evict(root, bound)
     except BaseException:
@@ -123,10 +134,10 @@ def _private_root(root: str) -> None:
         os.chmod(root, 0o700)  # ours: entries others planted meanwhile fail `_trusted`
 
 
-def _trusted(entry: str) -> bool:
-    """True when the entry holds a model and it and everything in it are this user's and nobody else's to write."""
+def _trusted(entry: str, filename: str = MODEL_FILENAME) -> bool:
+    """True when the entry holds `filename` and it and everything in it are this user's and nobody else's to write."""
     try:
-        if not _ours(os.lstat(entry), stat.S_ISDIR) or not os.path.isfile(os.path.join(entry, MODEL_FILENAME)):
+        if not _ours(os.lstat(entry), stat.S_ISDIR) or not os.path.isfile(os.path.join(entry, filename)):
             return False
         return all(_ours(os.lstat(os.path.join(entry, name)), stat.S_ISREG) for name in os.listdir(entry))
     except OSError:

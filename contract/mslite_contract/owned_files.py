@@ -72,7 +72,8 @@ def close_stub_region(*, root: str = SHM_DIR) -> str | None:
     """Make this python-backend worker's own region readable and writable by its user only; returns its name.
 
     Tritonserver creates the region with mode 0644 whatever the umask (its shared-memory library sets the
-    mode after creating it), so every local user could read the tensors of each request. The worker
+    mode after creating it), so every local user could read the tensors of each request, unless the launcher
+    preloaded its `shm_private` library (which makes it 0600 from its creation): a second lock. The worker
     (stub) is started with the region's name as its second argument and has it open already, so this
     runs before any request can reach it. None (and nothing changed) outside a worker or for a file
     that is not this user's.

@@ -54,6 +54,7 @@ DEFAULT_CACHE_MAX_BYTES = 2 << 30
 
 # -- which tritonserver the launcher starts (the container: the image's own; default: the wheel's) -------------
 SERVER_BIN_ENV = "MSLITE_TRITON_SERVER_BIN"
+SHM_PRELOAD_ENV = "MSLITE_TRITON_SHM_PRELOAD"
 
 # -- tools --------------------------------------------------------------------------------------------------
 MODEL_ANALYZER_ENV = "MSLITE_TRITON_MODEL_ANALYZER"
@@ -134,8 +135,8 @@ VARIABLES = (
     Variable(
         WEIGHTS_CACHE_ENV,
         "",
-        "workers",
-        "directory of built models (prepacked, converted); unset: beside "
+        "workers, launcher",
+        "directory of built models (prepacked, converted) and the launcher's `shm_private` library; unset: beside "
         "the model when writable, else `<tmp>/mslite-triton-cache-<uid>`",
     ),
     Variable(
@@ -150,6 +151,13 @@ VARIABLES = (
         "launcher",
         "the `tritonserver` binary `mslite-triton serve` starts (`--tritonserver`); unset: the one of the "
         "nvidia-pytriton wheel",
+    ),
+    Variable(
+        SHM_PRELOAD_ENV,
+        "",
+        "launcher",
+        "a built `shm_private` library for tritonserver's LD_PRELOAD (its shared memory 0600 from the start); "
+        "unset: compiled with `cc` into the build cache",
     ),
     Variable(MODEL_ANALYZER_ENV, "", "tests", "the `model-analyzer` command `mslite-triton tune`'s test runs"),
 )

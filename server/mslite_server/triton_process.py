@@ -23,6 +23,7 @@ from mslite_contract.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_server.config import ServerConfig
 from mslite_server.parent_death import dies_with_parent
 from mslite_server.ports import listening_ports, listening_unix_paths
+from mslite_server.shm_private import with_private_shm
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workers import state_of, workers_of
@@ -83,6 +84,7 @@ class TritonProcess:
             load_models=load_models,
         )
         env = environment(self.binary, admin_key=admin_key, weights_owner=self.workspace.weights_owner)
+        env = with_private_shm(env)  # the python backend's regions 0600 from their creation
         shown = " ".join(args)
         log.info("starting tritonserver: %s", shown.replace(admin_key, "<key>") if admin_key else shown)
         self.popen = spawn(args, env, self.workspace.log_path, die_with_parent=die_with_parent)
