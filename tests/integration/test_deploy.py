@@ -189,13 +189,16 @@ def test_image_is_the_triton_release_with_what_the_backend_needs():
     ignored = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
     assert ignored[0] == "*"  # everything out, then only what the image needs back in
     for line in text.splitlines():
-        if line.startswith("COPY "):
+        if line.startswith("COPY ") and not line.startswith("COPY --from="):  # not from a build stage
             source = line.split()[1]
             assert (ROOT / source).exists(), source
             assert f"!{source}" in ignored, f"{source} is excluded from the build context by .dockerignore"
     flags = dockerfile_cmd()
     assert "--model-repository=/models" in flags and "--host=0.0.0.0" in flags
     assert f"ENV {settings.SERVER_BIN_ENV}=/opt/tritonserver/bin/tritonserver" in text
+    # the shm_private library, built in a stage of its own (tritonserver's regions 0600 from their creation)
+    assert f"ENV {settings.SHM_PRELOAD_ENV}=/opt/mslite-triton/lib/libmslite_shm_private.so" in text
+    assert "COPY --from=shm-private /libmslite_shm_private.so /opt/mslite-triton/lib/" in text
     assert "nvidia-pytriton" not in text.replace("nvidia-pytriton wheel", "")  # no second tritonserver
 
 
