@@ -142,7 +142,10 @@ def triton_dir() -> Path:
     try:
         import pytriton  # noqa: F401  (only to locate the wheel's files)
     except ImportError as e:
-        raise ServerStartError("a local server needs the [server] extra: pip install 'mslite-triton[server]'") from e
+        raise ServerStartError(
+            "a local server needs the [server] extra (in a checkout: `make demo`, or .venv/bin/python -m pip install "
+            "-e '.[server]')"
+        ) from e
     return Path(pytriton.__file__).parent / "tritonserver"
 
 
