@@ -96,6 +96,10 @@ class GatewayOptions:
     staging: bool = _option(
         True, "hand large tensors to Triton through shared memory (staging.py), not over TCP as they came"
     )
+    key_on_every_request: bool = _option(
+        False,
+        "answer only requests that carry the admin key, health and inference included (a client's private server)",
+    )
     limits: GatewayLimits = GatewayLimits()
 
     def to_argv(self) -> list[str]:

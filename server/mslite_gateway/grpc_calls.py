@@ -33,6 +33,7 @@ from mslite_gateway.grpc_frames import (
     GOAWAY,
     NO_ERROR,
     PASS,
+    PERMISSION_DENIED,
     RST_STREAM,
     U32,
     UNAVAILABLE,
@@ -48,7 +49,7 @@ from mslite_gateway.grpc_stream_state import StreamCall
 from mslite_gateway.grpc_unary_calls import UnaryCalls
 from mslite_gateway.grpc_unary_state import UnaryCall
 from mslite_gateway.grpc_window_credit import WindowCredit
-from mslite_gateway.rules import holds_key
+from mslite_gateway.rules import KEY_REQUIRED, holds_key
 
 
 class CheckedCalls:
@@ -165,6 +166,8 @@ class CheckedCalls:
             link.close()  # after what is written
         elif rules.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
+        elif rules.key_on_every_request and not holds_key(key, rules.admin_key):
+            self.refuse(sid, PERMISSION_DENIED, KEY_REQUIRED)
         elif path in rules.checks:
             answered = None
             staging = rules.staging

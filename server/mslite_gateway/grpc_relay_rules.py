@@ -66,8 +66,10 @@ class RelayRules:
         batching: ModelBatching | None = None,
         max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
         upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
+        key_on_every_request: bool = False,
     ) -> None:
         self.admin_key = admin_key
+        self.key_on_every_request = key_on_every_request  # a private server: no call without the key
         self.batching = batching  # whether a model batches, for a request of batch size 0
         self.max_strings = max_strings
         self.upstream_timeout_s = upstream_timeout_s  # a call Triton has not begun to answer by then is ended

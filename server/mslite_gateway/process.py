@@ -96,6 +96,7 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         failures=failures,
         batching=batching,
         max_strings=limits.max_string_elements,
+        key_on_every_request=options.key_on_every_request,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
     try:
@@ -114,6 +115,7 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
             batching=batching,
             max_strings=limits.max_string_elements,
             upstream_timeout_s=limits.upstream_timeout_s,
+            key_on_every_request=options.key_on_every_request,
         )
         grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules)
     except OSError as e:

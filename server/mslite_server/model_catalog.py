@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.supervised_server import SupervisedServer
 from mslite_server.workers import Worker, upload_copies
-from mslite_triton.errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ModelCatalog:
                     complete = False  # its workers are not known yet
                 else:
                     self._snapshots[name] = snap
-        except ServerUnavailableError:
+        except TritonUnavailableError:
             return False
         for name in set(self._snapshots) - ready:
             self._forget(name)

@@ -21,13 +21,13 @@ from pathlib import Path
 from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_contract.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_server.config import ServerConfig
+from mslite_server.errors import ServerStartError
 from mslite_server.parent_death import dies_with_parent
 from mslite_server.ports import listening_ports, listening_unix_paths
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workers import state_of, workers_of
 from mslite_server.workspace import Workspace, triton_dir, wheel_libs
-from mslite_triton.errors import ServerStartError
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,9 @@ class TritonProcess:
         return set(self.tcp_ports()) <= listening_ports(pid) and sockets <= listening_unix_paths(pid)
 
     def tcp_ports(self) -> list[int]:
-        """The TCP ports it listens on: metrics, and its HTTP and gRPC ports unless it is on Unix sockets."""
+        """The TCP ports it listens on: metrics (none for a private server), HTTP and gRPC unless on Unix sockets."""
         public = [] if self.endpoints.socket_dir is not None else [self.endpoints.http_port, self.endpoints.grpc_port]
-        return [self.metrics_port, *public]
+        return public if self.config.private else [self.metrics_port, *public]
 
     def is_running(self) -> bool:
         """True while the process is alive."""
@@ -204,15 +204,15 @@ def command_line(
         "--strict-readiness=false",
         f"--exit-timeout-secs={cfg.exit_timeout_s}",
         *endpoints.flags(),
-        f"--metrics-address={cfg.host}",
-        f"--metrics-port={metrics_port}",
+        *([] if cfg.private else [f"--metrics-address={cfg.host}", f"--metrics-port={metrics_port}"]),
+        *(["--allow-metrics=false"] if cfg.private else []),
         f"--log-verbose={cfg.log_verbose}",
         f"--backend-config=python,shm-region-prefix-name={workspace.shm_prefix}",
         f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
         f"--backend-config=python,shm-growth-byte-size={cfg.shm_growth_byte_size}",
     ]
     flags += [f"--load-model={m}" for m in load_models]
-    if admin_key:
+    if admin_key and not cfg.private:  # a private server's gateway checks the key on every request itself
         flags += restricted_api_flags(admin_key)
     return [binary, *flags, *cfg.extra_args]
 

@@ -25,8 +25,7 @@ import pytest
 from onnx import helper
 
 import mslite_triton as mslite
-from mslite_contract import protocol, settings
-from mslite_triton import _pending
+from mslite_contract import own_server, protocol, settings
 from tests.support.eventually import eventually
 from tests.support.other_clients import own_server_env, private_model, processes_mentioning, run_with_a_held_predict
 from tests.support.processes import free_port, worker_pids
@@ -111,16 +110,19 @@ def assert_dumps_equal(folder: Path, expected: np.ndarray, threads: int, tasks: 
 
 
 def test_cpp_names_match_the_wire_contract() -> None:
-    """protocol.h's copies of the names Python defines (protocol.py, settings.py, _pending.py)."""
+    """protocol.h's copies of the names Python defines (protocol.py, settings.py, own_server.py)."""
     text = (CPP / "src" / "protocol.h").read_text()
     cpp: dict[str, object] = dict(re.findall(r'inline constexpr char (\w+)\[\] = "([^"]*)";', text))
     cpp.update({k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", text)})
     shared = {name: value for name, value in vars(protocol).items() if name in cpp}
     assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
     assert {name: cpp[name] for name in shared} == shared
-    for module in (settings, _pending):
+    for module in (settings, own_server):
         mine = {name: value for name, value in vars(module).items() if name in cpp}
         assert mine and {name: cpp[name] for name in mine} == mine
+    assert {"HTTP_LINE", "KEY_LINE", "SERVING_LINE", "SERVE_PROGRAM", "CHECKOUT_VENV_BIN"} <= set(cpp)
+    private = re.search(r"PRIVATE_ARGS\[\] = \{([^}]*)\}", text)
+    assert private and tuple(re.findall(r'"([^"]*)"', private.group(1))) == own_server.PRIVATE_ARGS
     assert {
         "RUNNER_SECTION",
         "MAX_PENDING_KEY",

@@ -24,9 +24,9 @@ import pytest
 import mslite_triton as mslite
 from mslite_contract import settings
 from mslite_server import LocalServer, ServerConfig
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.ports import pick_ports
 from mslite_server.workers import state_of, workers_of
-from mslite_triton.errors import ServerUnavailableError
 from tests.support.eventually import eventually
 from tests.support.processes import children_of
 from tests.support.repository import GEN, build_repository
@@ -256,7 +256,7 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
                 return False
             try:
                 return any(m.state == "LOADING" for m in srv.model_states())
-            except ServerUnavailableError:
+            except TritonUnavailableError:
                 return False
 
         eventually(loading_again, "the heal loading the models again", HEAL_DEADLINE_S)
@@ -270,7 +270,7 @@ def test_a_second_death_during_a_heal_does_not_wait_out_the_load_deadline(tmp_pa
         def all_ready() -> bool:
             try:
                 return ready <= set(srv.loaded_models())
-            except ServerUnavailableError:  # not listening yet
+            except TritonUnavailableError:  # not listening yet
                 return False
 
         limit_s = 2 * max(SECOND_DEATH_BAR_S, start_s)

@@ -15,11 +15,11 @@ import pytest
 from mslite_contract import settings
 from mslite_contract.admin_key import key_path, write_key
 from mslite_contract.protocol import ADMIN_KEY_HEADER
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.ports import LOOPBACK
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workspace import Workspace
-from mslite_triton.errors import ServerUnavailableError
 
 
 @pytest.fixture
@@ -127,9 +127,9 @@ def test_the_api_reads_models_and_sends_the_key_only_where_asked(triton: TritonE
 
 def test_an_error_status_or_no_answer_is_server_unavailable(triton: TritonEndpoints) -> None:
     api = TritonApi(triton, None, "http://public:1")
-    with pytest.raises(ServerUnavailableError, match="/v2/nothing answered 400"):
+    with pytest.raises(TritonUnavailableError, match="/v2/nothing answered 400"):
         api.json("GET", "/v2/nothing", None)
     gone = TritonApi(TritonEndpoints(host=LOOPBACK, http_port=1), None, "http://public:1")
     assert gone.status("GET", "/v2/health/live", 1) == 0 and not gone.answers_live(1)
-    with pytest.raises(ServerUnavailableError, match="no answer to /v2/models/stats"):
+    with pytest.raises(TritonUnavailableError, match="no answer to /v2/models/stats"):
         gone.loaded_models()
