@@ -214,17 +214,16 @@ Status Start(std::string *url, std::string *key) {
   const std::vector<std::string> words = FindServeCommand();
   const std::string program = words.empty() ? "" : Which(words[0]);
   if (program.empty()) {
-    const bool named = !Getenv(protocol::SERVE_CMD_ENV).empty();
-    return Status(kLiteError, "cannot start a server: " +
-                                  (named ? "'" + words[0] + "' is not installed (" + protocol::SERVE_CMD_ENV +
-                                               " names it); "
-                                         : std::string()) +
-                                  "'" + protocol::SERVE_PROGRAM + "', the command that starts a server, was not "
-                                  "found (not on PATH, nor in " + protocol::CHECKOUT_VENV_BIN + "/ of the current "
-                                  "folder or one above it): install the mslite-triton package with its server extra, "
-                                  "name its command in " + protocol::SERVE_CMD_ENV + " (e.g. " +
-                                  protocol::SERVE_CMD_ENV + "=/path/to/.venv/bin/mslite-triton), or give a running "
-                                  "server's URL in " + protocol::URL_ENV + " (or Context::SetServerUrl)");
+    const std::string what = Getenv(protocol::SERVE_CMD_ENV).empty()
+                                 ? std::string("'") + protocol::SERVE_PROGRAM +
+                                       "', the command that starts a server, was not found (not on PATH, nor in " +
+                                       protocol::CHECKOUT_VENV_BIN + "/ of the current folder or one above it)"
+                                 : "'" + words[0] + "' is not installed (" + protocol::SERVE_CMD_ENV + " names it)";
+    return Status(kLiteError, "cannot start a server: " + what +
+                                  ": install the mslite-triton package with its server extra, name its command in " +
+                                  protocol::SERVE_CMD_ENV + " (e.g. " + protocol::SERVE_CMD_ENV +
+                                  "=/path/to/.venv/bin/" + protocol::SERVE_PROGRAM + "), or give a running server's "
+                                  "URL in " + protocol::URL_ENV + " (or Context::SetServerUrl)");
   }
   int out[2] = {-1, -1};
   int in[2] = {-1, -1};
