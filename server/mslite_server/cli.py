@@ -94,6 +94,36 @@ def _run(args: argparse.Namespace, repository: Path) -> int:
         sys.stderr.write(f"mslite-triton: {e}\n")
         server.remove_workspace()
         return 2
+    code: int | None = None
+    try:  # whatever happens now (a client gone: its pipes broken), the server is stopped and its folders removed
+        _announce(server, args)
+        while not stop.wait(0.5):
+            if not server.is_serving():  # with the supervisor: only once it could not start tritonserver again
+                _say(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
+                return 1
+        _say(
+            f"mslite-triton: {received[0] if received else 'stop'} received: stopping (requests in flight get up "
+            f"to {exit_timeout_s} s)\n"
+        )
+    finally:
+        code = server.stop()
+        server.remove_workspace()
+    _say(f"mslite-triton: stopped (tritonserver exit code {code})\n")
+    return 0 if code in (0, None) else 1
+
+
+def _say(text: str) -> None:
+    """A line on standard error, unless no one reads it any more (a client that started this server has gone)."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _announce(server: LocalServer, args: argparse.Namespace) -> None:
+    """The start-up lines (`mslite_contract.own_server`), up to `SERVING_LINE`."""
+    private, config = args.private, server.config
     out = sys.stdout
     out.write(f"{own_server.HTTP_LINE}   {server.http_url}\n{own_server.GRPC_LINE}   {server.grpc_url}\n")
     if not private:  # a private server serves no metrics port
@@ -124,21 +154,6 @@ def _run(args: argparse.Namespace, repository: Path) -> int:
         out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")
     out.write(f"{own_server.SERVING_LINE} Ctrl-C or SIGTERM stops\n")
     out.flush()
-    while not stop.wait(0.5):
-        if not server.is_serving():  # with the supervisor: only once it could not start tritonserver again
-            sys.stderr.write(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
-            server.stop()
-            server.remove_workspace()
-            return 1
-    sys.stderr.write(
-        f"mslite-triton: {received[0] if received else 'stop'} received: stopping (requests in flight get up to "
-        f"{exit_timeout_s} s)\n"
-    )
-    sys.stderr.flush()
-    code = server.stop()
-    server.remove_workspace()
-    sys.stderr.write(f"mslite-triton: stopped (tritonserver exit code {code})\n")
-    return 0 if code in (0, None) else 1
 
 
 def _stop_at_eof(stop: threading.Event, received: list[str]) -> None:
