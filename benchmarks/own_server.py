@@ -28,7 +28,7 @@ PROGRAM = """
 import sys, time, numpy as np
 import mslite_triton as mslite
 model, n = sys.argv[1], int(sys.argv[2])
-r = mslite.Model(); r.build_from_file(model, mslite.ModelType.ONNX, mslite.Context())
+r = mslite.Model(); r.build_from_file(model, mslite.ModelType.MINDIR, mslite.Context())
 inputs = r.get_inputs()
 shape = [int(d) for d in sys.argv[4].split(",")]
 inputs[0].set_data_from_numpy(np.fromfile(sys.argv[3], np.float32).reshape(shape))
