@@ -153,6 +153,10 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
     if (pid < 0) {
       child->exited = true;
       child->failure = std::string("fork failed: ") + std::strerror(fork_errno);
+      for (int *fd : {&child->log, &child->input}) {
+        close(*fd);
+        *fd = -1;
+      }
     }
   }
   child->changed.notify_all();
@@ -188,6 +192,10 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
   const std::string why = LastLine(log_fd);
   {
     std::lock_guard<std::mutex> lock(child->mutex);
+    close(log_fd);
+    child->log = -1;
+    if (child->input >= 0) close(child->input);
+    child->input = -1;
     child->exited = true;
     child->serving = false;
     child->failure = Describe(status) + (why.empty() ? "" : ": " + why);
@@ -195,7 +203,8 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
   child->changed.notify_all();
 }
 
-// At exit: SIGTERM to the server this process started, and wait (bounded) until it has stopped.
+// At exit: the end of its input and SIGTERM to the server this process started, and wait (bounded) until it has
+// stopped.
 void StopAtExit() {
   Child *child = g_child.load();
   if (child == nullptr) return;
