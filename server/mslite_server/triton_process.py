@@ -221,7 +221,10 @@ def environment(binary: Path, *, admin_key: str | None, weights_owner: str) -> d
     """The server's environment: this interpreter's tools (and the wheel's libraries) first, the key, the owner."""
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    # the python backend starts each worker's stub through `bash`, found on PATH: the system's folders always
+    # (a caller's PATH without them left every model LOADING for good, its stub never started)
+    folders = [bindir, *(d for d in env.get("PATH", "").split(os.pathsep) if d)]
+    env["PATH"] = os.pathsep.join(folders + [d for d in os.defpath.split(os.pathsep) if d and d not in folders])
     if _of_the_wheel(binary):  # another installation finds its own libraries
         libs = str(wheel_libs())
         env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")

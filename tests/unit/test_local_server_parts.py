@@ -133,3 +133,15 @@ def test_an_error_status_or_no_answer_is_server_unavailable(triton: TritonEndpoi
     assert gone.status("GET", "/v2/health/live", 1) == 0 and not gone.answers_live(1)
     with pytest.raises(TritonUnavailableError, match="no answer to /v2/models/stats"):
         gone.loaded_models()
+
+
+def test_tritonserver_finds_bash_whatever_path_the_caller_has(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The python backend starts each stub through `bash`: the system's folders are on tritonserver's PATH."""
+    from mslite_server.triton_process import environment
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    folders = environment(tmp_path / "tritonserver", admin_key=None, weights_owner="o")["PATH"].split(":")
+    assert "/nonexistent" in folders and {"/bin", "/usr/bin"} <= set(folders)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    folders = environment(tmp_path / "tritonserver", admin_key=None, weights_owner="o")["PATH"].split(":")
+    assert folders.count("/bin") == 1 and folders.count("/usr/bin") == 1
