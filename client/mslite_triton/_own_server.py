@@ -35,7 +35,8 @@ class OwnServer:
     def __init__(self, popen: subprocess.Popen[bytes], found: dict[str, str], errors: IO[bytes]) -> None:
         self.popen = popen
         self.pid = popen.pid
-        self.grpc_url = found["grpc"]
+        # tritonserver's own gRPC socket (this account's alone), not the gateway's port: the hop the client had
+        self.grpc_url = found["triton_grpc"]
         self.http_url = found.get("http", "")
         self.key = found["key"]
         self._errors = errors
@@ -87,11 +88,11 @@ def start_own_server() -> OwnServer:
             if line is _END:
                 why = "exited before it served"
                 break
-            if read_line(line, found) and "grpc" in found and "key" in found:
+            if read_line(line, found) and "triton_grpc" in found and "key" in found:
                 return OwnServer(popen, found, errors)
     except queue.Empty:
         pass
-    server = OwnServer(popen, {"grpc": "", "key": ""}, errors)
+    server = OwnServer(popen, {"triton_grpc": "", "key": ""}, errors)
     errors.seek(0)
     tail = errors.read().decode(errors="replace").strip().splitlines()[-15:]
     server.stop()

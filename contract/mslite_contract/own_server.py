@@ -7,7 +7,9 @@ With no URL, the Python, C++ and Java clients each start `mslite-triton serve --
   other folder it made, when it stops;
 - it picks free loopback ports; its gateway answers only requests that carry the admin key (every request,
   health and inference included), so another local account reaches nothing through them; tritonserver itself
-  listens on Unix sockets in a folder of mode 0700, and serves no metrics port;
+  listens on Unix sockets in a folder of mode 0700 (`TRITON_GRPC_LINE`: the Python client speaks to its gRPC
+  one directly, as it spoke to its in-process server's port before; the C++ and Java clients speak HTTP to the
+  gateway), and serves no metrics port;
 - it makes a new key and prints it on its standard output (`KEY_LINE`), a pipe only the client reads: no key
   goes on a command line, in the environment of the client's other children, or in a key file;
 - it stops once its standard input ends. The client holds the pipe's other end (never inherited by a program
@@ -38,6 +40,9 @@ PRIVATE_EXIT_TIMEOUT_S = 5  # how long a private server's stop lets requests fin
 # a unit test checks them): the HTTP and gRPC URLs, the admin key (private servers print it), the end.
 HTTP_LINE = "HTTP "
 GRPC_LINE = "GRPC "
+# a private server's own tritonserver gRPC endpoint (`unix:PATH`, in the 0700 folder): the Python client, of the
+# server's account, speaks to it directly (tritonclient's gRPC reaches Unix sockets; Java's HTTP client cannot)
+TRITON_GRPC_LINE = "TRITON GRPC "
 METRICS_LINE = "METRICS "
 LOG_LINE = "LOG "
 KEY_LINE = "ADMIN KEY "
@@ -45,8 +50,16 @@ SERVING_LINE = "serving;"
 
 
 def read_line(line: str, found: dict[str, str]) -> bool:
-    """Note what one start-up line of `serve` says in `found` ("http", "grpc", "key"); True at `SERVING_LINE`."""
-    for name, prefix in (("http", HTTP_LINE), ("grpc", GRPC_LINE), ("key", KEY_LINE)):
+    """Note what one start-up line of `serve` says in `found` ("http", "grpc", "triton_grpc", "key").
+
+    True at `SERVING_LINE`.
+    """
+    for name, prefix in (
+        ("http", HTTP_LINE),
+        ("grpc", GRPC_LINE),
+        ("triton_grpc", TRITON_GRPC_LINE),
+        ("key", KEY_LINE),
+    ):
         if line.startswith(prefix):
             words = line[len(prefix) :].split()
             if words:

@@ -139,6 +139,7 @@ def _announce(server: LocalServer, args: argparse.Namespace) -> None:
         )
     key_dir = server.workspace.key_files[0].parent if server.workspace.key_files else None
     if private:  # standard output is a pipe only the client that started this server reads
+        out.write(f"{own_server.TRITON_GRPC_LINE}{server.triton_endpoints.grpc_address}\n")
         out.write(f"{own_server.KEY_LINE}{server.admin_key}  (in no file; every request needs it)\n")
     elif server.admin_key and config.admin_key:  # the deployment's: not written into its logs
         out.write(f"{own_server.KEY_LINE}from {settings.ADMIN_KEY_ENV}  (also in {key_dir}/, mode 0600)\n")

@@ -50,9 +50,15 @@ def test_the_start_up_lines_are_read_up_to_serving() -> None:
     lines = [
         "HTTP    http://127.0.0.1:1234",
         "GRPC    grpc://127.0.0.1:1235",
+        "TRITON GRPC unix:/tmp/x/mslite-sock-y/grpc:0",
         "LOG     /tmp/x/tritonserver.log",
         "ADMIN KEY abc123  (in no file; every request needs it)",
     ]
     assert not any(read_line(line, found) for line in lines)
-    assert found == {"http": "http://127.0.0.1:1234", "grpc": "grpc://127.0.0.1:1235", "key": "abc123"}
+    assert found == {
+        "http": "http://127.0.0.1:1234",
+        "grpc": "grpc://127.0.0.1:1235",
+        "triton_grpc": "unix:/tmp/x/mslite-sock-y/grpc:0",
+        "key": "abc123",
+    }
     assert read_line("serving; Ctrl-C or SIGTERM stops", found)
