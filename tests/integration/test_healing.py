@@ -292,7 +292,7 @@ AUTOSTART_CLIENT = textwrap.dedent(
     from mslite_triton import _endpoint
 
     url = _endpoint.server_url(None)  # starts the server of this program's own: a `serve --private` child
-    runner = build_updated(url, Path(sys.argv[2]))
+    runner = build_updated(None, Path(sys.argv[2]))  # no URL: the same server
     server = _endpoint.started_server()
     time.sleep(2)  # the supervisor's catalog learns the new model at its next poll
     tritonserver = lambda: [p for p, cmdline in children_of(server.pid) if "tritonserver" in cmdline]
