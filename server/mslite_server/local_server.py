@@ -1,6 +1,6 @@
 """`LocalServer`: a Triton server run by this process on ports of this machine; start it, inspect it, stop it.
 
-Used by `mslite-triton serve`, the client's auto-start, the tests and the benchmarks. Not Triton's in-process
+Used by `mslite-triton serve` (so by the clients' own servers, `serve --private`), the tests and the benchmarks. Not Triton's in-process
 ("embedded") server: tritonserver is a child process, and so is the validating gateway in front of it when
 configured. The handle picks the ports (`ports.py`), starts the parts and stops them in order:
 
