@@ -34,10 +34,12 @@ models: $(DEMO_STAMP)
 demo: models
 	cd examples && MSLITE_TRITON_LOG=info ../$(PY) ../scripts/whole_lines.py quick_start_parallel_python.py
 
+# The project's own folders: a script of the user's saved in the checkout (a quick start) is not linted.
+LINT_PATHS := backend benchmarks client contract model_repository scripts server tests typings README.md docs
 ## Lint (ruff's rules and its formatting, Markdown's Python blocks included) and type-check, in seconds.
 lint: $(STAMP)
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy client/mslite_triton server/mslite_server server/mslite_gateway contract/mslite_contract backend/mslite/mslite_backend
 	@# model.py imports the package beside it by the name Triton's stub gives it, from backend/mslite
 	cd backend/mslite && $(abspath $(PY)) -m mypy --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache model.py
@@ -49,7 +51,7 @@ test: system-packages $(STAMP) models lint
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-## The server on the README's ports; e.g. `make serve HTTP_PORT=9000 GRPC_PORT=9001 METRICS_PORT=9002`,
+## The server on Triton's usual ports (8000 HTTP, 8001 gRPC, 8002 metrics); e.g. `make serve HTTP_PORT=9000 GRPC_PORT=9001 METRICS_PORT=9002`,
 ## SERVE_ARGS for any other `mslite-triton serve` option (`--help` lists them).
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
@@ -58,8 +60,11 @@ serve: models
 	$(VENV)/bin/mslite-triton serve --model-repository model_repository --http-port $(HTTP_PORT) \
 		--grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) $(SERVE_ARGS)
 
-## The serving benchmark (not part of `make test`; ~30 min with the C++ backend, BENCH_ARGS=--quick ~2.5 min; exits 3 when a bar falls short): benchmarks/results/.
-bench: $(STAMP) models
+## The serving benchmark (not part of `make test`; ~30 min with the C++ backend, BENCH_ARGS=--quick ~2.5 min; make exits 2 when a bar falls short (the benchmark's own exit status is 3)): benchmarks/results/.
+# It needs the server's packages only (the [server] extra, ~490 MiB, as `make demo`), not MindSpore or Model Analyzer;
+# perf_analyzer and matplotlib go into .tools-venv/ (~250 MiB).
+bench: models
+	@echo "make bench: the [server] extra in .venv/ (~490 MiB, as make demo), perf_analyzer in .tools-venv/ (~250 MiB)"
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:

@@ -4,10 +4,11 @@
           checked; process faults (kills, SIGSTOP, a second death during a heal) and client attacks, one
           row per fault and kind of client: outage seconds, ok, failed and wrong answers (`chaos_faults.py`).
   costs:  requests that cost everyone else, through the gateway: 300 requests of batch size 0, one request of
-          4,000,000 strings, 8 threads of gzip bombs; one row each with the bar (`chaos_costs.py`).
+          4,000,000 strings, 8 threads of gzip bombs, keyless requests past a model's execute deadline, 4 on
+          what connections hold; one row each with the bar (`chaos_costs.py`).
 
 Run: .venv/bin/python -m benchmarks.chaos faults [--quick] [--faults worker-kill,gateway-stop,...]
-     .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb]
+     .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb,execute-deadline]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`python -m benchmarks.chaos costs`: requests that cost everyone else, against the gateway, one row per attack.
 
-The stack is an embedded server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
+The stack is a local server with its gateway, admin key and supervisor (as `mslite-triton serve` runs it)
 on a repository of `seq` (the zoo's variable_seq: [N, T] float, batching), `strings` ([N, T] BYTES) and `tiny`.
 Each attack runs while another client uses the same model, loopback only, bounded in time:
 
@@ -12,8 +12,13 @@ Each attack runs while another client uses the same model, loopback only, bounde
               model's workers grow by < 1.5 GB.
   gzip-bomb:  8 threads post 30 KiB gzip bodies that inflate to ~30 MiB of JSON for 15 s, while another
               client posts 400 KiB JSON predicts to `seq`; bar: >= 90 % of those answered 200 within 2 s each.
+  execute-deadline: keyless requests that would run for ever to `spin`, one a second for 30 s, while another
+              client predicts `tiny`; bar: all of those answered, the slowest within 2 s, tritonserver not
+              restarted (`chaos_deadline.py`).
+  idle-connections, zero-window, error-answers, streams-left: `raw_h2`'s attackers for 20 s, another client predicting
+              tiny; bar: all answered within 2 s, gateway and tritonserver RSS growth < 256 MiB each, no restart.
 
-Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,strings,gzip-bomb]
+Run: .venv/bin/python -m benchmarks.chaos costs [--attacks zero-batch,execute-deadline,idle-connections,...]
 """
 
 from __future__ import annotations
@@ -33,13 +38,14 @@ import tritonclient.http as httpclient
 
 from mslite_server import LocalServer, ServerConfig
 from mslite_server.workers import workers_of
-from tests.support import model_zoo
+from tests.support import model_zoo, raw_h2
 from tests.support.badinput.memory import rss_kib
 from tests.support.repository import GEN, add_model
 from tests.support.sockets import http_answer
 from tests.support.traffic import Loops
 
-ATTACKS = ("zero-batch", "strings", "gzip-bomb")
+BOUNDS = ("idle-connections", "zero-window", "error-answers", "streams-left")  # `raw_h2`'s attackers
+ATTACKS = ("zero-batch", "strings", "gzip-bomb", "execute-deadline", *BOUNDS)
 
 
 def _rss_mib(pids: list[int]) -> float:
@@ -238,6 +244,35 @@ def gzip_bomb(server: LocalServer, seconds: float = 15.0) -> str:
     )
 
 
+def bound(name: str, server: LocalServer) -> str:
+    """Attack `name` (`BOUNDS`) for 20 s, another client predicting `tiny` over gRPC and HTTP meanwhile."""
+    ports, x = (server.grpc_port, server.http_port), np.arange(4, dtype=np.float32).reshape(1, 4)
+    clients = [(m.InferenceServerClient(f"127.0.0.1:{p}"), m.InferInput("x", [1, 4], "FP32").set_data_from_numpy(x))
+               for m, p in zip((grpcclient, httpclient), ports)]  # fmt: skip
+    pids = lambda: [server.gateway.pid if server.gateway else 0, server.process.pid if server.process else 0]  # noqa: E731
+    started, stop, held = pids(), threading.Event(), []
+    before = peak = [_rss_mib([pid]) for pid in started]
+    attack, args = getattr(raw_h2, name.replace("-", "_")), (server.grpc_port, server.http_port, stop, held)
+    attacker = threading.Thread(target=attack, args=args, daemon=True)
+    with _Other(lambda: all(np.allclose(c.infer("tiny", [i]).as_numpy("y"), x * 2 + 1) for c, i in clients)) as other:
+        attacker.start()
+        for _ in range(40):
+            time.sleep(0.5)
+            peak = [max(p, _rss_mib([pid])) for p, pid in zip(peak, started)]
+        stop.set()
+        attacker.join(timeout=60)
+    closed, sent = sum(map(raw_h2.closed_by_peer, held)), sum(getattr(h, "sent", 0) for h in held)
+    for h in held:
+        h.close()
+    return (
+        f"{name}: 20 s, {len(held)} attacking connections ({closed} closed by the gateway), {sent} writes; the other "
+        f"client's predicts of tiny (gRPC + HTTP): {other.ok} ok, {other.failed} failed (bar: 0), slowest "
+        f"{max(other.waits):.2f} s (bar: 2 s){'; ' + other.errors[0] if other.errors else ''}; peak RSS: gateway "
+        f"{before[0]:.0f} -> {peak[0]:.0f} MiB, tritonserver {before[1]:.0f} -> {peak[1]:.0f} MiB (bar: growth < 256 "
+        f"each); restarted (pid changed): gateway, tritonserver {[a != b for a, b in zip(started, pids())]} (bar: no)"
+    )
+
+
 def costs_campaign(selected: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="chaos-costs-"))
     repo = work / "repo"
@@ -245,7 +280,11 @@ def costs_campaign(selected: list[str]) -> int:
     add_model(repo, "seq", model_zoo.variable_seq())
     add_model(repo, "strings", model_zoo.string_identity())
     add_model(repo, "tiny", GEN.build_tiny())
-    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb}
+    from benchmarks.chaos_deadline import SPIN, execute_deadline  # (it imports this module)
+
+    add_model(repo, "spin", model_zoo.spin(), f'backend: "mslite"\n{SPIN}\n')
+    runs = {"zero-batch": zero_batch, "strings": strings, "gzip-bomb": gzip_bomb, "execute-deadline": execute_deadline}
+    runs.update({name: lambda server, name=name: bound(name, server) for name in BOUNDS})
     with LocalServer(ServerConfig(model_repository=repo, gateway=True, exit_timeout_s=5)) as server:
         for name in selected:
             print(runs[name](server), flush=True)

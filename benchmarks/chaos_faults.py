@@ -46,7 +46,7 @@ import tritonclient.http as httpclient
 import mslite_triton as mslite
 from mslite_contract.protocol import CLIENT_REGION_PREFIX
 from mslite_contract.settings import KEY_DIR_ENV
-from mslite_gateway.grpc_frames import END_HEADERS, HEADERS, RST_STREAM, U32, frame
+from mslite_gateway.grpc.frames import END_HEADERS, HEADERS, RST_STREAM, U32, frame
 from mslite_server.ports import pick_ports
 from mslite_server.workers import state_of, workers_of
 from tests.support.badinput.memory import rss_kib

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mslite_contract import settings
 from tests.support.repository import GEN
 
 PROGRAM = """import sys, time, numpy as np, mslite_triton as mslite
@@ -22,7 +23,7 @@ ap = argparse.ArgumentParser(description=__doc__)
 ap.add_argument("--old", type=Path, required=True, help="a checkout of the older tree (its client is put first)")
 ap.add_argument("--rounds", type=int, default=4), ap.add_argument("--predicts", type=int, default=200)
 args = ap.parse_args()
-env = {k: v for k, v in os.environ.items() if k not in ("MSLITE_TRITON_URL", "MSLITE_TRITON_KEY")}
+env = {k: v for k, v in os.environ.items() if k not in (settings.URL_ENV, settings.ADMIN_KEY_ENV)}
 old = os.pathsep.join(str(args.old / p) for p in ("client", "contract", "server", "backend/mslite"))
 with tempfile.TemporaryDirectory() as tmp:
     models = {"tiny": (GEN.build_tiny(), (1, 4)), "mobilenetv2": (GEN.build_mobilenetv2(), (1, 3, 224, 224))}

@@ -1,21 +1,21 @@
 """The gateway's relays without sockets: their Python cost per request, on traffic recorded from a real run.
 
-    .venv/bin/python -m benchmarks.relay_replay [--model tiny] [--concurrency 8] [--chunks 40000] [--profile]
-    .venv/bin/python -m benchmarks.relay_replay --replay tests/support/relay_traffic/perf_analyzer_tiny.reads \
-        --against /tmp/base/server   # another version's gateway (e.g. `git archive BASE server | tar -x`)
-    .venv/bin/python -m benchmarks.relay_replay --protocol http --rounds 5 \
-        --replay tests/support/relay_traffic/perf_analyzer_tiny_http.reads --against /tmp/base/server
+    .venv/bin/python -m benchmarks.relay_replay [--protocol http] [--profile]   # the committed recording
+    .venv/bin/python -m benchmarks.relay_replay --against /tmp/base/server   # another version's gateway beside
+        # this one (e.g. `git archive BASE server | tar -x -C /tmp/base`)
+    .venv/bin/python -m benchmarks.relay_replay --record [--model tiny] [--concurrency 8] [--chunks 40000]
 
-Starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
+With no `--replay` or `--record` it replays the recording committed for the protocol (`DEFAULT_RECORDINGS`,
+seconds). `--record` starts a `LocalServer` (no gateway), puts `benchmarks.passthrough_relay` in front of its gRPC port
 with `--record`, and runs perf_analyzer through it until one connection has carried `--chunks` reads.
-Those reads, in their order, are then fed to the relay's socket-free core (`grpc_core.RelayCore`), and
+Those reads, in their order, are then fed to the relay's socket-free core (`grpc.core.RelayCore`), and
 its writes to a transport that drops them. Prints the median (and the best) of 5 replays as microseconds
 of Python per request (requests counted by admission control); `--profile` adds cProfile's top functions. Nothing here
 waits on a socket or another process, so the figure holds steady on a busy machine, where throughput
 ratios do not; in the real process the same work costs about twice as much (cold caches between requests).
 
 `--protocol http` records perf_analyzer's HTTP traffic instead (one connection, concurrency 1) and replays it
-through the whole HTTP front (`http_front.HttpFront.handle`: framing, checks, the answer's head) on in-memory
+through the whole HTTP front (`http.front.HttpFront.handle`: framing, checks, the answer's head) on in-memory
 streams: the client's next request is fed once the answer to the last one is written, and the upstream
 connection answers each request with Triton's recorded answer (the recording `HTTP_REPEAT` times over,
 on one connection). That includes asyncio's stream code on both
@@ -46,6 +46,8 @@ from typing import Any
 from tests.support import relay_traffic
 
 ROOT = Path(__file__).resolve().parent.parent
+# perf_analyzer's traffic on model tiny, recorded here (tests/support/relay_traffic.py says how)
+DEFAULT_RECORDINGS = {"grpc": "perf_analyzer_tiny.reads", "http": "perf_analyzer_tiny_http.reads"}
 HTTP_REPEAT = 20  # an HTTP recording's exchanges, one after another, this many times in one replay
 
 
@@ -63,16 +65,21 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
     """The relay's names that `replay` uses, from the `mslite_gateway` package in `root` (None: the installed one).
 
     A version from `root` is imported under the usual name and then taken out of `sys.modules` again, so
-    that another version can be imported beside it: its functions keep their own module globals.
+    that another version can be imported beside it: its functions keep their own module globals. A version
+    from before the gateway's `grpc/` and `http/` folders (flat `grpc_core.py`, `http_front.py`) loads too.
     """
+    installed = Path(importlib.import_module("mslite_gateway").__file__ or "").parent
+    folder = installed if root is None else root / "mslite_gateway"
+    sep = "." if (folder / "grpc").is_dir() else "_"
+    core_name, frames_name, front_name = (
+        f"mslite_gateway.{m}" for m in (f"grpc{sep}core", f"grpc{sep}frames", f"http{sep}front")
+    )
     if root is None:
-        import mslite_gateway.grpc_core  # noqa: F401  (the installed version, as every other caller sees it)
-        import mslite_gateway.http_front  # noqa: F401
-
+        importlib.import_module(core_name)  # the installed version, as every other caller sees it
+        importlib.import_module(front_name)
         modules = {n: m for n, m in sys.modules.items() if n.split(".")[0] == "mslite_gateway"}
     else:
         saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
-        folder = root / "mslite_gateway"
         spec = importlib.util.spec_from_file_location(
             "mslite_gateway", folder / "__init__.py", submodule_search_locations=[str(folder)]
         )
@@ -80,12 +87,12 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         try:
             sys.modules["mslite_gateway"] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(sys.modules["mslite_gateway"])  # its submodules are then found in `folder`
-            importlib.import_module("mslite_gateway.grpc_core")
-            importlib.import_module("mslite_gateway.http_front")
+            importlib.import_module(core_name)
+            importlib.import_module(front_name)
             modules = {n: sys.modules.pop(n) for n in list(sys.modules) if n.split(".")[0] == "mslite_gateway"}
         finally:
             sys.modules.update(saved)
-    core, frames = modules["mslite_gateway.grpc_core"], modules["mslite_gateway.grpc_frames"]
+    core, frames, front = modules[core_name], modules[frames_name], modules[front_name]
     return {
         "Admission": modules["mslite_gateway.admission"].Admission,
         "CLIENT": core.CLIENT,
@@ -93,8 +100,8 @@ def load_gateway(root: Path | None = None) -> dict[str, Any]:
         "RelayCore": core.RelayCore,
         "RelayRules": core.RelayRules,
         "write": frames.write,
-        "HttpFront": modules["mslite_gateway.http_front"].HttpFront,
-        "Upstream": modules["mslite_gateway.http_front"].Upstream,  # every version's http_front has the name
+        "HttpFront": front.HttpFront,
+        "Upstream": front.Upstream,  # every version's HTTP front has the name
     }
 
 
@@ -140,6 +147,7 @@ class _Peer:
         self.reader = asyncio.StreamReader(limit=limit)  # the gateway's: 64 KiB for clients, 1 MiB for Triton
         self.replies = replies
         self.status_lines: list[bytes] = []  # the start of each message written to this side
+        self.transport = self  # (a writer's transport: all written at once)
 
     def reply(self) -> None:
         data = next(self.replies, None)
@@ -158,6 +166,9 @@ class _Peer:
 
     async def drain(self) -> None:
         pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
 
     def write_eof(self) -> None:
         pass
@@ -308,12 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--driver", choices=("perf_analyzer", "tritonclient"), default="perf_analyzer", help="gRPC only")
     ap.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     ap.add_argument("--save", type=Path, help="also write the recording here (tests/support/relay_traffic.py format)")
-    ap.add_argument("--replay", type=Path, help="replay this saved recording instead of recording one")
+    ap.add_argument("--replay", type=Path, help="replay this saved recording (default: the committed one)")
+    ap.add_argument("--record", action="store_true", help="record new traffic through a local server (minutes)")
     ap.add_argument("--against", type=Path, help="also time the mslite_gateway package in this folder, alternated")
     ap.add_argument("--rounds", type=int, default=5, help="replays per version (the median counts)")
     args = ap.parse_args(argv)
-    if args.replay is not None:
-        reads = relay_traffic.load(args.replay)
+    if not args.record:
+        reads = relay_traffic.load(args.replay or relay_traffic.HERE / DEFAULT_RECORDINGS[args.protocol])
     else:
         if not (ROOT / "model_repository" / args.model / "1" / "model.onnx").exists():
             sys.exit("run `make models` first")
@@ -332,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         for version in (ours, other) if i % 2 else (other, ours):
             if version is not None:
                 (runs if version is ours else theirs).append(replay_one(reads, version))
-    print(f"{args.model} {args.protocol} c={args.concurrency}: {len(reads)} reads, {runs[0][1]} requests", flush=True)
+    source = f"{args.model} c={args.concurrency}" if args.record else (args.replay or DEFAULT_RECORDINGS[args.protocol])
+    print(f"{source} ({args.protocol}): {len(reads)} reads, {runs[0][1]} requests", flush=True)
     us = {"this version": _per_request_us(runs)}
     if theirs:
         us[str(args.against)] = _per_request_us(theirs)

@@ -19,7 +19,7 @@ from mslite_backend import bytes_wire
 from mslite_backend.affinity import config_with_instance, worker_index
 from mslite_backend.batching import Feeds, Result
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_resized_inputs, declared_variable_weights
-from mslite_backend.deadline import ExecuteWatch
+from mslite_backend.deadline import ExecuteWatch, stop_runs
 from mslite_backend.errors import (
     BackendError,
     ConfigError,
@@ -148,9 +148,11 @@ class TritonPythonModel:
         # backend answers, whichever outputs were requested and in whatever order
         self.output_names = sorted(t["name"] for t in model_config.get("output", []))
         self._batched = cfg.batched
+        if cfg.execute_deadline_s:  # before the executor is chosen: every run is made with the deadline's options
+            stop = stop_runs(runtime)
+            self._watch = ExecuteWatch(cfg.execute_deadline_s, self._overdue, stop=stop.stop, resume=stop.resume)
+            self._watch.start()
         self.executor = choose_executor(runtime)
-        if cfg.execute_deadline_s:
-            self._watch = ExecuteWatch(cfg.execute_deadline_s, self._overdue).start()
         for note in runtime.notes:
             _log().log_warn(note)
         labels = worker_labels(cfg.model_name, self.instance.name, os.getpid())
@@ -194,15 +196,29 @@ class TritonPythonModel:
             return self._execute(requests)
         self._in_flight = requests
         try:
-            with watch.running():
-                return self._execute(requests)
+            with watch.running() as run:
+                responses = self._execute(requests)
         finally:
             self._in_flight = []
+        return self._stopped(responses, watch.deadline_s) if run.stopped else responses
+
+    def _stopped(
+        self, responses: list[pb_utils.InferenceResponse], deadline_s: float
+    ) -> list[pb_utils.InferenceResponse]:
+        """An `execute` whose run was stopped at the deadline (`deadline`): its failed requests say so."""
+        name = self.runtime.cfg.model_name if self.runtime is not None else ""
+        message = (
+            f"model '{name}': the request {DEADLINE_PASSED} (execute_deadline_s {deadline_s:g} s); its run was stopped"
+        )
+        _log().log_warn(f"mslite: instance '{self.instance_name}': {message}")
+        error = pb_utils.TritonError(message)
+        return [pb_utils.InferenceResponse(error=error) if r.has_error() else r for r in responses]
 
     def _overdue(self, elapsed_s: float) -> None:
-        """Past the execute deadline (called from the watch's thread): answer the requests in flight, end the worker.
+        """Past the execute deadline and its grace (the watch's thread): answer the requests in flight, end the worker.
 
-        The main thread is stuck inside `execute`, so the answers go through the requests' response senders;
+        The run did not stop when told (`deadline`), so the main thread is stuck inside `execute`: the answers
+        go through the requests' response senders;
         the process then ends at once (no finalizer can run while `execute` holds the session), and the
         supervisor loads the model again.
         """
@@ -214,7 +230,8 @@ class TritonPythonModel:
         # stderr goes to the server log directly: Triton's logger would send it through the process that ends
         sys.stderr.write(
             f"mslite: instance '{self.instance_name}' (pid {os.getpid()}): execute still running after "
-            f"{elapsed_s:.1f} s, past execute_deadline_s {self._watch.deadline_s:g} s; ending this worker\n"
+            f"{elapsed_s:.1f} s, past execute_deadline_s {self._watch.deadline_s:g} s, and its run did not stop when "
+            f"told; ending this worker\n"
         )
         sys.stderr.flush()
         for request in self._in_flight:

@@ -24,6 +24,25 @@ from .errors import (
 from .tensor import Tensor
 
 
+class Served:
+    """What `Model` and `ModelParallelRunner` share: the file they were built from and the server's model."""
+
+    model_path_: str
+    _remote: RemoteModel | None
+
+    def __str__(self) -> str:
+        return f"model_path: {self.model_path_}."
+
+    @property
+    def served_name(self) -> str:
+        """The model's name on the Triton server; "" before `build_from_file`. Not in MindSpore Lite.
+
+        For Triton's own tools pointed at this model (tritonclient, perf_analyzer, the `model` label of the
+        metrics). The name carries a hash of the file and the config, so the same build gets the same name.
+        """
+        return "" if self._remote is None else self._remote.info.name
+
+
 def check_config_dict(config_dict: Any) -> dict[str, dict[str, str]]:
     """MindSpore Lite's shape check of `config_dict` (dict[str, dict[str, str]]).
 

@@ -8,6 +8,7 @@ checked setting of ``Context`` and ``Tensor`` is one declaration.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
@@ -143,6 +144,20 @@ def missing_file(who: str, arg_name: str, path: str) -> str:
     the path after it (in the words of its ``str()``, ``"model_path: <path>"``) says which file was looked for.
     """
     return f"{who}, {arg_name} does not exist! {arg_name}: {path}"
+
+
+def model_file_problem(who: str, path: str) -> str | None:
+    """What is wrong with `model_path` before anything is read (`missing_file`'s words, or a folder), else None.
+
+    MindSpore Lite reads a folder given as a model and fails with a status; here it is said first, naming the path.
+    """
+    if path.startswith("triton://"):
+        return None
+    if not os.path.exists(path):
+        return missing_file(who, "model_path", path)
+    if os.path.isdir(path):
+        return f"{who}! Error is kLiteInputParamInvalid: model_path is a directory, not a model file: {path}"
+    return None
 
 
 @dataclass(frozen=True)

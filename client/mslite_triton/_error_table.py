@@ -10,9 +10,10 @@ import re
 from typing import Any
 
 from mslite_contract.protocol import DEADLINE_PASSED
-from mslite_contract.scrub import scrub
+from mslite_contract.scrub import device_missing, scrub
 
 from .errors import (
+    DeviceNotAvailableError,
     ExecutionTimeoutError,
     InferenceError,
     InvalidInputError,
@@ -43,6 +44,9 @@ _RULES: list[tuple[set[str], re.Pattern[str] | None, type[MSLiteError]]] = [
 ]
 
 
+# Triton's refusal of an instance group on a GPU it cannot use ("... specifies invalid or unsupported gpu id 0.
+# GPUs with at least the minimum required CUDA compute compatibility of 6.0 are: 1, 2"), said as every client of
+# this library says it (the C++ client's server_errors.cc and the Java client's KServeHttp word it the same).
 def clean_message(text: str) -> str:
     """Strip what Triton appends to a message: a traceback with server paths, advice meant for model authors."""
     text = scrub(text).strip()
@@ -63,6 +67,9 @@ def classify(
     """
     status = str(e.status() or "")
     message = clean_message(str(e.message() or e))
+    missing = device_missing(message)
+    if missing is not None:
+        return DeviceNotAvailableError(missing)
     for statuses, pattern, cls in _RULES:
         if statuses and status not in statuses:
             continue

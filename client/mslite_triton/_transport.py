@@ -1,4 +1,7 @@
-"""The only module that imports tritonclient: connection pooling, requests, and error mapping.
+"""Where the client uses tritonclient: connection pooling, requests, retries, timeouts and error mapping.
+
+One connection of the pool and its shared-memory input region are `_connection`'s; the two are the only
+modules that import tritonclient.
 
 Every server error is classified here, by status code and message, in one table (`_RULES`), into the
 library's own exceptions (which subclass the builtins MindSpore Lite users catch).
@@ -6,17 +9,13 @@ library's own exceptions (which subclass the builtins MindSpore Lite users catch
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker
 from typing import Any
 from urllib.parse import urlparse
 
@@ -27,15 +26,14 @@ import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from mslite_contract import settings
-from mslite_contract.owned_files import sweep_dead_owners
 from mslite_contract.protocol import (
     ADMIN_KEY_GRPC_HEADER,
     ADMIN_KEY_HEADER,
-    CLIENT_REGION_PREFIX,
     UNIX_ADDRESS_PREFIX,
 )
 from mslite_contract.scrub import load_reason
 
+from ._connection import Connection
 from ._error_table import classify, clean_message
 from .errors import (
     ExecutionTimeoutError,
@@ -54,7 +52,6 @@ SHM_MIN_BYTES = 64 * 1024  # smaller requests are cheaper inline than through a 
 HTTP_UPLOAD_LIMIT = 2 * 1024 * 1024  # measured: a 3.5 MiB file through the HTTP load API segfaults Triton 2.51
 # Worth retrying a predict on: the server restarting, a dead worker, the model being reloaded.
 RETRYABLE = (ServerUnavailableError, WorkerUnavailableError, NotFoundError)
-_region_ids = itertools.count()
 log = logging.getLogger(__name__)
 
 
@@ -111,19 +108,19 @@ class Transport:
         self._retry_s = retry_s if retry_s is not None else settings.retry_s()
         header = ADMIN_KEY_HEADER if self.protocol == "http" else ADMIN_KEY_GRPC_HEADER
         self._headers = {header: key} if key else None
-        self._idle: queue.LifoQueue[_Connection] = queue.LifoQueue()
+        self._idle: queue.LifoQueue[Connection] = queue.LifoQueue()
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._http_conns: list[_Connection] = []
+        self._http_conns: list[Connection] = []
         self._module: Any = grpcclient if self.protocol == "grpc" else httpclient
         # Inputs go through system shared memory only to a server on this host (`settings.SHM_ENV`=0: never).
         self.use_shm = _is_loopback(self.host) and settings.shm_allowed()
 
     # -- connection pool -------------------------------------------------------------------------
-    def _connect(self) -> _Connection:
+    def _connect(self) -> Connection:
         if self.protocol == "grpc":
-            return _Connection(grpcclient.InferenceServerClient(url=self._address))
-        return _Connection(
+            return Connection(grpcclient.InferenceServerClient(url=self._address))
+        return Connection(
             httpclient.InferenceServerClient(
                 url=self._address, ssl=self._ssl, connection_timeout=self._timeout_s, network_timeout=self._timeout_s
             )
@@ -131,7 +128,7 @@ class Transport:
 
     def _call(
         self,
-        fn: Callable[[_Connection], Any],
+        fn: Callable[[Connection], Any],
         *,
         default: type[MSLiteError] = InferenceError,
         invalid: type[MSLiteError] = InvalidInputError,
@@ -153,7 +150,7 @@ class Transport:
 
     # gRPC connections are shared through a pool; tritonclient's HTTP client (gevent) only works in the
     # thread that created it, so each thread keeps its own HTTP connection.
-    def _checkout(self) -> _Connection:
+    def _checkout(self) -> Connection:
         if self.protocol == "http":
             conn = getattr(self._local, "conn", None)
             if conn is None:
@@ -166,11 +163,11 @@ class Transport:
         except queue.Empty:
             return self._connect()
 
-    def _checkin(self, conn: _Connection) -> None:
+    def _checkin(self, conn: Connection) -> None:
         if self.protocol == "grpc":
             self._idle.put(conn)
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: Connection) -> None:
         conn.close(self._headers)
         if self.protocol == "http":
             self._local.conn = None
@@ -239,7 +236,7 @@ class Transport:
         The repository index says, and it is an admin API: without the admin key the answer is "".
         """
 
-        def index(conn: _Connection) -> Any:
+        def index(conn: Connection) -> Any:
             if self.protocol == "grpc":
                 return conn.client.get_model_repository_index(headers=self._headers, as_json=True).get("models", [])
             return conn.client.get_model_repository_index(headers=self._headers)
@@ -256,7 +253,7 @@ class Transport:
     def model_info(self, name: str) -> ModelInfo:
         """Inputs, outputs and max_batch_size of a loaded model."""
 
-        def fetch(conn: _Connection) -> tuple[dict[str, Any], dict[str, Any]]:
+        def fetch(conn: Connection) -> tuple[dict[str, Any], dict[str, Any]]:
             c = conn.client
             if self.protocol == "grpc":
                 meta = c.get_model_metadata(name, headers=self._headers, as_json=True)
@@ -302,7 +299,7 @@ class Transport:
         size = sum(a.nbytes for a in arrays)
         requested = [mod.InferRequestedOutput(name) for name in outputs]
 
-        def run(conn: _Connection) -> Any:
+        def run(conn: Connection) -> Any:
             region = conn.region_for(size, self._headers) if self.use_shm and size >= SHM_MIN_BYTES else None
             if region is None:
                 for item, array in zip(infer_inputs, arrays):
@@ -339,116 +336,5 @@ class Transport:
         return {name: result.as_numpy(name) for name in outputs}
 
 
-@dataclass
-class _Region:
-    """A system shared-memory region registered with the server under `name`."""
-
-    name: str
-    handle: Any
-    size: int
-
-
-class _Connection:
-    """One tritonclient connection, used by one thread at a time, with its own input region."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.region: _Region | None = None
-        self.shm_failed = False
-
-    def region_for(self, size: int, headers: dict[str, str] | None) -> _Region | None:
-        """A registered region of at least `size` bytes, or None when shared memory is unusable."""
-        if self.shm_failed:
-            return None
-        if self.region is not None and self.region.size >= size:
-            return self.region
-        self._release(headers)
-        name = f"{CLIENT_REGION_PREFIX}{os.getpid()}_{next(_region_ids)}"
-        capacity = max(size, 1 << (size - 1).bit_length())  # grow by powers of two
-        try:
-            sweep_dead_owners(CLIENT_REGION_PREFIX)  # regions of clients killed before they removed them
-            _reserve(name, capacity)
-            try:
-                handle = sysshm.create_shared_memory_region(name, "/" + name, capacity)
-            except Exception:
-                os.unlink(f"/dev/shm/{name}")
-                raise
-            try:
-                self.client.register_system_shared_memory(name, "/" + name, capacity, headers=headers)
-            except Exception:
-                _destroy(name, handle)
-                raise
-        except Exception as e:  # e.g. a server on another host, or the shm API refused: send inline
-            log.info("shared memory unavailable (%s); sending tensors inline", e)
-            self.shm_failed = True
-            return None
-        self.region = _Region(name, handle, capacity)
-        return self.region
-
-    def forget_region(self) -> None:
-        """Drop the region locally without asking the server, which no longer knows it."""
-        region, self.region = self.region, None
-        if region is not None:
-            _destroy(region.name, region.handle)
-
-    def _release(self, headers: dict[str, str] | None) -> None:
-        region, self.region = self.region, None
-        if region is None:
-            return
-        try:
-            self.client.unregister_system_shared_memory(region.name, headers=headers)
-        except Exception:  # the server may be gone; the local region is removed regardless
-            pass
-        _destroy(region.name, region.handle)
-
-    def close(self, headers: dict[str, str] | None) -> None:
-        self._release(headers)
-        _close(self.client)
-
-
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def _destroy(name: str, handle: Any) -> None:
-    """Unmap a region and remove its file.
-
-    `_reserve` creates the file, so tritonclient only attaches to it: it never unlinks it, and Python's
-    resource tracker, which registers every attach, would report it leaked at exit (and only then remove
-    it). The file goes now, and the tracker forgets it.
-    """
-    tracked = getattr(getattr(handle, "_mpsm_handle", None), "_name", None)  # the name the tracker holds
-    sysshm.destroy_shared_memory_region(handle)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(f"/dev/shm/{name}")
-    if tracked:
-        with contextlib.suppress(Exception):
-            resource_tracker.unregister(tracked, "shared_memory")
-
-
-def _reserve(name: str, size: int) -> None:
-    """Create `/dev/shm/<name>` with `size` bytes allocated now.
-
-    tmpfs allocates pages on first write: a region only truncated to size would be written with /dev/shm
-    full and kill this process with SIGBUS. Reserved here, a full /dev/shm is an OSError (ENOSPC) instead,
-    and the caller sends inline. tritonclient then opens the existing file.
-
-    Raises:
-        OSError: the file exists, or the space is not there (nothing is left behind).
-    """
-    path = f"/dev/shm/{name}"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError:
-        os.unlink(path)
-        raise
-    finally:
-        os.close(fd)
-
-
-def _close(client: Any) -> None:
-    try:
-        client.close()
-    except Exception:  # closing a broken connection may raise anything; it is being dropped anyway
-        pass

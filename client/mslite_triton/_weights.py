@@ -97,7 +97,8 @@ def update_weights(remote: RemoteModel, tensors: list[Tensor], aliases: dict[str
         RuntimeError: a tensor has no data, or the server failed (subclasses name the cause).
     """
     declared = declared_weights(remote.info)
-    failed = f"update weight failed! Error is model '{remote.info.name}'"
+    shown = remote.display_name or remote.info.name  # the user's file, not the name it is served under
+    failed = f"update weight failed! Error is model '{shown}'"
     if remote.weights_input is None or not declared:
         raise InvalidInputError(
             f"{failed} declares no updatable weights; name them at build time with [ascend_context] "
@@ -145,9 +146,11 @@ def update_weights(remote: RemoteModel, tensors: list[Tensor], aliases: dict[str
         inputs.append((WEIGHTS_INPUT, data.reshape(1, -1) if remote.batched else data))
         _send_update(remote, inputs, _manifest(names, arrays))
     except InvalidInputError as e:
-        raise InvalidInputError(f"update weight failed! Error is {e}") from None
+        said = str(e).replace(remote.info.name, shown)
+        raise InvalidInputError(f"update weight failed! Error is {said}") from None
     except PermissionDeniedError as e:
-        raise PermissionDeniedError(f"update weight failed! Error is kLiteError: {e}") from None
+        said = str(e).replace(remote.info.name, shown)
+        raise PermissionDeniedError(f"update weight failed! Error is kLiteError: {said}") from None
 
 
 def _send_update(remote: RemoteModel, inputs: list[tuple[str, np.ndarray]], manifest: str, file: str = "") -> None:

@@ -93,6 +93,12 @@ class ModelLoadError(MSLiteError, RuntimeError):
     """Raised when the server could not load or build a model."""
 
 
+class DeviceNotAvailableError(ModelLoadError):
+    """Raised when a build asks for a device the server does not have (a GPU id it cannot use)."""
+
+    status = "kLiteNotSupport"
+
+
 class NotFoundError(MSLiteError, RuntimeError):
     """Raised when the server does not know the requested model (or version)."""
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._build import (
+    Served,
     build_failed,
     check_config_dict,
     fill_outputs,
@@ -18,7 +19,7 @@ from ._build import (
     predict_failed,
     resized_remote,
 )
-from ._checkparam import check_isinstance, missing_file
+from ._checkparam import check_isinstance, model_file_problem
 from ._endpoint import server_url
 from ._model_config import local_cores, merge_sections, plan_workers
 from ._onnx_io import metadata_props
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 _INFO_KEYS = ("user_info", "input_shape", "dynamic_dims", "current_pid", "shareable_weight_mem_handle")
 
 
-class Model(GroupMember):
+class Model(GroupMember, Served):
     """MindSpore Lite's `Model`, running on the server (one worker).
 
     Calls from several threads are allowed and run concurrently up to the server's capacity.
@@ -53,18 +54,6 @@ class Model(GroupMember):
         self._weight_aliases: dict[str, str] = {}
         self._pending = PendingLimit()
         self._group: ModelGroup | None = None  # set by ModelGroup.add_model
-
-    def __str__(self) -> str:
-        return f"model_path: {self.model_path_}."
-
-    @property
-    def served_name(self) -> str:
-        """The model's name on the Triton server; "" before `build_from_file`. Not in MindSpore Lite.
-
-        For Triton's own tools pointed at this model (tritonclient, perf_analyzer, the `model` label of the
-        metrics). The name carries a hash of the file and the config, so the same build gets the same name.
-        """
-        return "" if self._remote is None else self._remote.info.name
 
     def build_from_file(
         self,
@@ -93,8 +82,9 @@ class Model(GroupMember):
         check_isinstance("model_type", model_type, ModelType)
         context = Context() if context is None else check_isinstance("context", context, Context)
         check_isinstance("config_path", config_path, str)
-        if not model_path.startswith("triton://") and not os.path.exists(model_path):
-            raise RuntimeError(missing_file("build_from_file failed", "model_path", model_path))
+        problem = model_file_problem("build_from_file failed", model_path)
+        if problem is not None:
+            raise RuntimeError(problem)
         from_file = load_sections(config_path, None, "build_from_file failed")
         if (
             "variable_weights_file" in from_file.get("ascend_context", {})
@@ -144,7 +134,12 @@ class Model(GroupMember):
         return self._remote
 
     def get_inputs(self) -> list[Tensor]:
-        """The model's input tensors (shared by every caller of this Model, as in MindSpore Lite)."""
+        """The model's input tensors (shared by every caller of this Model, as in MindSpore Lite).
+
+        `[]` before a build, as in MindSpore Lite, which logs an error saying so; so does this.
+        """
+        if self._remote is None:
+            log.error("Model.get_inputs: the model is not built yet (build_from_file first); []")
         return list(self._inputs)
 
     def get_outputs(self) -> tuple[TensorMeta, ...]:

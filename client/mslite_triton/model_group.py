@@ -10,6 +10,10 @@ What each flag does here (CPU workers; each worker is a process of its own):
   ONNX Runtime sizes it per run. `add_model` with paths and `cal_max_size_of_workspace` check their
   arguments as MindSpore Lite does and return.
 - `SHARE_WEIGHT_WORKSPACE`: both of the above, so in effect `SHARE_WEIGHT`.
+
+`add_model` takes what MindSpore Lite's cloud runtime takes under each flag: paths under any flag, `Model`
+objects under `SHARE_WEIGHT` only (else `RuntimeError("ModelGroup's add model failed. ...")`), as the C++
+and Java clients do.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from .tensor import ModelType
 
 if TYPE_CHECKING:
     from ._remote import RemoteModel
+
+
+_ADD_FAILED = "ModelGroup's add model failed."
 
 
 class ModelGroupFlag(IntEnum):
@@ -72,13 +79,15 @@ class ModelGroup:
         return self.flags in (ModelGroupFlag.SHARE_WEIGHT, ModelGroupFlag.SHARE_WEIGHT_WORKSPACE)
 
     def add_model(self, models: list[Any] | tuple[Any, ...]) -> None:
-        """Add models to the group: all model paths (workspace sharing) or all `Model` objects.
+        """Add models to the group: all model paths (workspace sharing, any flag) or all `Model` objects.
 
-        Add `Model` objects before building them, as in MindSpore Lite.
+        `Model` objects need a group made with `SHARE_WEIGHT` (MindSpore Lite's cloud runtime's rule), and are
+        added before they are built (a build decides what it shares), each to one group only.
 
         Raises:
             TypeError: `models` is not a list/tuple, or its elements are not all str or all Model.
-            RuntimeError: `models` is empty.
+            RuntimeError: `models` is empty; `ModelGroup's add model failed. Error is <status>: <reason>` for
+                Model objects in a group of another flag, a model of another group or a built one.
         """
         if not isinstance(models, (list, tuple)):
             raise TypeError(f"models must be list/tuple, but got {type(models)}")
@@ -91,18 +100,43 @@ class ModelGroup:
         if kind is str:
             self._paths.extend(models)
             return
+        if self.flags != ModelGroupFlag.SHARE_WEIGHT:
+            raise RuntimeError(
+                f"{_ADD_FAILED} Error is kLiteError: Only support share weight for add_model of Model objects: "
+                f"this group was made with {self.flags}"
+            )
         for model in models:
-            model._group = self
-            self._models.append(model)
+            if model._remote is not None:
+                raise RuntimeError(
+                    f"{_ADD_FAILED} Error is kLiteParamInvalid: add models to a group before building them"
+                )
+            if model._group is not None and model._group is not self:
+                raise RuntimeError(f"{_ADD_FAILED} Error is kLiteError: the model has been in another group")
+        for model in models:
+            if model._group is None:
+                model._group = self
+                self._models.append(model)
 
     def cal_max_size_of_workspace(self, model_type: ModelType, context: Context) -> None:
         """MindSpore Lite sizes the shared workspace here; workers size their own, so this only checks.
 
         Raises:
             TypeError: `context` is not a Context or `model_type` not a ModelType.
+            RuntimeError: `ModelGroup's cal max size of workspace failed. Error is ...`: an Ascend context
+                (the GE provider: kLiteError, as MindSpore Lite; else kLiteNotSupport: the workspace it sizes is
+                Ascend memory, and this server runs CPU and GPU workers).
         """
         check_isinstance("context", context, Context)
         check_isinstance("model_type", model_type, ModelType)
+        if context.target[0] == "ascend":
+            failed = "ModelGroup's cal max size of workspace failed. Error is"
+            if context.ascend.provider == "ge":
+                raise RuntimeError(f"{failed} kLiteError: Not Support GE model: the GE provider sizes its own")
+            raise RuntimeError(
+                f"{failed} kLiteNotSupport: the shared workspace is Ascend device memory, and this server runs CPU "
+                "and GPU workers (each sizes its own workspace)"
+            )
+        self._paths.clear()  # sized: MindSpore Lite forgets the paths it has planned
 
     def shared_model(self, model_path: str) -> RemoteModel | None:
         """The server model a member already built from the same file, when the group shares weights."""

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
-from ._build import build_failed, fill_outputs, input_arrays, load_sections, predict_failed, resized_remote
-from ._checkparam import check_isinstance, missing_file
+from ._build import Served, build_failed, fill_outputs, input_arrays, load_sections, predict_failed, resized_remote
+from ._checkparam import check_isinstance, model_file_problem
 from ._endpoint import server_url
 from ._model_config import local_cores, plan_workers
 from ._pending import PendingLimit, runner_sizes, take_runner_section
@@ -22,7 +21,7 @@ log = logging.getLogger(__name__)
 _BUILD_FAILED = "ModelParallelRunner's build from file failed"
 
 
-class ModelParallelRunner:
+class ModelParallelRunner(Served):
     """MindSpore Lite's `ModelParallelRunner`: `workers_num` worker processes of one model on the server.
 
     `predict` may be called from many threads at once; no lock is held while a request is in flight.
@@ -37,18 +36,6 @@ class ModelParallelRunner:
         self._resized: dict[tuple, RemoteModel] = {}
         self._resize_lock = threading.Lock()
 
-    def __str__(self) -> str:
-        return f"model_path: {self.model_path_}."
-
-    @property
-    def served_name(self) -> str:
-        """The model's name on the Triton server; "" before `build_from_file`. Not in MindSpore Lite.
-
-        For Triton's own tools pointed at this model (tritonclient, perf_analyzer, the `model` label of the
-        metrics). The name carries a hash of the file and the config, so the same build gets the same name.
-        """
-        return "" if self._remote is None else self._remote.info.name
-
     def build_from_file(self, model_path: str, context: Context | None = None) -> None:
         """Upload the ONNX file (or bind to `triton://<name>`) and start the workers.
 
@@ -60,8 +47,9 @@ class ModelParallelRunner:
                 unreachable, or load failure (`ModelParallelRunner's build from file failed! Error is ...`).
         """
         check_isinstance("model_path", model_path, str)
-        if not model_path.startswith("triton://") and not os.path.exists(model_path):
-            raise RuntimeError(missing_file(_BUILD_FAILED, "model_path", model_path))
+        problem = model_file_problem(_BUILD_FAILED, model_path)
+        if problem is not None:
+            raise RuntimeError(problem)
         context = Context() if context is None else check_isinstance("context", context, Context)
         if self._remote is not None:
             log.warning("ModelParallelRunner is already built from '%s'; not rebuilding", self.model_path_)
@@ -91,9 +79,12 @@ class ModelParallelRunner:
     def get_inputs(self) -> list[Tensor]:
         """Fresh input tensors (name, dtype, shape; no data) on every call: safe to fill per thread.
 
-        `[]` before a build, as in MindSpore Lite.
+        `[]` before a build, as in MindSpore Lite, which logs an error saying so; so does this.
         """
-        return [] if self._remote is None else self._remote.input_tensors()
+        if self._remote is None:
+            log.error("ModelParallelRunner.get_inputs: the runner is not built yet (build_from_file first); []")
+            return []
+        return self._remote.input_tensors()
 
     def predict(self, inputs: list[Tensor], outputs: list[Tensor] | None = None) -> list[Tensor]:
         """Run one request on whichever worker is free.

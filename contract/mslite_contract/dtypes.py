@@ -1,4 +1,4 @@
-"""Element types: ONNX <-> Triton config strings <-> ORT <-> numpy, in one table.
+"""Element types: ONNX <-> Triton config strings <-> numpy, in one table.
 
 The client derives its own from it too: MindSpore Lite's `DataType` names the Triton type of each
 (`mslite_triton/tensor.py`), and the numpy dtype comes from here.
@@ -8,28 +8,27 @@ from __future__ import annotations
 
 import numpy as np
 
-# (ONNX TensorProto data type, Triton config type, ORT type string, numpy dtype)
+# (ONNX TensorProto data type, Triton config type, numpy dtype)
 _TABLE = [
-    (1, "TYPE_FP32", "tensor(float)", np.float32),
-    (2, "TYPE_UINT8", "tensor(uint8)", np.uint8),
-    (3, "TYPE_INT8", "tensor(int8)", np.int8),
-    (4, "TYPE_UINT16", "tensor(uint16)", np.uint16),
-    (5, "TYPE_INT16", "tensor(int16)", np.int16),
-    (6, "TYPE_INT32", "tensor(int32)", np.int32),
-    (7, "TYPE_INT64", "tensor(int64)", np.int64),
-    (8, "TYPE_STRING", "tensor(string)", np.object_),
-    (9, "TYPE_BOOL", "tensor(bool)", np.bool_),
-    (10, "TYPE_FP16", "tensor(float16)", np.float16),
-    (11, "TYPE_FP64", "tensor(double)", np.float64),
-    (12, "TYPE_UINT32", "tensor(uint32)", np.uint32),
-    (13, "TYPE_UINT64", "tensor(uint64)", np.uint64),
+    (1, "TYPE_FP32", np.float32),
+    (2, "TYPE_UINT8", np.uint8),
+    (3, "TYPE_INT8", np.int8),
+    (4, "TYPE_UINT16", np.uint16),
+    (5, "TYPE_INT16", np.int16),
+    (6, "TYPE_INT32", np.int32),
+    (7, "TYPE_INT64", np.int64),
+    (8, "TYPE_STRING", np.object_),
+    (9, "TYPE_BOOL", np.bool_),
+    (10, "TYPE_FP16", np.float16),
+    (11, "TYPE_FP64", np.float64),
+    (12, "TYPE_UINT32", np.uint32),
+    (13, "TYPE_UINT64", np.uint64),
 ]
 
-ONNX_TO_TRITON = {onnx_t: triton_t for onnx_t, triton_t, _, _ in _TABLE}
-ORT_TO_TRITON = {ort_t: triton_t for _, triton_t, ort_t, _ in _TABLE}
-TRITON_TO_NUMPY = {triton_t: np.dtype(np_t) for _, triton_t, _, np_t in _TABLE}
+ONNX_TO_TRITON = {onnx_t: triton_t for onnx_t, triton_t, _ in _TABLE}
+TRITON_TO_NUMPY = {triton_t: np.dtype(np_t) for _, triton_t, np_t in _TABLE}
 # By the names Triton uses on the wire (`FP32`), for every type but strings (which travel as `BYTES`)
-WIRE_TO_NUMPY = {triton_t[5:]: np.dtype(np_t) for _, triton_t, _, np_t in _TABLE if np_t is not np.object_}
+WIRE_TO_NUMPY = {triton_t[5:]: np.dtype(np_t) for _, triton_t, np_t in _TABLE if np_t is not np.object_}
 
 
 def triton_type_of_onnx(elem_type: int) -> str:

@@ -20,11 +20,15 @@ from .protocol import GATEWAY_MODULE
 from .settings import (
     GATEWAY_BODY_STALL_TIMEOUT_S,
     GATEWAY_GRACE_S,
+    GATEWAY_IDLE_TIMEOUT_S,
+    GATEWAY_MAX_CONNECTIONS,
     GATEWAY_MAX_INFLIGHT_BYTES,
     GATEWAY_MAX_INFLIGHT_BYTES_PER_CONNECTION,
     GATEWAY_MAX_INFLIGHT_PER_MODEL,
     GATEWAY_MAX_REQUEST_BYTES,
+    GATEWAY_MAX_STREAMS_PER_CONNECTION,
     GATEWAY_MAX_STRING_ELEMENTS,
+    GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION,
     GATEWAY_UPSTREAM_RETRY_S,
     GATEWAY_UPSTREAM_TIMEOUT_S,
 )
@@ -71,6 +75,21 @@ class GatewayLimits:
     max_string_elements: int = _option(
         GATEWAY_MAX_STRING_ELEMENTS,
         "string (BYTES) elements one request may declare; more are refused (413 / RESOURCE_EXHAUSTED)",
+    )
+    max_connections: int = _option(
+        GATEWAY_MAX_CONNECTIONS,
+        "open client connections, both ports together; at the cap the longest idle one is dropped for a new client",
+    )
+    idle_timeout_s: float = _option(
+        GATEWAY_IDLE_TIMEOUT_S, "a client connection with no call in flight and no byte for this long is closed"
+    )
+    max_streams_per_connection: int = _option(
+        GATEWAY_MAX_STREAMS_PER_CONNECTION,
+        "gRPC streams one connection may have open at once; more are refused (REFUSED_STREAM)",
+    )
+    max_unread_bytes_per_connection: int = _option(
+        GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION,
+        "bytes of the gateway's own gRPC answers one connection's client may leave unread (then RESOURCE_EXHAUSTED)",
     )
 
     def __post_init__(self) -> None:

@@ -35,7 +35,7 @@ ONNX_FILENAME = "model.onnx"
 EXTRA_INSTALL = "the [mindir] extra: pip install mindspore==2.9.0"
 CONVERTER_VERSION = "1"  # part of the cache key: bump when the conversion's output changes
 CONVERT_TIMEOUT_S = 600.0
-_REASON_PREFIX = "mslite-mindir-error: "  # the child's line that carries its reason (MindSpore logs much else)
+REASON_PREFIX = "mslite-mindir-error: "  # the child's line that carries its reason (MindSpore logs much else)
 # mind_ir.proto's DataType -> MindSpore dtype name (the numbers match ONNX's TensorProto for these)
 _MINDIR_DTYPES = {
     1: "float32",
@@ -208,7 +208,13 @@ def run_converter(mindir_path: str, onnx_path: str, timeout_s: float = CONVERT_T
     with tempfile.TemporaryDirectory(prefix="mslite-mindir-") as workdir:
         try:
             done = subprocess.run(
-                [python_executable(), "-m", __name__, *map(os.path.abspath, (mindir_path, onnx_path))],
+                [
+                    python_executable(),
+                    "-m",
+                    __name__,
+                    *map(os.path.abspath, (mindir_path, onnx_path)),
+                    str(os.getpid()),
+                ],
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -220,8 +226,8 @@ def run_converter(mindir_path: str, onnx_path: str, timeout_s: float = CONVERT_T
         except subprocess.TimeoutExpired:
             raise ConversionError(f"the conversion ran for more than {timeout_s:.0f} s") from None
     if done.returncode != 0 or not os.path.isfile(onnx_path):
-        lines = [line for line in done.stderr.splitlines() if line.startswith(_REASON_PREFIX)]
-        reason = lines[-1][len(_REASON_PREFIX) :] if lines else f"the converter exited with status {done.returncode}"
+        lines = [line for line in done.stderr.splitlines() if line.startswith(REASON_PREFIX)]
+        reason = lines[-1][len(REASON_PREFIX) :] if lines else f"the converter exited with status {done.returncode}"
         raise ConversionError(client_message(reason))
 
 
@@ -336,12 +342,27 @@ def convert(mindir_path: str, onnx_path: str) -> None:
     export_onnx(lambda: nn.GraphCell(graph), specs, onnx_path)
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this converter when the process that started it ends (PR_SET_PDEATHSIG), or exit if it has."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
 def _main(argv: list[str]) -> int:
+    if len(argv) > 3:  # the worker that waits for it: a converter never outlives it
+        _die_with_parent(int(argv[3]))
     try:
         convert(argv[1], argv[2])
     except Exception as e:  # noqa: BLE001 -- the parent reads the last stderr line as the reason
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"{_REASON_PREFIX}{type(e).__name__}: {first}", file=sys.stderr)  # noqa: T201
+        print(f"{REASON_PREFIX}{type(e).__name__}: {first}", file=sys.stderr)  # noqa: T201
         return 1
     return 0
 

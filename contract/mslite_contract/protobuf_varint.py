@@ -1,7 +1,7 @@
 """Protobuf's variable-length integer, and a message's top-level fields, read from raw bytes.
 
-The client reads ONNX files with it (without the onnx package) and the gateway reads gRPC messages with it
-(without decoding them whole). Standard library only.
+The ONNX reader (`onnx_wire`, without the onnx package) and the gateway (gRPC messages, not decoded whole)
+read with it. Standard library only.
 """
 
 from __future__ import annotations

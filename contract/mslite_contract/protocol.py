@@ -176,6 +176,8 @@ RUNNER_KEYS = (MAX_PENDING_KEY, WORKERS_KEY, THREADS_KEY)
 # this model parameter, a JSON object {input name: [full shape asked for]}. The backend makes every fixed dim
 # that differs from the asked size symbolic, drops the graph's stale inner shape annotations, and runs the
 # asked shapes once at load, so a graph that cannot take them (a fixed Reshape) fails the load with the reason.
+# Every client (Python, C++, Java) builds again exactly when a shape of the input's rank differs from the served
+# model's metadata in a dim it gives as fixed (>= 0); all else about the resize is the backend's (resized.py).
 RESIZED_INPUTS_PARAMETER = "resized_inputs"
 
 

@@ -79,3 +79,18 @@ def scrub_json_error(body: bytes) -> bytes:
     """A Triton JSON error answer (`{"error": "..."}`) with its message scrubbed; any other body unchanged."""
     doc = json_error(body)
     return body if doc is None else with_error(body, doc, scrub(doc["error"]))
+
+
+_GPU_REFUSED = re.compile(r"invalid or unsupported gpu id (\d+).*?\bare:\s*([0-9][0-9, ]*)?", re.I | re.S)
+
+
+def device_missing(message: str) -> str | None:
+    """The clients' one wording for a device the server lacks, naming it; None for other messages.
+
+    The C++ and Java clients word it the same (their tests compare the text).
+    """
+    found = _GPU_REFUSED.search(message)
+    if found is None:
+        return None
+    usable = ", ".join(d for d in re.split(r"[,\s]+", found.group(2) or "") if d) or "none"
+    return f"GPU {found.group(1)} is not available on the server (the GPUs it can use: {usable})"

@@ -77,6 +77,18 @@ GATEWAY_UPSTREAM_RETRY_S = 15.0  # how long a request is offered again to a Trit
 # and the request's admission slot is free again. Well above a slow model's run (seconds), well under the
 # minutes a request Triton never answers would otherwise hold its slot.
 GATEWAY_UPSTREAM_TIMEOUT_S = 120.0
+# Open client connections, both ports together. Each gRPC connection also holds one of Triton's (the relay is
+# one to one), so this bounds Triton's descriptors too. At the cap a new client is still served: the connection
+# idle the longest (no call in flight) is dropped for it; only when none is idle is the new one refused.
+GATEWAY_MAX_CONNECTIONS = 1024
+# A connection with no call in flight and no byte either way for this long is closed (gRPC: GOAWAY first).
+GATEWAY_IDLE_TIMEOUT_S = 75.0
+# Streams one gRPC connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS, as HTTP/2 servers set
+# it): each open stream costs tritonserver memory. More are refused with REFUSED_STREAM (clients retry them).
+GATEWAY_MAX_STREAMS_PER_CONNECTION = 128
+# Bytes of the gateway's own answers (a stream's error answers) that one gRPC connection's client has not read
+# yet, all its streams together; past it the stream that adds more ends (RESOURCE_EXHAUSTED).
+GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION = 4 << 20
 # String (BYTES) elements one request may declare, over all its inputs: each costs the worker a few
 # microseconds and a few hundred bytes, so 10 million cost a minute and gigabytes.
 GATEWAY_MAX_STRING_ELEMENTS = 1_000_000

@@ -7,7 +7,7 @@ few seconds, and appends `: the model failed to load: <reason>`, the reason scru
 client sees (`mslite_contract.scrub`). The status Triton gave stays as it was.
 
 HTTP waits for the index before it answers. gRPC cannot: the relay passes Triton's trailers on in order,
-without waiting (`grpc_core`), so it appends what the index said when last read, and a call that finds
+without waiting (`grpc.core`), so it appends what the index said when last read, and a call that finds
 nothing fresh starts a reading for the calls after it.
 """
 

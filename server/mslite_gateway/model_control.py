@@ -26,17 +26,21 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
+from mslite_contract.model_names import MODEL_NAME_RULE, model_name_problem
 from mslite_contract.protocol import BACKEND_NAME
-from mslite_gateway.http_checks import decoded_body
-from mslite_gateway.http_messages import Request
+from mslite_gateway.http.checks import decoded_body
+from mslite_gateway.http.messages import Request
 from mslite_gateway.rules import Refusal
 
 CONFIG_PARAMETER = "config"  # the load parameter that carries the override (KServe repository extension)
 LOAD_ROUTE = re.compile(rb"/v2/repository/models/[^/?]+/load")
+# a load or an unload names its model in the path (percent-encoded)
+REPOSITORY_ROUTE = re.compile(rb"/v2/repository/models/([^/?]*)/(?:load|unload)")
 MAX_REWRITTEN_BYTES = 1 << 20  # an override alone is a few hundred bytes
 FILE_PREFIX = "file:"  # a load parameter that carries one model file, at the path after it
 NAME_MAX = 255  # bytes of one path component (Linux file systems)
@@ -58,6 +62,30 @@ def check_file_path(key: str) -> None:
     longest = max((len(part) for part in path.split(b"/")), default=0)
     if longest > NAME_MAX:
         raise Refusal(f"Invalid file path: a component of {longest} bytes, over the limit of {NAME_MAX}")
+
+
+def check_name(name: str) -> None:
+    """Refuse a load or unload of a model whose name breaks the contract's rule (`model_names`).
+
+    Raises:
+        Refusal: 400 naming the rule.
+    """
+    problem = model_name_problem(name)
+    if problem is not None:
+        raise Refusal(f"invalid model name {name[:64]!r}: {problem}; {MODEL_NAME_RULE}")
+
+
+def check_http_name(target: bytes) -> None:
+    """`check_name` for the model an HTTP load or unload names in its path; other paths pass.
+
+    Raises:
+        Refusal: the name, raw or percent-decoded, breaks the rule.
+    """
+    match = REPOSITORY_ROUTE.fullmatch(target.split(b"?", 1)[0])
+    if match is not None:
+        raw = match.group(1).decode("utf-8", "surrogateescape")
+        check_name(raw)
+        check_name(urllib.parse.unquote(raw, errors="surrogateescape"))
 
 
 def check_http_load(req: Request, cap: int) -> None:
@@ -110,13 +138,15 @@ def grpc_load_message(message: bytes) -> bytes | None:
     """The `RepositoryModelLoadRequest` to send instead, or None to send it as it is.
 
     Raises:
-        Refusal: a `file:` parameter names a path Triton cannot create (`check_file_path`).
+        Refusal: a `file:` parameter names a path Triton cannot create (`check_file_path`), or the model's
+            name breaks the rule (`check_name`).
     """
     req = pb.RepositoryModelLoadRequest()
     try:
         req.ParseFromString(message)
     except Exception:  # not a valid message: Triton answers it
         return None
+    check_name(req.model_name)
     for key in req.parameters:
         check_file_path(key)
     if CONFIG_PARAMETER not in req.parameters:
@@ -129,3 +159,17 @@ def grpc_load_message(message: bytes) -> bytes | None:
         return None
     param.string_param = config
     return req.SerializeToString()
+
+
+def grpc_unload_message(message: bytes) -> None:
+    """A `RepositoryModelUnloadRequest` goes as it is (None), once its model's name passed `check_name`.
+
+    Raises:
+        Refusal: the name breaks the rule.
+    """
+    req = pb.RepositoryModelUnloadRequest()
+    try:
+        req.ParseFromString(message)
+    except Exception:  # not a valid message: Triton answers it
+        return
+    check_name(req.model_name)

@@ -8,21 +8,28 @@ check returns) comes back. The request then goes to Triton as it came.
 
 Two lanes, each one worker process and its own bound on checks waiting or running: bodies whose JSON is at
 most SMALL_LANE_BYTES (checked in well under a second) and larger ones. The front says how large a body's
-JSON is (for a compressed body, after a capped inflate in a thread: `http_checks.work_bytes`), so bodies
+JSON is (for a compressed body, after a capped inflate in a thread: `http.checks.work_bytes`), so bodies
 that inflate to tens of MiB (gzip bombs) wait only behind each other, and a flood of them cannot keep a
 client's ordinary large JSON from being checked. Within a lane the smallest body waiting goes first, and a
 full lane makes room for a smaller body by refusing its largest waiting one; beyond a lane's bound, a request
 is refused as overload (503 kLiteServiceDeny). Memory: two worker processes (about 100 MiB each at rest),
 each holding one body at a time.
+
+A worker ends with the gateway however the gateway ends (SIGKILL included: the kernel's parent-death
+signal, `_die_with_parent`), and multiprocessing's resource tracker then reads the end of its pipe and
+exits too; the launcher also ends the gateway's whole process group once the gateway is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import heapq
 import itertools
 import logging
 import multiprocessing
+import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -30,7 +37,7 @@ from typing import Any
 
 from mslite_contract.protocol import SERVICE_DENY
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.http_messages import HttpError
+from mslite_gateway.http.messages import HttpError
 from mslite_gateway.rules import Refusal
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,17 @@ log = logging.getLogger(__name__)
 OFFLOAD_BYTES = 256 << 10
 # JSON up to this size is checked in the small lane (~0.4 s for 4 MiB); larger, in the large one.
 SMALL_LANE_BYTES = 4 << 20
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker's initializer: SIGKILL when the gateway ends (PR_SET_PDEATHSIG), or exit if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl (not Linux): the launcher's group sweep still ends it
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _verdict(check: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
@@ -146,7 +164,14 @@ class Offload:
         try:
             if lane.pool is None:
                 # spawned, not forked: a fork of the running event loop and its sockets is not safe
-                lane.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                # (from the event loop's thread, which lives as long as the gateway: the parent-death signal
+                # follows the thread that started the worker)
+                lane.pool = ProcessPoolExecutor(
+                    1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_die_with_parent,
+                    initargs=(os.getpid(),),
+                )
             passed, value = await asyncio.get_running_loop().run_in_executor(lane.pool, _verdict, check, *args)
         except BrokenProcessPool:
             log.warning("a check's worker process (%s lane) died; starting another for the next request", lane.name)

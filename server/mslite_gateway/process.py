@@ -6,7 +6,7 @@
 With `ServerConfig(gateway=True)` the launcher starts Triton on Unix sockets in a private folder and this
 process on the public ports (an upstream may also be `host:port`). It runs in its own process (its own GIL:
 a client in the launcher's process does not slow it, and it cannot crash the caller): one asyncio loop
-(uvloop where installed) serves HTTP (`http_front`) and relays gRPC frame by frame (`grpc_relay`), with one
+(uvloop where installed) serves HTTP (`http.front`) and relays gRPC frame by frame (`grpc.relay`), with one
 admission control for both (`admission`). It prints `ready` once both listen; SIGTERM stops taking requests,
 lets those in progress finish (up to `--grace-s`) and exits.
 """
@@ -27,11 +27,12 @@ from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_relay import start_relay
-from mslite_gateway.grpc_relay_rules import RelayRules
-from mslite_gateway.http_front import HttpFront
-from mslite_gateway.http_messages import MAX_HEAD_BYTES
-from mslite_gateway.http_upstream import Upstream
+from mslite_gateway.connections import Connections
+from mslite_gateway.grpc.relay import start_relay
+from mslite_gateway.grpc.relay_rules import RelayRules
+from mslite_gateway.http.front import HttpFront
+from mslite_gateway.http.messages import MAX_HEAD_BYTES
+from mslite_gateway.http.upstream import Upstream
 from mslite_gateway.load_failures import LoadFailures, http_reader, index_request
 from mslite_gateway.model_batching import ModelBatching, http_config_reader
 from mslite_gateway.offload import Offload
@@ -81,6 +82,8 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         body_stall_timeout_s=limits.body_stall_timeout_s,
     )
     admin_key = os.environ.get(ADMIN_KEY_ENV) or None
+    # both ports' client connections: one cap (a gRPC one holds one of Triton's too), one idle time-out
+    connections = Connections(max_connections=limits.max_connections, idle_timeout_s=limits.idle_timeout_s)
     offload = Offload()
     # why a model failed to load, for callers without the key: read with the gateway's own key, on its upstream
     failures = LoadFailures(http_reader(upstream.exchange, index_request(ADMIN_KEY_HEADER.encode(), admin_key)))
@@ -96,6 +99,8 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         failures=failures,
         batching=batching,
         max_strings=limits.max_string_elements,
+        idle_timeout_s=limits.idle_timeout_s,
+        connections=connections,
         key_on_every_request=options.key_on_every_request,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
@@ -115,9 +120,11 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
             batching=batching,
             max_strings=limits.max_string_elements,
             upstream_timeout_s=limits.upstream_timeout_s,
+            max_streams=limits.max_streams_per_connection,
+            max_unread_bytes=limits.max_unread_bytes_per_connection,
             key_on_every_request=options.key_on_every_request,
         )
-        grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules)
+        grpc_server, relay = await start_relay(options.host, options.grpc_port, upstream_grpc, rules, connections)
     except OSError as e:
         raise RuntimeError(f"gRPC port {options.grpc_port} on {options.host} could not be bound: {e}") from None
     if staging is not None:
@@ -128,17 +135,22 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
     http_server.close()
     grpc_server.close()
     await asyncio.gather(front.drain_and_close(options.grace_s), relay.drain_and_close(options.grace_s))
+    connections.close()
     offload.close()
     if staging is not None:
         log.warning("%d requests' tensors went to Triton through shared memory", staging.staged)
         await staging.close()
     log.warning(
         "gateway stopped; refused %d HTTP and %d gRPC requests (%d of them by admission control); cancelled %d "
-        "HTTP requests whose client hung up",
+        "HTTP requests whose client hung up; %d idle connections closed for room, %d by the idle time-out, %d "
+        "refused at the cap",
         front.refused,
         relay.refused,
         admission.denied,
         front.gone,
+        connections.dropped_for_room,
+        connections.idled_out,
+        connections.refused,
     )
 
 

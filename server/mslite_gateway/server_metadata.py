@@ -11,7 +11,7 @@ import json
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.grpc_checks import SERVICE
+from mslite_gateway.grpc.checks import SERVICE
 
 # not served here (docs/clients.md): no sequence batching; no CUDA shared memory (system shared memory only)
 UNSERVED_EXTENSIONS = frozenset({"sequence", "cuda_shared_memory"})

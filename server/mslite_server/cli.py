@@ -71,6 +71,10 @@ def _run(args: argparse.Namespace, repository: Path) -> int:
             body_stall_timeout_s=args.body_stall_timeout_s,
             upstream_timeout_s=args.upstream_timeout_s,
             max_string_elements=args.max_string_elements,
+            max_connections=args.max_connections,
+            idle_timeout_s=args.idle_timeout_s,
+            max_streams_per_connection=args.max_streams_per_connection,
+            max_unread_bytes_per_connection=args.max_unread_mib_per_connection << 20,
         ),
         tritonserver=args.tritonserver,
         admin_key=None if private else settings.admin_key(),  # a private server's key is new, and printed
@@ -314,6 +318,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=GatewayLimits.max_string_elements,
         help="gateway: string (BYTES) elements one request may declare over all its inputs; more are refused "
         "with 413 / RESOURCE_EXHAUSTED (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=GatewayLimits.max_connections,
+        help="gateway: open client connections, both ports together; at the cap the one idle the longest is closed "
+        "for a new client, and only when every one has a call in flight is the new one refused (default %(default)s)",
+    )
+    serve.add_argument(
+        "--idle-timeout-s",
+        type=_positive_float,
+        default=GatewayLimits.idle_timeout_s,
+        help="gateway: a client connection with no call in flight and no byte for this long is closed "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-streams-per-connection",
+        type=_positive,
+        default=GatewayLimits.max_streams_per_connection,
+        help="gateway: gRPC streams one connection may have open; more are refused with REFUSED_STREAM "
+        "(default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-unread-mib-per-connection",
+        type=_positive,
+        default=GatewayLimits.max_unread_bytes_per_connection >> 20,
+        help="gateway: the gateway's own gRPC answers one connection may leave unread; beyond, the stream ends with "
+        "RESOURCE_EXHAUSTED or the connection closes (default %(default)s)",
     )
     serve.set_defaults(func=_serve)
     tune.add_command(sub)

@@ -19,7 +19,7 @@ from pathlib import Path
 from mslite_contract.gateway_options import GatewayOptions
 from mslite_contract.protocol import GATEWAY_MODULE, GATEWAY_READY_LINE
 from mslite_contract.settings import ADMIN_KEY_ENV
-from mslite_server.parent_death import dies_with_parent
+from mslite_server.parent_death import dies_with_parent, end_group
 from mslite_server.ports import LOOPBACK
 
 __all__ = ["GatewayError", "GatewayProcess", "answers_probe"]
@@ -84,11 +84,16 @@ class GatewayProcess:
         """The process id, while started."""
         return None if self.process is None else self.process.pid
 
-    def stop(self, timeout_s: float | None = None) -> None:
-        """SIGTERM (requests in progress finish), then SIGKILL after the grace period."""
+    def stop(self, timeout_s: float | None = None) -> list[int]:
+        """SIGTERM (requests in progress finish), then SIGKILL after the grace period; then its helpers.
+
+        The gateway leads its own process group (`start_new_session`), which its offload workers and
+        multiprocessing's resource tracker join: whatever of the group is left once it is gone is killed
+        (`end_group`). Returns the pids of the group still there after that (none, normally).
+        """
         proc, self.process = self.process, None
         if proc is None:
-            return
+            return []
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         try:
@@ -98,6 +103,7 @@ class GatewayProcess:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+        return end_group(proc.pid)
 
 
 def answers_probe(host: str, http_port: int, timeout_s: float = 2.0) -> bool:

@@ -75,6 +75,12 @@ class Healer:
         """
         started = time.monotonic()
         self.leaked += len(names)
+        refused = [n for n in names if n in self.catalog.refused]  # names never made a path (`model_catalog`)
+        if refused:
+            log.warning("a worker of model(s) %.200s %s; not loaded again: their names break the rule", refused, how)
+            names = [n for n in names if n not in refused]
+            if not names:
+                return self._record("worker", f"a worker of {refused} {how}", started, [], False)
         snapshots = self.catalog.snapshots()
         missing = [n for n in names if n not in snapshots]
         if missing or self.leaked > self.max_leaked:

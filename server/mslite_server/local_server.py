@@ -1,8 +1,9 @@
 """`LocalServer`: a Triton server run by this process on ports of this machine; start it, inspect it, stop it.
 
-Used by `mslite-triton serve` (so by the clients' own servers, `serve --private`), the tests and the benchmarks. Not Triton's in-process
-("embedded") server: tritonserver is a child process, and so is the validating gateway in front of it when
-configured. The handle picks the ports (`ports.py`), starts the parts and stops them in order:
+Used by `mslite-triton serve` (so by the clients' own servers, `serve --private`), the tests and the
+benchmarks. Not Triton's in-process ("embedded") server: tritonserver is a child process, and so is the
+validating gateway in front of it when configured. The handle picks the ports (`ports.py`), starts the parts
+and stops them in order:
 
 - `Workspace` (`workspace.py`): the folder, key files, shm regions, weights stores and upload copies that a
   server leaves on this machine, and their removal;
@@ -209,7 +210,9 @@ class LocalServer:
             ServerStartError: it did not start (its log's tail included).
         """
         if self.gateway is not None:
-            self.gateway.stop(timeout_s=1)
+            left = self.gateway.stop(timeout_s=1)  # and what is left of its process group
+            if left:
+                log.error("processes %s of the old gateway's process group are still there after SIGKILL", left)
         self._start_gateway(stop_on_failure=False)
 
     def stop(self, timeout_s: float | None = None) -> int | None:

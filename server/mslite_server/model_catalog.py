@@ -3,9 +3,11 @@
 For each ready model: the config it has (an override the admin loaded it with included), and for a model
 uploaded through the load API a hard-linked copy of its files in the launcher's workspace (Triton's own
 copy goes with the model or the server). A model from the server's repository needs no copy: Triton finds
-it there again. The supervisor refreshes the catalog whenever the live workers change, and its heals load
-from it. Weights updated at run time live in stores the launcher owns (`mslite_backend/weight_store.py`),
-which the new workers adopt.
+it there again. A model whose name breaks the contract's rule (`model_names`: `..`, `/`...; a `--no-gateway`
+server loads one unchecked) is never made a path of: it is not kept, and a heal does not load it again.
+Nothing outside the uploads folder is ever removed. The supervisor refreshes the catalog whenever the live
+workers change, and its heals load from it. Weights updated at run time live in stores the launcher owns
+(`mslite_backend/weight_store.py`), which the new workers adopt.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from mslite_contract.model_names import model_name_problem
 from mslite_server.errors import TritonUnavailableError
 from mslite_server.supervised_server import SupervisedServer
 from mslite_server.workers import Worker, upload_copies
@@ -43,6 +47,7 @@ class ModelCatalog:
         self._snapshots: dict[str, Snapshot] = {}
         self._files_root = server.workspace.path / "uploads"
         self._dirs: dict[str, str] = {}  # instance name -> model directory, learnt from live workers
+        self.refused: set[str] = set()  # ready models whose names break the rule: never kept nor healed
 
     def snapshots(self) -> dict[str, Snapshot]:
         """Every model of the catalog, by name (a copy)."""
@@ -69,6 +74,9 @@ class ModelCatalog:
             ready = set(self.server.loaded_models())
             complete = True
             for name in ready:
+                if model_name_problem(name) is not None:
+                    instances -= self._refuse(name)
+                    continue
                 config = self.server.http_json("GET", f"/v2/models/{name}/config", None)
                 instances -= instance_names(config)
                 known = self._snapshots.get(name)
@@ -83,6 +91,7 @@ class ModelCatalog:
             return False
         for name in set(self._snapshots) - ready:
             self._forget(name)
+        self.refused &= ready
         if complete and not instances:
             self.known = True
             return True
@@ -94,7 +103,7 @@ class ModelCatalog:
             return None
         if not upload_copies([model_dir]):  # from the server's repository: Triton finds it there again
             return Snapshot(name, config, None)
-        target = self._files_root / name
+        target = self.upload_dir(name)
         shutil.rmtree(target, ignore_errors=True)
         try:
             _link_tree(Path(model_dir), target)
@@ -107,7 +116,32 @@ class ModelCatalog:
     def _forget(self, name: str) -> None:
         snap = self._snapshots.pop(name)
         if snap.files_dir is not None:
-            shutil.rmtree(snap.files_dir, ignore_errors=True)
+            shutil.rmtree(self.upload_dir(snap.name), ignore_errors=True)
+
+    def upload_dir(self, name: str) -> Path:
+        """`<workspace>/uploads/<name>`, for a name that passed the rule: never anything outside that folder.
+
+        Raises:
+            ValueError: the path would not be a folder right inside the uploads folder.
+        """
+        target = self._files_root / name
+        if model_name_problem(name) is not None or target.parent != self._files_root or target.name != name:
+            raise ValueError(f"model name {name[:64]!r} is no folder name under the uploads folder")
+        return target
+
+    def _refuse(self, name: str) -> set[str]:
+        """Note a ready model whose name breaks the rule; the instance names its workers have (if Triton says)."""
+        if name not in self.refused:
+            self.refused.add(name)
+            log.warning(
+                "model %.64r has a name this server does not keep files under (%s): a heal will not load it again",
+                name,
+                model_name_problem(name),
+            )
+        try:
+            return instance_names(self.server.http_json("GET", f"/v2/models/{quote(name, safe='')}/config", None))
+        except TritonUnavailableError:
+            return set()
 
     def ready_models_of(self, instances: set[str]) -> list[str]:
         """The ready models the given instances serve (asked of the server: the catalog may lag).
@@ -116,7 +150,7 @@ class ModelCatalog:
         """
         found = []
         for name in self.server.loaded_models():
-            config = self.server.http_json("GET", f"/v2/models/{name}/config", None)
+            config = self.server.http_json("GET", f"/v2/models/{quote(name, safe='')}/config", None)
             if instance_names(config) & instances:
                 found.append(name)
         return found

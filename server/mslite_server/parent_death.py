@@ -12,7 +12,10 @@ execs the real command in the same process (same pid, same session).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
+from pathlib import Path
 
 # Runs in `python -I -S` (no site, no environment): standard library only.
 _SET_AND_EXEC = """
@@ -37,3 +40,38 @@ def dies_with_parent(args: list[str]) -> list[str]:
     if not sys.executable:
         return list(args)
     return [sys.executable, "-I", "-S", "-c", _SET_AND_EXEC, str(os.getpid()), *args]
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies left out) of process group `pgid`, from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            found.append(int(entry.name))
+    return found
+
+
+def end_group(pgid: int, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL what is left of the process group a child led (its own session), and wait until it is gone.
+
+    A child started with `start_new_session` leads a group that its helpers (multiprocessing's workers and
+    resource tracker) join; they stay in it when the child dies and they are handed to init, and Linux reuses
+    no pid that still names a group. Returns the pids still there after `timeout_s` (none, normally).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        left = group_members(pgid)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)

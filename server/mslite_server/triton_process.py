@@ -244,10 +244,17 @@ def _of_the_wheel(binary: Path) -> bool:
         return False
 
 
+SERVER_UMASK = 0o077  # what tritonserver and its workers create is this user's alone (`spawn`)
+
+
 def spawn(args: list[str], env: dict[str, str], log_path: Path, *, die_with_parent: bool) -> subprocess.Popen[bytes]:
     """Start the server in a session of its own (its workers with it), its output appended to `log_path`.
 
     With `die_with_parent`, the server gets SIGTERM when the calling thread ends (`parent_death`).
+
+    Its umask is `SERVER_UMASK`: the python backend creates each worker's shared-memory region (every request's
+    and answer's tensors) with mode 0666 less the umask, so under the usual 022 any local account could read
+    them; its workers inherit it, and so do the files and sockets they make (all this user's alone).
     """
     with open(log_path, "ab") as logf:
         return subprocess.Popen(
@@ -257,6 +264,7 @@ def spawn(args: list[str], env: dict[str, str], log_path: Path, *, die_with_pare
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            umask=SERVER_UMASK,
         )
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mslite_contract.protocol import RUNNER_SECTION, THREAD_NUM_PARAMETER, THREADS_KEY, WORKERS_KEY
+from mslite_server.parent_death import dies_with_parent
 from mslite_server.ports import LOOPBACK, pick_ports
 from mslite_server.workspace import Workspace, wheel_libs
 
@@ -182,7 +183,11 @@ def _script(path: Path, body: str) -> Path:
 def _run_analyzer(analyzer: str, work: Path, progress: Callable[[str], None]) -> None:
     command = [analyzer, "profile", "-f", str(work / "config.yaml")]
     lines: list[str] = []
-    with subprocess.Popen(command, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    # (Model Analyzer ends with this process, however it ends: `parent_death`)
+    popen = subprocess.Popen(
+        dies_with_parent(command), cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    with popen as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line.rstrip())

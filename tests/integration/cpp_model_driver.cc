@@ -4,6 +4,9 @@
 //
 //   cpp_model_driver model URL FILE IN OUT INI  every Model call on FILE (ONNX) with IN as its input; the
 //                                               results written to OUT/<case>.bin; INI is LoadConfig's file
+//   cpp_model_driver fixed URL FILE IN OUT      a model with every dim fixed resized to batch 2 (Model::Resize, and
+//                                               the runner's predict at batch 2), IN holding two samples;
+//                                               the refusals (rank, a graph that cannot run, triton://)
 //   cpp_model_driver group URL FILE             ModelGroup: weight sharing, workspace sharing, refusals
 //   cpp_model_driver devices URL FILE           device infos (rank ids from the environment) and the
 //                                               Ascend / AIR refusals
@@ -22,6 +25,7 @@
 #include "mslite_triton/context.h"
 #include "mslite_triton/model.h"
 #include "mslite_triton/model_group.h"
+#include "mslite_triton/model_parallel_runner.h"
 #include "mslite_triton/status.h"
 #include "mslite_triton/types.h"
 
@@ -120,7 +124,6 @@ int Model(const std::string &url, const std::string &file, const std::string &in
   Print("predict_batch", model.Predict(inputs, &results));
   Write(out + "/batch.bin", results[0].Data().get(), results[0].DataSize());
   Print("resize_rank", model.Resize(inputs, {{2, 3, 224}}));
-  Print("resize_fixed", model.Resize(inputs, {{1, 3, 224, 225}}));
   std::cout << "after_refusal " << Dims(model.GetInputs()[0].Shape()) << std::endl;
 
   int device_memory = 0;  // never read: the client refuses device data
@@ -149,6 +152,58 @@ int Model(const std::string &url, const std::string &file, const std::string &in
   return 0;
 }
 
+int Fixed(const std::string &url, const std::string &file, const std::string &in, const std::string &out) {
+  const std::string input = Read(in);  // two samples
+  mindspore::Model model;
+  if (!Build(&model, file, Context<mindspore::CPUDeviceInfo>(url, 1))) return 1;
+  const std::string built = model.GetModelName();
+  auto inputs = model.GetInputs();
+  std::cout << "fixed_input " << Dims(inputs[0].Shape()) << std::endl;
+  Print("fixed_resize", model.Resize(inputs, {{2, 224, 224, 3}}));
+  std::cout << "model: " << model.GetModelName() << std::endl;
+  std::cout << "fixed_resized " << Dims(model.GetInputs()[0].Shape()) << " / " << Dims(model.GetOutputs()[0].Shape())
+            << std::endl;
+  Fill(inputs[0], input);
+  std::vector<mindspore::MSTensor> results;
+  Print("fixed_predict", model.Predict(inputs, &results));
+  if (!results.empty()) Write(out + "/fixed_model.bin", results[0].Data().get(), results[0].DataSize());
+  Print("fixed_rank", model.Resize(inputs, {{2, 224, 224}}));
+  Print("fixed_channels", model.Resize(inputs, {{2, 224, 224, 4}}));  // the Conv takes 3 channels
+  std::cout << "fixed_after_refusal " << Dims(model.GetInputs()[0].Shape()) << std::endl;
+
+  auto config = std::make_shared<mindspore::RunnerConfig>();
+  config->SetContext(Context<mindspore::CPUDeviceInfo>(url, 1));
+  config->SetWorkersNum(1);
+  mindspore::ModelParallelRunner runner;  // no Resize in its API: MindSpore Lite's workers resize at predict
+  Print("fixed_runner_init", runner.Init(file, config));
+  auto batch = runner.GetInputs();
+  batch[0].SetShape({2, 224, 224, 3});
+  Fill(batch[0], input);
+  results.clear();
+  Print("fixed_runner_predict", runner.Predict(batch, &results));
+  if (!results.empty()) Write(out + "/fixed_runner.bin", results[0].Data().get(), results[0].DataSize());
+
+  mindspore::ModelGroup group(mindspore::ModelGroupFlag::kShareWeight);  // a member bound to another's model
+  mindspore::Model first, second;
+  Print("fixed_group", group.AddModel(std::vector<mindspore::Model>{first, second}));
+  if (!Build(&first, file, Context<mindspore::CPUDeviceInfo>(url, 1), "fixed_first") ||
+      !Build(&second, file, Context<mindspore::CPUDeviceInfo>(url, 2), "fixed_second")) {
+    return 1;
+  }
+  auto second_inputs = second.GetInputs();
+  Print("fixed_shared_resize", second.Resize(second_inputs, {{2, 224, 224, 3}}));
+  Fill(second_inputs[0], input);
+  results.clear();
+  Print("fixed_shared_predict", second.Predict(second_inputs, &results));
+  if (!results.empty()) Write(out + "/fixed_shared.bin", results[0].Data().get(), results[0].DataSize());
+
+  mindspore::Model bound;  // a repository model keeps its config's shapes
+  if (!Build(&bound, "triton://" + built, Context<mindspore::CPUDeviceInfo>(url), "fixed_bound")) return 1;
+  auto fixed = bound.GetInputs();
+  Print("fixed_bound_resize", bound.Resize(fixed, {{2, 224, 224, 3}}));
+  return 0;
+}
+
 int Group(const std::string &url, const std::string &file) {
   mindspore::ModelGroup shared(mindspore::ModelGroupFlag::kShareWeight);
   mindspore::Model a, b;
@@ -159,25 +214,46 @@ int Group(const std::string &url, const std::string &file) {
   }
   std::cout << "weights_shared " << (a.GetModelName() == b.GetModelName()) << std::endl;
   Print("add_built", shared.AddModel(std::vector<mindspore::Model>{a}));
-
-  mindspore::ModelGroup workspace;  // kShareWorkspace: each model its own server model
   mindspore::Model c, d;
-  Print("add_models_ws", workspace.AddModel(std::vector<mindspore::Model>{c, d}));
-  if (!Build(&c, file, Context<mindspore::CPUDeviceInfo>(url, 1), "build_c") ||
-      !Build(&d, file, Context<mindspore::CPUDeviceInfo>(url, 2), "build_d")) {
+  Print("add_models_again", shared.AddModel(std::vector<mindspore::Model>{c}));
+  mindspore::ModelGroup other(mindspore::ModelGroupFlag::kShareWeight);
+  Print("add_other_group", other.AddModel(std::vector<mindspore::Model>{c}));
+  mindspore::ModelGroup workspace;  // kShareWorkspace: each model its own server model
+  auto pinned = Context<mindspore::CPUDeviceInfo>(url, 1);
+  pinned->SetThreadAffinity(std::vector<int>{0});  // sent as the other clients send it
+  if (!Build(&c, file, Context<mindspore::CPUDeviceInfo>(url, 1), "build_c") || !Build(&d, file, pinned, "build_d")) {
     return 1;
   }
-  std::cout << "workspace_shared " << (c.GetModelName() == d.GetModelName()) << std::endl;
+  std::cout << "workspace_shared " << (c.GetModelName() == d.GetModelName()) << std::endl;  // c shares a's
+  std::cout << "pinned_model " << d.GetModelName() << std::endl;
 
-  Print("add_paths", workspace.AddModel(std::vector<std::string>{file, file}));
+  // MindSpore Lite's cloud runtime's flag rules: each kind of AddModel under each flag
+  const std::pair<const char *, mindspore::ModelGroupFlag> flags[] = {
+      {"weight", mindspore::ModelGroupFlag::kShareWeight},
+      {"workspace", mindspore::ModelGroupFlag::kShareWorkspace},
+      {"both", mindspore::ModelGroupFlag::kShareWeightAndWorkspace},
+      {"unknown", mindspore::ModelGroupFlag::kUnknown},
+  };
+  for (const auto &flag : flags) {
+    mindspore::ModelGroup group(flag.second);
+    const std::string name = flag.first;
+    Print("flag_" + name + "_paths", group.AddModel(std::vector<std::string>{file, file}));
+    Print("flag_" + name + "_buffers",
+          group.AddModel(std::vector<std::pair<const void *, size_t>>{{file.data(), file.size()}}));
+    mindspore::Model fresh;
+    Print("flag_" + name + "_models", group.AddModel(std::vector<mindspore::Model>{fresh}));
+    Print("flag_" + name + "_workspace",
+          group.CalMaxSizeOfWorkspace(mindspore::kMindIR, Context<mindspore::CPUDeviceInfo>(url)));
+  }
   Print("add_no_paths", workspace.AddModel(std::vector<std::string>{}));
-  Print("add_buffers", workspace.AddModel(std::vector<std::pair<const void *, size_t>>{{file.data(), file.size()}}));
+  Print("add_no_buffers", workspace.AddModel(std::vector<std::pair<const void *, size_t>>{}));
   Print("workspace_cpu", workspace.CalMaxSizeOfWorkspace(mindspore::kMindIR, Context<mindspore::CPUDeviceInfo>(url)));
   Print("workspace_ascend",
         workspace.CalMaxSizeOfWorkspace(mindspore::kMindIR, Context<mindspore::AscendDeviceInfo>(url)));
+  auto ge = Context<mindspore::AscendDeviceInfo>(url);
+  ge->MutableDeviceInfo().front()->SetProvider("ge");
+  Print("workspace_ge", workspace.CalMaxSizeOfWorkspace(mindspore::kMindIR, ge));
   Print("workspace_null", workspace.CalMaxSizeOfWorkspace(mindspore::kMindIR, nullptr));
-  mindspore::ModelGroup unknown(mindspore::ModelGroupFlag::kUnknown);
-  Print("add_unknown_flag", unknown.AddModel(std::vector<std::string>{file}));
   return 0;
 }
 
@@ -195,6 +271,10 @@ int Devices(const std::string &url, const std::string &file) {
   context->MutableDeviceInfo().push_back(ascend);
   mindspore::Model model;
   Print("build_ascend", model.Build(file, mindspore::kMindIR, context));
+  auto missing = Context<mindspore::GPUDeviceInfo>(url);  // a device the server lacks, in every client's words
+  missing->MutableDeviceInfo().front()->Cast<mindspore::GPUDeviceInfo>()->SetDeviceID(99);
+  mindspore::Model on_gpu;
+  Print("build_gpu", on_gpu.Build(file, mindspore::kMindIR, missing));
   Print("build_air", model.Build(file, mindspore::kAIR, Context<mindspore::CPUDeviceInfo>(url)));
   Print("build_unknown_type", model.Build(file, mindspore::kUnknownType, Context<mindspore::CPUDeviceInfo>(url)));
   Print("build_missing", model.Build(file + ".missing", mindspore::kMindIR, Context<mindspore::CPUDeviceInfo>(url)));
@@ -228,11 +308,13 @@ int Hold(const std::string &file) {
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "model" && argc == 7) return Model(argv[2], argv[3], argv[4], argv[5], argv[6]);
+  if (mode == "fixed" && argc == 6) return Fixed(argv[2], argv[3], argv[4], argv[5]);
   if (mode == "group" && argc == 4) return Group(argv[2], argv[3]);
   if (mode == "devices" && argc == 4) return Devices(argv[2], argv[3]);
   if (mode == "run" && argc == 5) return Run(argv[2], argv[3], argv[4]);
   if (mode == "hold" && argc == 3) return Hold(argv[2]);
-  std::cerr << "usage: cpp_model_driver model URL FILE IN OUT INI | group|devices URL FILE | run FILE IN OUT |"
+  std::cerr << "usage: cpp_model_driver model URL FILE IN OUT INI | fixed URL FILE IN OUT | group|devices URL FILE |"
+               " run FILE IN OUT |"
                " hold FILE\n";
   return 2;
 }

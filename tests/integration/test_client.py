@@ -289,7 +289,7 @@ def test_autostart_off_names_the_variable_and_starts_nothing(files):
         "    mslite.ModelParallelRunner().build_from_file(sys.argv[1])\n"
         "except mslite.errors.ServerUnavailableError as e:\n"
         "    print('REFUSED', e, flush=True)\n"
-        "print('EMBEDDED', _endpoint.started_server(), flush=True)\n"
+        "print('STARTED', _endpoint.started_server(), flush=True)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
     env[settings.AUTOSTART_ENV] = "0"
@@ -298,7 +298,7 @@ def test_autostart_off_names_the_variable_and_starts_nothing(files):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "REFUSED" in proc.stdout and f"{settings.AUTOSTART_ENV}=0" in proc.stdout, proc.stdout
-    assert "EMBEDDED None" in proc.stdout, proc.stdout
+    assert "STARTED None" in proc.stdout, proc.stdout
 
 
 def test_overload_and_bad_input_are_never_retried(server, tmp_path, monkeypatch):

@@ -27,7 +27,14 @@ from onnx import helper
 import mslite_triton as mslite
 from mslite_contract import own_server, protocol, settings
 from tests.support.eventually import eventually
-from tests.support.other_clients import own_server_env, private_model, processes_mentioning, run_with_a_held_predict
+from tests.support.other_clients import (
+    assert_fixed_answer,
+    own_server_env,
+    private_model,
+    processes_mentioning,
+    run_with_a_held_predict,
+    write_fixed_case,
+)
 from tests.support.processes import command_lines_holding, descendants_of, environ_value, free_port, worker_pids
 from tests.support.repository import GEN, ROOT, unload
 
@@ -228,12 +235,19 @@ def test_each_failure_gives_its_status(server, builds, sample_files):
     not_a_model = run(main, server.http_url, str(sample_files / "input.bin"))
     assert not_a_model.returncode == 1 and "kLiteNotSupport" in not_a_model.stderr
 
-    shape = run(driver, server.http_url, "shape", server.http_url, "mobilenetv2", "1,3,224,225")
+    shape = run(driver, server.http_url, "shape", server.http_url, "mobilenetv2", "1,3,224")
     assert shape.returncode == 0, shape.stderr
     assert "init kSuccess" in shape.stdout
     (line,) = [x for x in shape.stdout.splitlines() if x.startswith("predict ")]
     assert line.startswith("predict kLiteInputTensorError kLiteInputTensorError: predict failed!"), line
-    assert "1,3,224,225" in line and "(HTTP 400)" in line and "NOTE:" not in line
+    assert "1,3,224]" in line and "(HTTP 400)" in line and "NOTE:" not in line
+    # a size in a dim the model fixes: the runner would build it again, which a repository model cannot be
+    fixed = run(driver, server.http_url, "shape", server.http_url, "mobilenetv2", "1,3,224,225")
+    assert fixed.returncode == 0, fixed.stderr
+    assert (
+        "predict kLiteNotSupport kLiteNotSupport: predict failed! a model bound with triton:// keeps the shapes of its "
+        "server config; it cannot take input 'input' [1,3,224,225]" in fixed.stdout
+    ), fixed.stdout
 
     grown = run(driver, server.http_url, "grown", server.http_url, "mobilenetv2")  # refused before any request
     assert grown.returncode == 0, grown.stderr
@@ -375,10 +389,6 @@ def test_model_face_under_sanitizers(server, builds, sample_files, ort_outputs, 
         assert (
             "resize_rank kLiteInputParamInvalid kLiteInputParamInvalid: Resize failed! input 'input' has 4 dims" in text
         )
-        (fixed,) = [line for line in text.splitlines() if line.startswith("resize_fixed ")]
-        assert fixed.startswith("resize_fixed kLiteInputTensorError kLiteInputTensorError: Resize failed! ") and (
-            "[1,3,224,225]" in fixed
-        ), fixed
         assert "after_refusal 2 3 224 224\n" in text  # a refused resize changes nothing
         assert "device_data 1\n" in text
         assert (
@@ -402,6 +412,68 @@ def test_model_face_under_sanitizers(server, builds, sample_files, ort_outputs, 
             unload(server, name)
 
 
+def test_fixed_dims_model_resized_to_batch_2(server, builds, tmp_path):
+    """MindSpore Lite resizes a model whose dims are all fixed: Model::Resize, and the runner at predict."""
+    case = write_fixed_case(tmp_path)
+    before = set(server.loaded_models())
+    out = run(builds["asan"].model_driver, server.http_url, "fixed", server.http_url, str(case.model),
+              str(case.input), str(tmp_path))  # fmt: skip
+    try:
+        assert out.returncode == 0 and not SANITIZER_REPORT.search(out.stderr), out.stdout + out.stderr[-4000:]
+        text = out.stdout
+        assert "fixed_input 1 224 224 3\n" in text
+        steps = ("fixed_resize", "fixed_predict", "fixed_runner_init", "fixed_runner_predict", "fixed_group")
+        for step in (*steps, "fixed_shared_resize", "fixed_shared_predict"):
+            assert f"\n{step} kSuccess kSuccess\n" in text, (step, text)
+        assert "fixed_resized 2 224 224 3 / 2 10\n" in text
+        for answer in ("fixed_model", "fixed_runner", "fixed_shared"):
+            assert_fixed_answer(tmp_path / f"{answer}.bin", case)
+        assert (
+            "fixed_rank kLiteInputParamInvalid kLiteInputParamInvalid: Resize failed! input 'input' has 4 dims" in text
+        )
+        (channels,) = [line for line in text.splitlines() if line.startswith("fixed_channels ")]
+        assert "Resize failed! " in channels and "cannot run input 'input' at shape [2, 224, 224, 4]" in channels
+        assert "At:" not in channels and "/tmp" not in channels, channels
+        assert "fixed_after_refusal 2 224 224 3\n" in text  # a refused resize changes nothing
+        assert (
+            "fixed_bound_resize kLiteNotSupport kLiteNotSupport: Resize failed! a model bound with triton:// keeps the "
+            "shapes of its server config; it cannot take input 'input' [2,224,224,3]" in text
+        )
+    finally:
+        for name in set(server.loaded_models()) - before:
+            unload(server, name)
+
+
+# MindSpore Lite's cloud runtime (model_group_impl.cc): paths under any flag; buffers under kShareWorkspace only;
+# Model objects under kShareWeight only. Each AddModel under each flag: the status it gives there.
+GROUP_FLAG_RULES = {
+    ("weight", "paths"): "kSuccess",
+    ("weight", "buffers"): "kLiteError",
+    ("weight", "models"): "kSuccess",
+    ("workspace", "paths"): "kSuccess",
+    ("workspace", "buffers"): "kSuccess",
+    ("workspace", "models"): "kLiteError",
+    ("both", "paths"): "kSuccess",
+    ("both", "buffers"): "kLiteError",
+    ("both", "models"): "kLiteError",
+    ("unknown", "paths"): "kSuccess",
+    ("unknown", "buffers"): "kLiteError",
+    ("unknown", "models"): "kLiteError",
+}
+
+
+def assert_group_flag_rules(text: str) -> None:
+    for (flag, kind), status in GROUP_FLAG_RULES.items():
+        (line,) = [x for x in text.splitlines() if x.startswith(f"flag_{flag}_{kind} ")]
+        assert line.split()[1] == status, line
+        if status == "kLiteError":
+            wanted = "share weight" if kind == "models" else "share workspace"
+            assert f"AddModel failed! Only support {wanted} for AddModel of " in line, line
+    for flag in ("weight", "workspace", "both"):
+        assert f"flag_{flag}_workspace kSuccess" in text
+    assert "flag_unknown_workspace kLiteError kLiteError: CalMaxSizeOfWorkspace failed! Only Support share" in text
+
+
 def test_model_group_and_device_infos(server, builds, sample_files):
     """kShareWeight shares one server model between contexts; Ascend and AIR get statuses naming Ascend."""
     group = run(
@@ -413,13 +485,20 @@ def test_model_group_and_device_infos(server, builds, sample_files):
         text = group.stdout
         assert "weights_shared 1\n" in text and "workspace_shared 0\n" in text
         assert "add_built kLiteParamInvalid kLiteParamInvalid: AddModel failed! add models to a group before" in text
-        assert "add_paths kSuccess" in text and "add_buffers kSuccess" in text and "workspace_cpu kSuccess" in text
-        assert "add_no_paths kLiteParamInvalid" in text and "add_unknown_flag kLiteParamInvalid" in text
+        assert "add_models_again kSuccess" in text
+        assert "add_other_group kLiteError kLiteError: AddModel failed! the model has been in another group" in text
+        assert_group_flag_rules(text)
+        assert "add_no_paths kLiteParamInvalid" in text and "add_no_buffers kLiteParamInvalid" in text
+        assert "workspace_cpu kSuccess" in text
         assert (
             "workspace_ascend kLiteNotSupport kLiteNotSupport: CalMaxSizeOfWorkspace failed! the shared workspace is "
             "Ascend" in text
         )
+        assert "workspace_ge kLiteError kLiteError: CalMaxSizeOfWorkspace failed! Not Support GE model" in text
         assert "workspace_null kLiteNullptr" in text
+        (pinned,) = re.findall(r"^pinned_model (\S+)$", text, re.M)
+        config = server.http_json("GET", f"/v2/models/{pinned}/config", None)
+        assert config["parameters"]["thread_affinity_core_list"]["string_value"] == "0"  # SetThreadAffinity(cores)
     finally:
         for name in names:
             unload(server, name)
@@ -437,6 +516,10 @@ def test_model_group_and_device_infos(server, builds, sample_files):
     assert "gpu_rank 3 4\n" in text and "ascend_rank 5 1 ge\n" in text
     assert "build_ascend kLiteNotSupport kLiteNotSupport: Build failed! Ascend is not available on this server" in text
     assert "build_air kLiteNotSupport kLiteNotSupport: Build failed! AIR and OM models run on Ascend only" in text
+    assert (
+        "build_gpu kLiteNotSupport kLiteNotSupport: Build failed! GPU 99 is not available on the server (the GPUs it "
+        "can use: " in text
+    ), text
     assert "build_unknown_type kLiteParamInvalid" in text and "build_missing kLiteFileError" in text
     assert "inputs_before_build 0\n" in text
 

@@ -173,7 +173,7 @@ def dockerfile_cmd() -> list[str]:
     return list(json.loads(line[4:]))
 
 
-def test_image_is_the_embedded_release_with_what_the_backend_needs():
+def test_image_is_the_triton_release_with_what_the_backend_needs():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     # Triton 2.59.1: the first release with the fixes for 2.51's public advisories
     assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:25.07-py3" in text

@@ -630,7 +630,7 @@ def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     ],
 )
 def test_json_checks_name_the_problem(header, problem):
-    from mslite_gateway.kserve_json import check_infer_request
+    from mslite_gateway.http.kserve_json import check_infer_request
     from mslite_gateway.rules import Refusal
 
     with pytest.raises(Refusal, match=re.escape(problem)):
@@ -638,7 +638,7 @@ def test_json_checks_name_the_problem(header, problem):
 
 
 def test_json_checks_pass_what_triton_serves():
-    from mslite_gateway.kserve_json import check_infer_request
+    from mslite_gateway.http.kserve_json import check_infer_request
 
     for header in (
         b'{"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[NaN,Infinity],[-Infinity,1]]}]}',
@@ -654,7 +654,7 @@ def test_json_checks_pass_what_triton_serves():
 
 def test_grpc_scan_accepts_exactly_what_protobuf_parses():
     """The fast path (tensor bytes set aside, no copy) and a full parse agree on every corruption of a request."""
-    from mslite_gateway.grpc_checks import check_model_infer
+    from mslite_gateway.grpc.checks import check_model_infer
     from mslite_gateway.rules import Refusal
 
     request = pb.ModelInferRequest(model_name="tiny", model_version="1")

@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
-from mslite_gateway.grpc_frames import DATA, END_STREAM, ENHANCE_YOUR_CALM, HEADERS, frame
+from mslite_gateway.grpc.core import MAX_RESETS_PER_WINDOW
+from mslite_gateway.grpc.frames import DATA, END_STREAM, ENHANCE_YOUR_CALM, HEADERS, frame
 from mslite_server import LocalServer, ServerConfig
 from tests.integration.test_gateway import _address, _gateway, _rss_mib
 from tests.support.raw_h2 import (

@@ -27,7 +27,7 @@ from mslite_server import LocalServer, ServerConfig
 from mslite_server.errors import TritonUnavailableError
 from mslite_server.ports import pick_ports
 from mslite_server.workers import state_of, workers_of
-from tests.support.eventually import eventually
+from tests.support.eventually import eventually, throughout
 from tests.support.processes import children_of
 from tests.support.repository import GEN, build_repository
 from tests.support.traffic import Traffic
@@ -201,7 +201,8 @@ def test_stopped_workers_are_killed_before_they_run_again_and_tritonserver_lives
             os.kill(pid, signal.SIGCONT)
     with Clients(runner) as clients:
         clients.wait_for(20)
-        time.sleep(5)  # the crash came about 3 s after SIGCONT
+        # the crash came about 3 s after SIGCONT: tritonserver must outlive a window well past that
+        throughout(lambda: srv.process.poll() is None, "tritonserver running", 5.0)
         clients.wait_for(20)
     assert srv.process.pid == server_pid and srv.process.poll() is None
     assert clients.failures == []
@@ -332,19 +333,28 @@ def test_serve_heals_a_dead_tritonserver(tmp_path: Path):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        while not proc.stdout.readline().startswith("serving"):
+        lines = []
+        while not lines or not lines[-1].startswith("serving"):
             assert proc.poll() is None, proc.stderr.read()[-3000:]
+            lines.append(proc.stdout.readline())
+        # the server's folder, beside its log: the catalog keeps an uploaded model's files in its uploads/
+        workspace = Path(next(line.split(None, 1)[1].strip() for line in lines if line.startswith("LOG "))).parent
         os.environ[settings.KEY_DIR_ENV] = env[settings.KEY_DIR_ENV]
         try:
             runner = build_updated(f"grpc://127.0.0.1:{ports[1]}", tmp_path)
         finally:
             del os.environ[settings.KEY_DIR_ENV]
-        time.sleep(2)  # the supervisor's catalog learns the new model at its next poll
+        kept = workspace / "uploads" / runner.served_name
+        eventually(kept.is_dir, "the supervisor's catalog to keep the model's files (its next poll)", HEAL_DEADLINE_S)
         with Clients(runner) as clients:
             clients.wait_for(20)
             server_pid = next(p for p in children_of(proc.pid) if "tritonserver" in p[1])[0]
             os.kill(server_pid, signal.SIGKILL)
-            time.sleep(1)
+
+            def started_again() -> bool:
+                return any("tritonserver" in p[1] and p[0] != server_pid for p in children_of(proc.pid))
+
+            eventually(started_again, "a new tritonserver under serve", HEAL_DEADLINE_S)
             clients.wait_for(20, timeout_s=HEAL_DEADLINE_S)
         assert clients.failures == []
         assert proc.poll() is None, "serve exited"

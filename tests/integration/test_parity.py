@@ -191,5 +191,7 @@ def test_share_weight_group_serves_its_models_from_one_server_model(server, file
     first, second = build(1, shared), build(2, shared)
     assert first.served_name == second.served_name
     assert second.predict([np.ones((1, 4), np.float32)])[0].get_data_to_numpy().tolist() == [[3.0] * 4]
-    workspace = mslite.ModelGroup()
-    assert build(1, workspace).served_name != build(2, workspace).served_name
+    assert build(1, None).served_name != build(2, None).served_name  # outside a group: one server model each
+    built = build(1, None)
+    with pytest.raises(RuntimeError, match=r"^ModelGroup's add model failed\. Error is kLiteParamInvalid: add models"):
+        shared.add_model([built])

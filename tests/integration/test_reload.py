@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -128,12 +127,12 @@ def test_reloads_with_metrics_under_traffic_keep_the_server_serving(server: Loca
             _load(server, _config(2, metrics="true", intra_op_thread_count=str(1 + i % 2)))
             traffic.wait_for(50)
             assert server.is_running(), f"tritonserver died after reload {i + 1}:\n{server.log_tail(20)}"
-        time.sleep(2.5)  # the new workers flush their metrics once a second
+        # the new workers flush their metrics (once a second) under the traffic: each live worker publishes its
+        # own series, the old workers' series left with them
+        _wait_series(server, {name: {worker} for name, worker in _wait_workers(server, 2).items()})
         traffic.wait_for(50)
     assert server.process is not None and server.process.pid == pid and server.is_running()
     assert "Signal (" not in server.log_tail(400)
-    # each live worker publishes its own series; the old workers' series left with them
-    _wait_series(server, {name: {worker} for name, worker in _wait_workers(server, 2).items()})
 
 
 def test_more_instances_through_a_reload(server: LocalServer) -> None:

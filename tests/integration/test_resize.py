@@ -10,6 +10,7 @@ import pytest
 import mslite_triton as mslite
 from mslite_triton.errors import InvalidInputError
 from tests.support.model_zoo import fixed_image, image_conv, multi_io
+from tests.support.other_clients import write_fixed_case
 
 pytestmark = pytest.mark.integration
 RNG = np.random.default_rng(7)
@@ -185,3 +186,23 @@ def test_mobilenetv2_resized_from_224_to_112_as_mindspore_lites_docs_do(server, 
     (expected,) = run_reference(graph, {"input": x})
     assert scores.shape == [1, 1000]
     np.testing.assert_allclose(scores.get_data_to_numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_fixed_classifier_resized_to_batch_2_as_in_cpp_and_java(server, tmp_path):
+    """The flow tests/integration/test_cpp.py and test_java_shapes.py run: every dim fixed, resized to batch 2."""
+    case = write_fixed_case(tmp_path)
+    x = np.fromfile(case.input, dtype="<f4").reshape(2, 224, 224, 3)
+    model = mslite.Model()
+    model.build_from_file(str(case.model), mslite.ModelType.MINDIR, _context(server))
+    inputs = model.get_inputs()
+    assert inputs[0].shape == [1, 224, 224, 3]
+    model.resize(inputs, [[2, 224, 224, 3]])
+    inputs[0].set_data_from_numpy(x)
+    (y,) = model.predict(inputs)
+    np.testing.assert_allclose(y.get_data_to_numpy(), case.expected, rtol=1e-5, atol=1e-6)
+    runner = mslite.ModelParallelRunner()  # no resize in its API: MindSpore Lite's workers resize at predict
+    runner.build_from_file(str(case.model), _context(server))
+    (y,) = runner.predict([mslite.Tensor(x)])
+    np.testing.assert_allclose(y.get_data_to_numpy(), case.expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match=r"^resize failed! Error is .*cannot run input 'input' at shape \[2, 224"):
+        model.resize(inputs, [[2, 224, 224, 4]])

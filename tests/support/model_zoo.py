@@ -181,6 +181,38 @@ def image_conv(*, nhwc: bool) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
+def fixed_classifier(*, free_batch: bool = False) -> onnx.ModelProto:
+    """An image classifier exported with every dim fixed, ``input`` ``[1, 224, 224, 3]`` (NHWC), no constant Reshape.
+
+    Transpose, Conv (3 -> 8, 3x3, stride 2), Relu, GlobalAveragePool, Flatten, Gemm (8 -> 10): output ``logits``
+    ``[1, 10]``. Exercises a resize to another batch in every client, as MindSpore Lite's flows do. With
+    ``free_batch`` the same graph and weights with a symbolic batch: ONNX Runtime's reference at any batch.
+    """
+    rng = np.random.default_rng(224)
+    batch: int | str = "N" if free_batch else 1
+    nodes = [
+        helper.make_node("Transpose", ["input"], ["nchw"], perm=[0, 3, 1, 2]),
+        helper.make_node("Conv", ["nchw", "conv_w", "conv_b"], ["conv"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pool"]),
+        helper.make_node("Flatten", ["pool"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1),
+    ]
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), name="conv_w"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), name="conv_b"),
+        numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32), name="fc_w"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), name="fc_b"),
+    ]
+    return _model(
+        "fixed_classifier",
+        nodes,
+        [_vi("input", TensorProto.FLOAT, [batch, 224, 224, 3])],
+        [_vi("logits", TensorProto.FLOAT, [batch, 10])],
+        initializers,
+    )
+
+
 def variable_seq() -> onnx.ModelProto:
     """Two dynamic dimensions (batch and sequence length).
 
@@ -356,6 +388,17 @@ def spin() -> onnx.ModelProto:
             numpy_helper.from_array(np.array([0.0], dtype=np.float32), name="zero"),
         ],
     )
+
+
+def spin_strings() -> onnx.ModelProto:
+    """`spin` with a string ``s`` ``[1]`` passed through to ``s_out``: a CPU worker runs it through ONNX Runtime's
+    C API (`ort_c_strings`), for tests of the execute deadline stopping a run there.
+    """
+    model = spin()
+    model.graph.input.append(_vi("s", TensorProto.STRING, [1]))
+    model.graph.output.append(_vi("s_out", TensorProto.STRING, [1]))
+    model.graph.node.append(helper.make_node("Identity", ["s"], ["s_out"]))
+    return model
 
 
 def big_weights(mb: int = 200, seed: int = 0) -> onnx.ModelProto:

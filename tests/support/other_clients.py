@@ -21,6 +21,7 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_contract import settings
+from tests.support.model_zoo import fixed_classifier, run_reference
 from tests.support.processes import worker_pids
 from tests.support.repository import GEN, ROOT, private_tiny
 
@@ -48,6 +49,31 @@ def python_client_answer(url: str, files: Path) -> np.ndarray:
     inputs[0].set_data_from_numpy(np.fromfile(files / "input.bin", dtype="<f4").reshape(1, 3, 224, 224))
     (out,) = runner.predict(inputs)
     return out.get_data_to_numpy()
+
+
+@dataclass(frozen=True)
+class FixedCase:
+    """A model with every dim fixed (`model_zoo.fixed_classifier`), two samples, ONNX Runtime's answer at batch 2."""
+
+    model: Path
+    input: Path  # the two samples, float32 little-endian, [2, 224, 224, 3]
+    expected: np.ndarray  # [2, 10]
+
+
+def write_fixed_case(folder: Path) -> FixedCase:
+    """The fixed-dim resize flow's files: every client resizes `model` to batch 2 and must answer `expected`."""
+    x = np.random.default_rng(2).random((2, 224, 224, 3), dtype=np.float32)
+    (folder / "fixed_classifier.onnx").write_bytes(fixed_classifier().SerializeToString())
+    (folder / "fixed_input.bin").write_bytes(x.astype("<f4").tobytes())
+    (expected,) = run_reference(fixed_classifier(free_batch=True), {"input": x})
+    return FixedCase(folder / "fixed_classifier.onnx", folder / "fixed_input.bin", expected)
+
+
+def assert_fixed_answer(path: Path, case: FixedCase) -> None:
+    """Another thread layout than in-process ONNX Runtime's: equal to float precision."""
+    got = np.fromfile(path, dtype="<f4")
+    assert got.size == case.expected.size, (path.name, got.size)
+    np.testing.assert_allclose(got.reshape(case.expected.shape), case.expected, rtol=1e-5, atol=1e-6, err_msg=path.name)
 
 
 # -- Java --------------------------------------------------------------------------------------------------------

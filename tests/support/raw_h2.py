@@ -1,5 +1,8 @@
 """A raw HTTP/2 client connection for the gateway's abuse tests and benchmark: frames written exactly as asked.
 
+The attackers at the end (`Silent` connections, which never read) are `benchmarks.chaos costs`' on what one
+client's connections may hold.
+
 grpcio cannot stop a message half-way or reset a call the instant it opens it; this can. It keeps the
 peer's flow-control windows (so what it sends is legal HTTP/2 and only stalls where a test wants it to),
 acknowledges SETTINGS and PING, and keeps every frame it reads for the test to look at.
@@ -11,11 +14,12 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import hpack
 
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.frames import (
     ACK,
     DATA,
     END_HEADERS,
@@ -49,7 +53,7 @@ class Frame:
 class RawH2:
     """One client connection (context manager); a thread reads the peer's frames."""
 
-    def __init__(self, port: int, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, port: int, *, timeout_s: float = 30.0, settings: bytes = b"") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
         self.encoder = hpack.Encoder()
         self.frames: list[Frame] = []
@@ -60,7 +64,7 @@ class RawH2:
         self.windows: dict[int, int] = {}
         self.ended: set[int] = set()  # streams the peer ended (trailers or RST_STREAM)
         self._wlock = threading.Lock()
-        self.send(PREFACE + frame(SETTINGS, 0, 0))
+        self.send(PREFACE + frame(SETTINGS, 0, 0, settings))  # `settings`: this client's, as the payload
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -248,3 +252,123 @@ def rapid_reset(port: int, pairs: int, *, batch: int = 100) -> tuple[Frame | Non
             sid += 2 * batch
         goaway = h2.wait_for(GOAWAY, timeout_s=30)
         return goaway, h2.closed.wait(30 if goaway is not None else 0)
+
+
+# -- attackers at a fixed rate, for `benchmarks.chaos costs`: (gRPC port, HTTP port, stop, held), each appends
+# what it opens to `held` ---------------------------------------------------------------------------------------
+WINDOW_0 = struct.pack(">HI", _INITIAL_WINDOW, 0)  # a client's SETTINGS: a receive window of 0 on every stream
+
+
+class Silent:
+    """A raw HTTP/2 client connection that never reads: frames written at once, HPACK of its own."""
+
+    def __init__(self, port: int, settings: bytes = b"") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.encoder, self.sid, self.sent = hpack.Encoder(), -1, 0
+        self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, settings))
+
+    def open(self, method: str) -> int:
+        """A new stream calling `method` of the inference service (HEADERS, not ended)."""
+        self.sid += 2
+        path = f"/inference.GRPCInferenceService/{method}"
+        fields = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"), ("te", "trailers")]
+        block = self.encoder.encode([*fields, ("content-type", "application/grpc")])
+        self.send(frame(HEADERS, END_HEADERS, self.sid, block))
+        return self.sid
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+            self.sent += 1
+        except OSError:  # closed by the peer, or its buffers full: the attacker goes on
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def closed_by_peer(conn: socket.socket | Silent) -> bool:
+    """Whether the peer closed this connection (what it sent is read and dropped)."""
+    sock = conn.sock if isinstance(conn, Silent) else conn
+    sock.setblocking(False)
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except BlockingIOError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def infer_message(rows: int, *, short: bool = False, rid: str = "attack") -> bytes:
+    """A ModelInfer request of `tiny` ([rows, 4] FP32) as a gRPC message; `short`: 4 bytes short (refused)."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    req = pb.ModelInferRequest(model_name="tiny", id=rid)
+    req.inputs.add(name="x", datatype="FP32", shape=[rows, 4])
+    req.raw_input_contents.append(bytes(rows * 16 - (4 if short else 0)))
+    body = req.SerializeToString()
+    return b"\0" + U32.pack(len(body)) + body
+
+
+def at_rate(per_s: float, stop: threading.Event, act: Callable[[int], None]) -> None:
+    """`act(i)` `per_s` times a second until `stop`."""
+    started, i = time.monotonic(), 0
+    while not stop.is_set():
+        act(i)
+        i += 1
+        stop.wait(max(0.0, started + i / per_s - time.monotonic()))
+
+
+def idle_connections(grpc_port: int, http_port: int, stop: threading.Event, held: list) -> None:
+    """150 gRPC connections (preface and settings, then nothing) and 150 HTTP ones (no byte) a second."""
+
+    def one(_: int) -> None:
+        for port, hello in ((grpc_port, PREFACE + frame(SETTINGS, 0, 0)), (http_port, b"")):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+                held[-1].sendall(hello)
+            except OSError:
+                pass
+
+    at_rate(150, stop, one)
+
+
+def zero_window(port: int, _: int, stop: threading.Event, held: list) -> None:
+    """One connection with a window of 0: 10 stream messages of 40 KB and 1 unary call a second, none read."""
+    conn = Silent(port, WINDOW_0)
+    held.append(conn)
+    stream, message = conn.open("ModelStreamInfer"), infer_message(2500)
+    size = len(message)
+
+    def one(i: int) -> None:
+        conn.send(b"".join(frame(DATA, 0, stream, message[a : a + _FRAME_BYTES]) for a in range(0, size, _FRAME_BYTES)))
+        if i % 10 == 0:
+            conn.send(frame(DATA, END_STREAM, conn.open("ModelInfer"), infer_message(1)))
+
+    at_rate(10, stop, one)
+
+
+def error_answers(port: int, _: int, stop: threading.Event, held: list) -> None:
+    """One connection with a window of 0: 20 streams a second, 100 failing requests a second among them, each
+    with a 16 KB id that its error answer repeats; none read."""
+    conn = Silent(port, WINDOW_0)
+    held.append(conn)
+    streams: list[int] = []
+    bad = infer_message(60, short=True, rid="e" * 16000)
+
+    def one(i: int) -> None:
+        if i % 5 == 0:
+            streams.append(conn.open("ModelStreamInfer"))
+        conn.send(frame(DATA, 0, streams[-1 - i % len(streams)], bad))
+
+    at_rate(100, stop, one)
+
+
+def streams_left(port: int, _: int, stop: threading.Event, held: list) -> None:
+    """4 connections opening 500 streams a second each (ModelInfer and ServerLive by turns): headers only, never
+    ended or reset."""
+    conns = [Silent(port) for _ in range(4)]
+    held.extend(conns)
+    at_rate(2000, stop, lambda i: conns[i % 4].open("ServerLive" if i % 8 < 4 else "ModelInfer") and None)

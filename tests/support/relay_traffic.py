@@ -1,7 +1,7 @@
 """Recorded traffic of one relayed connection, for the relays' golden tests and the replay benchmark.
 
-gRPC (`perf_analyzer_tiny`, `tritonclient_tiny`: `grpc_core`'s tests) and HTTP/1.1 (`perf_analyzer_tiny_http`:
-`http_connection`'s and `http_responses`' tests, `relay_replay --protocol http`).
+gRPC (`perf_analyzer_tiny`, `tritonclient_tiny`: `grpc.core`'s tests) and HTTP/1.1 (`perf_analyzer_tiny_http`:
+`http.connection`'s and `http.responses`' tests, `relay_replay --protocol http`).
 
 A recording is the reads of one connection in their order, each from the client (`c`) or from tritonserver
 (`t`); on disk, each read is its side's letter, its length (4 bytes, big-endian) and its bytes.

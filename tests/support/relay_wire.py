@@ -7,7 +7,7 @@ from typing import Any
 
 from mslite_contract.protocol import GATEWAY_REGION_PREFIX
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_core import CLIENT, TRITON, RelayCore, RelayRules, Writes
+from mslite_gateway.grpc.core import CLIENT, TRITON, RelayCore, RelayRules, Writes
 from mslite_gateway.staging import Region
 
 
@@ -47,7 +47,7 @@ class Wire:
     ) -> None:
         admission = admission or Admission(max_inflight_per_model=1000, max_inflight_bytes=256 << 20)
         self.rules = RelayRules(max_request_bytes=max_request_bytes, admission=admission, staging=staging, **rules)
-        self.later: list[tuple[int, Any]] = []  # work the core set aside (`grpc_relay_rules.Later`), not yet run
+        self.later: list[tuple[int, Any]] = []  # work the core set aside (`grpc.relay_rules.Later`), not yet run
         self.core = RelayCore(self.rules)
         self.client, self.triton = End(), End()
         self.now = now

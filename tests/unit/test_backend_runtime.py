@@ -640,10 +640,10 @@ def test_string_runs_leave_no_native_objects_behind(tmp_path: Path) -> None:
 
 def test_without_the_c_api_strings_must_be_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An ONNX Runtime without the C API version asked for: one note, and today's UTF-8 path."""
-    from mslite_backend import ort_c_strings
+    from mslite_backend import ort_c_api
 
-    monkeypatch.setattr(ort_c_strings, "_api", None)
-    monkeypatch.setattr(ort_c_strings, "API_VERSION", 10_000)  # no ORT offers it: GetApi answers NULL
+    monkeypatch.setattr(ort_c_api, "_api", None)
+    monkeypatch.setattr(ort_c_api, "API_VERSION", 10_000)  # no ORT offers it: GetApi answers NULL
     runtime = _load(tmp_path, zoo.string_identity())
     assert runtime.string_session is None
     assert len(runtime.notes) == 1 and "C API could not be loaded" in runtime.notes[0]

@@ -62,3 +62,52 @@ def test_a_closed_watch_never_fires() -> None:
 def test_a_deadline_must_be_positive() -> None:
     with pytest.raises(ValueError, match="deadline_s must be > 0"):
         ExecuteWatch(0, lambda _: None)
+
+
+def test_a_run_that_can_be_stopped_is_stopped_at_the_deadline_and_resumed_after_its_block() -> None:
+    clock, calls, expired = Clock(), [], []
+    stopped = threading.Event()
+
+    def stop() -> None:
+        calls.append("stop")
+        stopped.set()
+
+    watch = ExecuteWatch(
+        0.5, expired.append, stop=stop, resume=lambda: calls.append("resume"), grace_s=5, clock=clock
+    ).start()
+    with watch.running() as run:
+        clock.t = 0.7
+        assert stopped.wait(30)
+        time.sleep(0.2)  # it would stop again by now if it could
+        assert calls == ["stop"] and run.stopped
+    assert calls == ["stop", "resume"] and expired == []
+    with watch.running() as run:  # the next execute starts afresh
+        clock.t = 1.0
+        time.sleep(0.2)
+    assert not run.stopped and calls == ["stop", "resume"]
+    watch.close()
+
+
+def test_a_run_that_does_not_stop_expires_after_the_grace() -> None:
+    clock, expired, fired = Clock(), [], threading.Event()
+    stopped = threading.Event()
+
+    def expire(elapsed: float) -> None:
+        expired.append(elapsed)
+        fired.set()
+
+    watch = ExecuteWatch(0.5, expire, stop=stopped.set, resume=lambda: None, grace_s=2, clock=clock).start()
+    with watch.running():
+        clock.t = 1.0
+        assert stopped.wait(30)
+        clock.t = 2.4  # within deadline + grace
+        assert not fired.wait(0.3)
+        clock.t = 2.6
+        assert fired.wait(30)
+    assert expired == [pytest.approx(2.6)]
+
+
+def test_the_grace_is_at_least_two_seconds_or_the_deadline() -> None:
+    assert ExecuteWatch(0.5, print, stop=print).grace_s == 2.0
+    assert ExecuteWatch(30, print, stop=print).grace_s == 30
+    assert ExecuteWatch(30, print).grace_s == 0  # nothing to stop a run with: the deadline ends the worker

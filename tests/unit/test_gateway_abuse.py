@@ -8,8 +8,8 @@ import pytest
 
 from mslite_contract.gateway_options import GatewayLimits, GatewayOptions
 from mslite_gateway.admission import Account, Admission, Overloaded
-from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.core import MAX_RESETS_PER_WINDOW
+from mslite_gateway.grpc.frames import (
     DATA,
     END_HEADERS,
     ENHANCE_YOUR_CALM,

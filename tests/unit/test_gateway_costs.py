@@ -12,8 +12,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_checks import read_model_infer
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.checks import read_model_infer
+from mslite_gateway.grpc.frames import (
     CANCEL,
     DATA,
     END_HEADERS,
@@ -25,9 +25,9 @@ from mslite_gateway.grpc_frames import (
     U32,
     frame,
 )
-from mslite_gateway.http_checks import work_bytes
-from mslite_gateway.http_messages import Request
-from mslite_gateway.kserve_json import check_infer_request
+from mslite_gateway.http.checks import work_bytes
+from mslite_gateway.http.kserve_json import check_infer_request
+from mslite_gateway.http.messages import Request
 from mslite_gateway.model_batching import ModelBatching, config_request, max_batch_size_of
 from mslite_gateway.rules import Refusal, check_batches, empty_batches
 from tests.support.relay_wire import Wire, frames_of

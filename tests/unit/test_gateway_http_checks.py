@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from mslite_gateway.http_checks import stage_body
-from mslite_gateway.http_messages import HttpError, parse_head
-from mslite_gateway.kserve_json import check_infer_request
+from mslite_gateway.http.checks import stage_body
+from mslite_gateway.http.kserve_json import check_infer_request
+from mslite_gateway.http.messages import HttpError, parse_head
 from mslite_gateway.rules import Refusal
 
 CAP = 1 << 20

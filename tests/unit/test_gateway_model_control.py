@@ -7,7 +7,7 @@ import json
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.http_messages import Request
+from mslite_gateway.http.messages import Request
 from mslite_gateway.model_control import (
     LOAD_ROUTE,
     check_file_path,

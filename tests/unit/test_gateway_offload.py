@@ -8,10 +8,11 @@ import time
 import pytest
 
 from mslite_gateway.admission import Overloaded
-from mslite_gateway.http_checks import check_json_body
-from mslite_gateway.http_messages import Request
+from mslite_gateway.http.checks import check_json_body
+from mslite_gateway.http.messages import Request
 from mslite_gateway.offload import SMALL_LANE_BYTES, Offload
 from mslite_gateway.rules import Refusal
+from tests.support.eventually import eventually_async
 
 
 def test_a_refusal_comes_back_with_its_status_and_words():
@@ -79,9 +80,10 @@ def test_within_a_lane_the_smallest_body_goes_first_and_pushes_the_largest_waiti
 
         try:
             running = asyncio.create_task(check("running", 1000, 0.5))
-            await asyncio.sleep(0.05)  # it has the worker
+            await eventually_async(lambda: offload.pending == 1, "the first check to have the worker")
             later = [asyncio.create_task(check(tag, work)) for tag, work in (("3000", 3000), ("2000", 2000))]
-            await asyncio.sleep(0.05)  # both wait: the lane is full (3)
+            await eventually_async(lambda: offload.pending == 3, "both to wait: the lane full (3)")
+            assert not running.done()  # still on the worker (half a second): what comes next must wait
             pushed_in = asyncio.create_task(check("100", 100))
             results = await asyncio.gather(running, *later, pushed_in, return_exceptions=True)
             same = [offload.check(time.sleep, 0.1, work_bytes=5000) for _ in range(4)]

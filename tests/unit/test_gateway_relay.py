@@ -8,8 +8,8 @@ import hpack
 import pytest
 
 from mslite_gateway.admission import Admission, Overloaded
-from mslite_gateway.grpc_checks import Pieces, check_model_infer
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.checks import Pieces, check_model_infer
+from mslite_gateway.grpc.frames import (
     COLLECT,
     DATA,
     DROP,
@@ -151,7 +151,7 @@ def test_a_message_in_pieces_is_checked_as_if_whole(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_request_headers_read_as_a_fresh_decoder_would(seed):
     """Blocks remembered by their bytes decode as the decoder reads them, however the table changed between."""
-    from mslite_gateway.grpc_request_headers import RequestHeaders, only_indexed
+    from mslite_gateway.grpc.request_headers import RequestHeaders, only_indexed
 
     rng = random.Random(seed)
     encoder, reference, headers = hpack.Encoder(), hpack.Decoder(), RequestHeaders()

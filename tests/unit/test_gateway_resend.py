@@ -1,4 +1,4 @@
-"""The gateway's HTTP upstream sends again only what is safe to repeat (`http_upstream.Upstream`).
+"""The gateway's HTTP upstream sends again only what is safe to repeat (`http.upstream.Upstream`).
 
 A loopback stand-in for Triton reads each request and, for the first one of a kind, hangs up without an
 answer, as a tritonserver that died of it would; later ones are answered. Inference is sent again (and
@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from mslite_gateway.http_messages import HttpError
-from mslite_gateway.http_upstream import Upstream
+from mslite_gateway.http.messages import HttpError
+from mslite_gateway.http.upstream import Upstream
 from mslite_gateway.upstream_address import UpstreamAddress
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"

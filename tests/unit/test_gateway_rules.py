@@ -6,8 +6,8 @@ import gzip
 
 import pytest
 
-from mslite_gateway.http_checks import check_json_body, check_region_call, needs_offload
-from mslite_gateway.http_messages import Request
+from mslite_gateway.http.checks import check_json_body, check_region_call, needs_offload
+from mslite_gateway.http.messages import Request
 from mslite_gateway.rules import (
     Refusal,
     check_grpc_version,
@@ -109,7 +109,7 @@ def test_what_is_checked_off_the_loop():
 
 
 def test_a_refusal_with_a_huge_name_still_fits_a_clients_metadata_limit():
-    from mslite_gateway.grpc_frames import trailers_only
+    from mslite_gateway.grpc.frames import trailers_only
 
     for char in ("x", "\u00e9", "\U0001f600"):
         answer = trailers_only(1, 3, f"input '{char * 100_000}': needs the admin key")

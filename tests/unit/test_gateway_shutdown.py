@@ -1,4 +1,4 @@
-"""A gateway stopped with requests still waiting for Triton ends them quietly (`http_front.HttpFront.handle`);
+"""A gateway stopped with requests still waiting for Triton ends them quietly (`http.front.HttpFront.handle`);
 one that cannot bind its ports ends at once, saying why; its watch of Triton ends when it is cancelled.
 
 The gateway process runs against loopback ports where nothing listens, as while Triton restarts: an HTTP

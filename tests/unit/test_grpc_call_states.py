@@ -1,4 +1,4 @@
-"""The checked gRPC calls' states (`grpc_call_states`): the tables refuse what they lack, and each path through a
+"""The checked gRPC calls' states (`grpc.call_states`): the tables refuse what they lack, and each path through a
 unary call's table is one the relay takes, driven with constructed frames (`relay_wire.Wire`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import hpack
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from mslite_gateway.grpc_call_states import (
+from mslite_gateway.grpc.call_states import (
     ANSWERING,
     ANSWERS,
     CHECKING,
@@ -20,22 +20,24 @@ from mslite_gateway.grpc_call_states import (
     SENT,
     UNARY,
     Answers,
+    AnswersEvent,
     CallState,
-    IllegalTransition,
     Phase,
-    transition,
+    PhaseEvent,
+    UnaryEvent,
 )
-from mslite_gateway.grpc_frames import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, U32, frame
-from mslite_gateway.grpc_stream_state import StreamCall
-from mslite_gateway.grpc_unary_state import UnaryCall
+from mslite_gateway.grpc.frames import DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, U32, frame
+from mslite_gateway.grpc.stream_state import StreamCall
+from mslite_gateway.grpc.unary_state import UnaryCall
 from mslite_gateway.model_batching import ModelBatching
+from mslite_gateway.state_machine import IllegalTransition, transition
 from tests.support.relay_wire import Wire
 
 SERVICE = "/inference.GRPCInferenceService"
 TABLES = [(UNARY, CallState), (PHASES, Phase), (ANSWERS, Answers)]
 
 
-def _events(table: dict) -> set[str]:
+def _events(table: dict) -> set:
     return {event for _, event in table}
 
 
@@ -46,7 +48,7 @@ def test_a_move_the_table_lacks_raises_and_every_move_it_holds_is_taken(table, s
         if (state, event) in table:
             assert transition(table, state, event) is table[(state, event)]
         else:
-            with pytest.raises(IllegalTransition, match=f"'{event}' is not a move from {state.name}"):
+            with pytest.raises(IllegalTransition, match=f"{event.name} is not a move from {state.name}"):
                 transition(table, state, event)
 
 
@@ -62,25 +64,25 @@ def test_a_unary_call_reaches_every_state_from_receiving_and_ends_from_each_but_
                 frontier.append(after)
     assert reached == set(CallState)
     assert ENDED not in moves  # the end: nothing moves a call on from there
-    assert all(UNARY[(state, "end")] is ENDED for state in CallState if state is not ENDED)
+    assert all(UNARY[(state, UnaryEvent.END)] is ENDED for state in CallState if state is not ENDED)
 
 
 def test_an_illegal_move_leaves_the_call_where_it_was():
     call = UnaryCall(lambda data, keyed: None, b"")
-    call.move("admit", 5.0)
+    call.move(UnaryEvent.ADMIT, 5.0)
     assert call.state is SENT and call.moved == 5.0
     with pytest.raises(IllegalTransition):
-        call.move("check_off_loop")  # a call sent on is never checked again
+        call.move(UnaryEvent.CHECK_OFF_LOOP)  # a call sent on is never checked again
     assert call.state is SENT and call.moved == 5.0
-    call.move("end")
+    call.move(UnaryEvent.END)
     with pytest.raises(IllegalTransition):
-        call.move("end")  # nor ended twice
+        call.move(UnaryEvent.END)  # nor ended twice
     stream = StreamCall(b"", True, 0.0)
-    stream.move("half_close")
+    stream.move(PhaseEvent.HALF_CLOSE)
     with pytest.raises(IllegalTransition):
-        stream.move("half_close")
+        stream.move(PhaseEvent.HALF_CLOSE)
     with pytest.raises(IllegalTransition):
-        stream.answers_move("begin")  # no message of Triton's before its response headers
+        stream.answers_move(AnswersEvent.BEGIN)  # no message of Triton's before its response headers
     assert stream.phase is Phase.HALF_CLOSED and stream.answers is Answers.AWAITING_HEADERS
 
 

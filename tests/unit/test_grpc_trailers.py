@@ -5,7 +5,7 @@ from __future__ import annotations
 import hpack
 
 from mslite_contract.scrub import scrub
-from mslite_gateway.grpc_trailers import scrub_grpc_message
+from mslite_gateway.grpc.trailers import scrub_grpc_message
 
 MESSAGE = (
     "load failed for model 'bad1': Internal: TritonModelException: model 'bad1': model file 'model.onnx' is not "
@@ -75,8 +75,8 @@ def test_our_trailers_and_scrubbed_ones_share_one_encoding():
 
     import hpack
 
-    from mslite_gateway.grpc_frames import trailers_only
-    from mslite_gateway.grpc_trailers import grpc_message_value, literal_not_indexed
+    from mslite_gateway.grpc.frames import trailers_only
+    from mslite_gateway.grpc.trailers import grpc_message_value, literal_not_indexed
 
     message = 'input "x" <of> {shape} 100% wrong: ü ' * 8  # over 127 bytes: a length of more than one byte
     block = trailers_only(1, 3, message)[9:]

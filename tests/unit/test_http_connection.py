@@ -1,4 +1,4 @@
-"""The gateway's socket-free HTTP/1.1 core (`http_connection.HttpConnection`): byte streams replayed at every split.
+"""The gateway's socket-free HTTP/1.1 core (`http.connection.HttpConnection`): byte streams replayed at every split.
 
 Each stream below is a client's whole side of one connection. Fed in one piece, the core must hand out the
 requests and write the answers listed; fed split at every byte boundary (two pieces), and one byte at a
@@ -14,7 +14,7 @@ import json
 import pytest
 
 from mslite_gateway.admission import CHUNK_OVERHEAD_BYTES, Account, Admission
-from mslite_gateway.http_connection import (
+from mslite_gateway.http.connection import (
     BODY,
     CLIENT_MOVES,
     CLOSED,
@@ -23,10 +23,13 @@ from mslite_gateway.http_connection import (
     LINGER,
     LINGER_S,
     OUR_MOVES,
+    Client,
     HttpConnection,
-    ProtocolBug,
+    HttpEvent,
+    Ours,
     Step,
 )
+from mslite_gateway.state_machine import IllegalTransition
 from tests.support import relay_traffic
 
 CAP = 1 << 12
@@ -269,7 +272,7 @@ def test_an_idle_connection_closes_quietly_and_a_slow_head_counts_from_the_last_
     conn.feed(b"GET / HTTP/1.1\r\n", 70.0)  # bytes of a head do not move the deadline
     assert conn.deadline() == 80.0
     step = conn.tick(80.0)
-    assert step.close and not step.writes and conn.client is CLOSED and conn.ours is CLOSED
+    assert step.close and not step.writes and conn.client is CLOSED and conn.ours is Ours.CLOSED
 
 
 def test_lingering_drops_what_comes_then_closes_on_time_or_at_the_client_end() -> None:
@@ -294,13 +297,57 @@ def test_a_pipelined_request_waits_for_the_answer_and_keeps_the_client_counted_a
     assert step.close and step.request is None and conn.client is CLOSED
 
 
-def test_an_answer_out_of_turn_is_a_bug_the_tables_name() -> None:
+def test_an_answer_out_of_turn_is_a_bug_the_tables_name_and_moves_neither_side() -> None:
     conn = _connection()
-    with pytest.raises(ProtocolBug, match="no move 'answered' from states IDLE/IDLE"):
+    with pytest.raises(IllegalTransition, match="ANSWERED is not a move from IDLE"):
         conn.answer((b"x",), False, 0.0)
+    assert conn.client is IDLE and conn.ours is Ours.IDLE
 
 
-def test_every_transition_leads_to_a_known_state() -> None:
-    states = {IDLE, BODY, DONE, LINGER, CLOSED}
-    assert {s for s, _ in CLIENT_MOVES} | set(CLIENT_MOVES.values()) <= states
-    assert {e for _, e in OUR_MOVES} <= {e for _, e in CLIENT_MOVES}  # our side moves only on the client's events
+# Where our side must be for each of the client's states: a request is answered exactly while it is handed
+# out, and nothing goes to the client once it lingers or is closed.
+OURS_BESIDE = {
+    Client.IDLE: Ours.IDLE,
+    Client.BODY: Ours.IDLE,
+    Client.DONE: Ours.ANSWERING,
+    Client.LINGER: Ours.CLOSED,
+    Client.CLOSED: Ours.CLOSED,
+}
+
+
+def test_our_moves_keep_our_side_where_the_clients_state_puts_it() -> None:
+    """Every pair of states both tables reach together from (IDLE, IDLE) is one `OURS_BESIDE` allows, and
+    from each of them every event the client's table takes, ours takes too (else a real move would raise)."""
+    reached, frontier = {(Client.IDLE, Ours.IDLE)}, [(Client.IDLE, Ours.IDLE)]
+    while frontier:
+        client, ours = frontier.pop()
+        assert OURS_BESIDE[client] is ours, (client, ours)
+        for event in HttpEvent:
+            if (client, event) not in CLIENT_MOVES:
+                continue
+            assert (ours, event) in OUR_MOVES, (client, ours, event)
+            after = (CLIENT_MOVES[client, event], OUR_MOVES[ours, event])
+            if after not in reached:
+                reached.add(after)
+                frontier.append(after)
+    assert {client for client, _ in reached} == set(Client)
+    assert {ours for _, ours in reached} == set(Ours)
+
+
+def test_every_move_of_our_table_is_one_a_real_connection_takes() -> None:
+    """No move of `OUR_MOVES` is dead: each (our state, event) pair sits beside a client state that takes it."""
+    for (ours, event), after in OUR_MOVES.items():
+        beside = [c for c, o in OURS_BESIDE.items() if o is ours and (c, event) in CLIENT_MOVES]
+        assert beside, (ours, event)
+        assert all(OURS_BESIDE[CLIENT_MOVES[c, event]] is after for c in beside), (ours, event, after)
+
+
+def test_gone_closes_both_sides_from_anywhere_and_gives_back_what_the_request_held() -> None:
+    admission = _admission()
+    conn = _connection(admission)
+    conn.feed(_post(b"/", b"x" * 100)[:80], 0.0)
+    assert conn.client is BODY and admission.bytes > 0
+    conn.close()
+    assert conn.client is CLOSED and conn.ours is Ours.CLOSED and admission.bytes == 0
+    conn.close()  # twice: still closed
+    assert conn.client is CLOSED

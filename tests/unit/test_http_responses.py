@@ -1,4 +1,4 @@
-"""Triton's answers read without sockets (`http_responses.ResponseReader`): the same answer however TCP cuts it.
+"""Triton's answers read without sockets (`http.responses.ResponseReader`): the same answer however TCP cuts it.
 
 Each answer is fed whole, split at every byte boundary, and one byte at a time; the recorded answers are
 Triton's own (perf_analyzer's HTTP traffic on the tiny model, as `test_http_connection` replays its requests).
@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from mslite_gateway.http_messages import HttpError, Response
-from mslite_gateway.http_responses import ResponseReader
+from mslite_gateway.http.messages import HttpError, Response
+from mslite_gateway.http.responses import ResponseReader
 from tests.support import relay_traffic
 
 RECORDING = relay_traffic.HERE / "perf_analyzer_tiny_http.reads"

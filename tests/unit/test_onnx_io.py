@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import mslite_triton as mslite
 from mslite_backend.graph import is_light, read_graph_io
 from mslite_contract import protocol
+from mslite_contract.onnx_wire import graph_size
 from mslite_triton._model_config import WorkerPlan, build_model_config
 from mslite_triton._onnx_io import has_dynamic_batch, is_light_model
 from tests.support import model_zoo
@@ -99,3 +101,24 @@ def test_preferred_sizes_need_a_batch_dimension():
             sections={"dynamic_batching": {"preferred_batch_size": "2"}},
             batchable=False,
         )
+
+
+def test_a_models_size_is_its_operators_and_the_bytes_of_its_initializers_and_constants():
+    """`onnx_wire.graph_size`, which both the client and the backend judge a model by, against onnx's own arrays."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((3, 5), np.float32), name="w")  # 60 bytes
+    half = numpy_helper.from_array(np.ones((2, 2), np.float16), name="h")  # 8 bytes
+    constant = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(7), name="c"))  # 56
+    graph = helper.make_graph(
+        [constant, helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "sized",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        initializer=[weight, half],
+    )
+    data = helper.make_model(graph).SerializeToString()
+    expected = sum(numpy_helper.to_array(t).nbytes for t in (weight, half, constant.attribute[0].t))
+    assert graph_size(data) == (2, expected) == (2, 124)
+    with pytest.raises(ValueError):
+        graph_size(b"")  # no graph

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
 from mslite_contract.protocol import DEFAULT_MAX_PENDING
-from mslite_contract.scrub import scrub_json_error
+from mslite_contract.scrub import device_missing, scrub_json_error
 from mslite_triton._build import build_failed
 from mslite_triton._error_table import classify
 from mslite_triton._model_config import parse_config_file, plan_workers
@@ -233,11 +233,48 @@ def test_model_group_flags_and_argument_checks() -> None:
     group.add_model(["a.onnx", "b.onnx"])
     model = mslite.Model()
     group.add_model([model])  # what it does: tests/integration/test_parity.py
+    group.add_model([model])  # again into the same group: nothing changes
+    with pytest.raises(RuntimeError, match=r"^ModelGroup's add model failed\. Error is kLiteError: the model has been"):
+        mslite.ModelGroup(mslite.ModelGroupFlag.SHARE_WEIGHT).add_model([model])
     with pytest.raises(TypeError, match="context must be Context"):
         group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="model_type must be ModelType"):
         group.cal_max_size_of_workspace(0, mslite.Context())  # type: ignore[arg-type]
     assert group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, mslite.Context()) is None
+    ascend = mslite.Context()
+    ascend.target = ["ascend"]
+    with pytest.raises(
+        RuntimeError, match=r"^ModelGroup's cal max size of workspace failed\. Error is kLiteNotSupport"
+    ):
+        group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, ascend)
+    ascend.ascend.provider = "ge"
+    with pytest.raises(RuntimeError, match=r"failed\. Error is kLiteError: Not Support GE model"):
+        group.cal_max_size_of_workspace(mslite.ModelType.MINDIR, ascend)
+
+
+# MindSpore Lite's cloud runtime's rules (model_group_impl.cc), as the C++ and Java tests check them too: paths
+# under any flag, Model objects under SHARE_WEIGHT only (MindSpore Lite's Python has no buffers).
+@pytest.mark.parametrize(
+    ("flag", "models_taken"),
+    [
+        (mslite.ModelGroupFlag.SHARE_WEIGHT, True),
+        (mslite.ModelGroupFlag.SHARE_WORKSPACE, False),
+        (mslite.ModelGroupFlag.SHARE_WEIGHT_WORKSPACE, False),
+    ],
+)
+def test_model_group_takes_what_each_flag_takes(flag: mslite.ModelGroupFlag, models_taken: bool) -> None:
+    group = mslite.ModelGroup(flag)
+    assert group.add_model(["a.onnx", "b.onnx"]) is None
+    models = [mslite.Model(), mslite.Model()]
+    if models_taken:
+        assert group.add_model(models) is None
+        return
+    with pytest.raises(RuntimeError) as info:
+        group.add_model(models)
+    assert str(info.value) == (
+        "ModelGroup's add model failed. Error is kLiteError: Only support share weight for add_model of Model "
+        f"objects: this group was made with {flag}"
+    )
 
 
 # --- before a build ---------------------------------------------------------------------------------
@@ -261,6 +298,31 @@ def test_a_missing_model_file_is_reported_before_config_and_key_checks(tmp_path:
         assert str(exc.value) == f"build_from_file failed, model_path does not exist! model_path: {missing}"
     with pytest.raises(TypeError, match="config_path must be str"):
         mslite.Model().build_from_file(missing, mslite.ModelType.MINDIR, None, 1)  # type: ignore[arg-type]
+
+
+def test_a_directory_given_as_the_model_file_is_named(tmp_path: Path) -> None:
+    for build, who in (
+        (lambda: mslite.Model().build_from_file(str(tmp_path), mslite.ModelType.MINDIR), "build_from_file failed"),
+        (
+            lambda: mslite.ModelParallelRunner().build_from_file(str(tmp_path)),
+            "ModelParallelRunner's build from file failed",
+        ),
+    ):
+        with pytest.raises(RuntimeError) as exc:
+            build()
+        assert (
+            str(exc.value)
+            == f"{who}! Error is kLiteInputParamInvalid: model_path is a directory, not a model file: {tmp_path}"
+        )
+
+
+def test_inputs_asked_for_before_a_build_are_none_and_an_error_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("ERROR", logger="mslite_triton"):
+        assert mslite.Model().get_inputs() == [] and mslite.ModelParallelRunner().get_inputs() == []
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "Model.get_inputs",
+        "ModelParallelRunner.get_inputs",
+    ]
 
 
 def test_weight_list_with_a_config_dict_lacking_ascend_context_is_a_key_error(tmp_path: Path) -> None:
@@ -313,3 +375,20 @@ def test_gateway_answers_leave_out_triton_advice_for_model_authors() -> None:
 )
 def test_server_messages_name_the_users_model_and_the_batch_limits_origin(server_text: str, expected: str) -> None:
     assert users_words(server_text, "mobilenetv2_582088d16767", "mobilenetv2.onnx") == expected
+
+
+# --- a device the server lacks ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("listed", "usable"),
+    [(" ", "none"), (" 1, 2", "1, 2"), (" 3;", "3")],
+)
+def test_one_wording_for_a_gpu_the_server_lacks(listed: str, usable: str) -> None:
+    triton = (
+        "load failed for model 'tiny_1a2b': version 1 is at UNAVAILABLE state: Invalid argument: instance group "
+        "tiny_1a2b_0 of model tiny_1a2b specifies invalid or unsupported gpu id 7. GPUs with at least the minimum "
+        f"required CUDA compute compatibility of 6.000000 are:{listed}"
+    )
+    assert device_missing(triton) == f"GPU 7 is not available on the server (the GPUs it can use: {usable})"
+    assert device_missing("unexpected shape for input 'x'") is None

@@ -1,9 +1,10 @@
-"""The gRPC relay's socket-free core (`grpc_core.RelayCore`): recorded traffic replayed, and the cases around it.
+"""The gRPC relay's socket-free core (`grpc.core.RelayCore`): recorded traffic replayed, and the cases around it.
 
 The golden files are what the relay wrote to each side when it was still two asyncio protocols tied together
-(before the core was split out), fed the same recorded reads: the core must write the same bytes. One change
+(before the core was split out), fed the same recorded reads: the core must write the same bytes. Changes
 since, on purpose: perf_analyzer's ServerMetadata answer lists only the extensions served (30 bytes shorter),
-and Triton gets that window back in a WINDOW_UPDATE of ours.
+and Triton gets that window back in a WINDOW_UPDATE of ours; Triton's SETTINGS carry the relay's bound on open
+streams (SETTINGS_MAX_CONCURRENT_STREAMS) and the client's tell Triton to keep no HPACK table for it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_core import MAX_RESETS_PER_WINDOW
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.core import MAX_RESETS_PER_WINDOW
+from mslite_gateway.grpc.frames import (
     CANCEL,
     DATA,
     END_HEADERS,
@@ -28,11 +29,13 @@ from mslite_gateway.grpc_frames import (
     PREFACE,
     RST_STREAM,
     SETTINGS,
+    SETTINGS_HEADER_TABLE_SIZE,
     U32,
     WINDOW_UPDATE,
+    capped_settings,
     frame,
 )
-from mslite_gateway.grpc_window_credit import CREDIT_BATCH_BYTES
+from mslite_gateway.grpc.window_credit import CREDIT_BATCH_BYTES
 from mslite_gateway.server_metadata import UNSERVED_EXTENSIONS
 from tests.support import relay_traffic
 from tests.support.relay_wire import Wire, frames_of
@@ -51,6 +54,12 @@ def _headers(encoder: hpack.Encoder, sid: int, path: str, flags: int = END_HEADE
     fields = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x")]
     fields += [("content-type", "application/grpc")]
     return frame(HEADERS, flags, sid, encoder.encode(fields))
+
+
+def _settings(payload: bytes) -> dict[int, int]:
+    return {
+        int.from_bytes(payload[i : i + 2], "big"): U32.unpack_from(payload, i + 2)[0] for i in range(0, len(payload), 6)
+    }
 
 
 def _opened(**kwargs) -> Wire:
@@ -87,9 +96,17 @@ def test_recorded_traffic_is_passed_to_triton_unchanged(recorded):
     reads = relay_traffic.load(recorded)
     sent = b"".join(d for side, d in reads if side == "client")
     relayed = frames_of(recorded.with_suffix(".to_triton").read_bytes()[len(PREFACE) :])
-    ours = [f for f in relayed if f not in frames_of(sent[len(PREFACE) :])]
+    # the client's SETTINGS reach Triton with a header table of 0 (and the rest as they were)
+    settings = [f for f in frames_of(sent[len(PREFACE) :]) if f[0] == SETTINGS and not f[1]]
+    assert [f for f in relayed if f[0] == SETTINGS and not f[1]] == [
+        (SETTINGS, 0, 0, capped_settings(f[3], {SETTINGS_HEADER_TABLE_SIZE: 0})) for f in settings
+    ]
+    assert all(_settings(f[3])[SETTINGS_HEADER_TABLE_SIZE] == 0 for f in relayed if f[0] == SETTINGS and not f[1])
+    client_frames = [f for f in frames_of(sent[len(PREFACE) :]) if f not in settings]
+    relayed = [f for f in relayed if not (f[0] == SETTINGS and not f[1])]
+    ours = [f for f in relayed if f not in client_frames]
     # nothing refused: Triton sees what was sent, and the window of a shortened metadata answer (a frame of ours)
-    assert [f for f in relayed if f not in ours] == frames_of(sent[len(PREFACE) :])
+    assert [f for f in relayed if f not in ours] == client_frames
     assert all(k == WINDOW_UPDATE and sid == 0 for k, _, sid, _ in ours) and len(ours) <= 1
     infers = [f for f in frames_of(sent[len(PREFACE) :]) if f[0] == DATA]
     assert len(infers) > 100

@@ -10,8 +10,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 
 from mslite_gateway.admission import Admission
-from mslite_gateway.grpc_call_states import Answers, Phase
-from mslite_gateway.grpc_frames import (
+from mslite_gateway.grpc.call_states import Answers, Phase
+from mslite_gateway.grpc.frames import (
     CANCEL,
     DATA,
     END_HEADERS,
@@ -24,8 +24,8 @@ from mslite_gateway.grpc_frames import (
     WINDOW_UPDATE,
     frame,
 )
-from mslite_gateway.grpc_messages import MessageReader
-from mslite_gateway.grpc_stream_state import read_answer
+from mslite_gateway.grpc.messages import MessageReader
+from mslite_gateway.grpc.stream_state import read_answer
 from mslite_gateway.model_batching import ModelBatching
 from tests.support.relay_wire import FakeStaging, Wire, frames_of
 

@@ -46,15 +46,37 @@ def test_docs_name_no_unknown_variable() -> None:
         assert not unknown, f"{doc.name} names {sorted(unknown)}, which settings.py does not define"
 
 
+# Every folder of Python that could read a variable: the client, the launcher and the gateway (server/), the
+# contract's other modules, the backend, the benchmarks, examples and scripts, and the tests.
+SCANNED = ("client", "server", "contract", "backend", "benchmarks", "examples", "scripts", "tests")
+
+
+def _spellings(root: Path, own: set[Path]) -> list[str]:
+    """The Python files under `root`'s `SCANNED` folders that spell a variable's name, but those in `own`."""
+    return [
+        str(path.relative_to(root))
+        for folder in SCANNED
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.resolve() not in own and ".venv" not in path.parts and PREFIX in path.read_text()
+    ]
+
+
 def test_no_other_module_spells_a_variable() -> None:
     # the tests too: a test that spells a name keeps passing after the name changes, testing nothing
-    own = {Path(settings.__file__).resolve(), Path(__file__).resolve()}
-    offenders = []
-    for folder in ("client", "backend", "benchmarks", "tests"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            if path.resolve() not in own and PREFIX in path.read_text():
-                offenders.append(str(path.relative_to(ROOT)))
+    offenders = _spellings(ROOT, {Path(settings.__file__).resolve(), Path(__file__).resolve()})
     assert not offenders, f"import the names from mslite_contract.settings instead: {offenders}"
+
+
+@pytest.mark.parametrize(
+    "where", ["server/mslite_server/cli.py", "server/mslite_gateway/process.py", "contract/mslite_contract/x.py"]
+)
+def test_the_spelling_scan_sees_the_launcher_the_gateway_and_the_contract(tmp_path: Path, where: str) -> None:
+    planted = tmp_path / where
+    planted.parent.mkdir(parents=True)
+    planted.write_text(f'import os\nTIMEOUT = os.environ.get("{PREFIX}TIMEOUT_S")\n')
+    (tmp_path / "server").mkdir(exist_ok=True)
+    (tmp_path / "server" / "clean.py").write_text("import os\n")
+    assert _spellings(tmp_path, set()) == [where]
 
 
 def test_readers_defaults_and_values() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mslite_backend import weight_store
+from mslite_backend import store_files
 from mslite_backend.errors import ModelLoadError
 from mslite_backend.weight_store import WeightStore
 from mslite_backend.weights import WeightSpec
@@ -28,8 +28,8 @@ def _update(store: WeightStore, scale: float) -> int:
 
 def test_a_launchers_store_is_named_after_it_and_outlives_its_workers(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(WEIGHTS_OWNER_ENV, f"{os.getpid()}_0123abcd")
-    directory = weight_store.store_directory("k", root=str(tmp_path))
-    assert os.path.basename(directory) == f"{weight_store.PREFIX}{os.getpid()}_0123abcd_k"
+    directory = store_files.store_directory("k", root=str(tmp_path))
+    assert os.path.basename(directory) == f"{store_files.PREFIX}{os.getpid()}_0123abcd_k"
     first = WeightStore.open(directory, "m", SPECS, lambda: _values(1), persistent=True)
     second = WeightStore.open(directory, "m", SPECS, lambda: _values(1), persistent=True)
     assert _update(first, 10) == 2
@@ -40,15 +40,15 @@ def test_a_launchers_store_is_named_after_it_and_outlives_its_workers(tmp_path: 
     assert healed.version == 2
     np.testing.assert_array_equal(healed.snapshot().arrays["w"], _values(10)[0])
     healed.close()
-    assert weight_store.sweep_stale(str(tmp_path)) == []  # its launcher (this process) is alive
+    assert store_files.sweep_stale(str(tmp_path)) == []  # its launcher (this process) is alive
 
 
 def test_a_store_without_a_launcher_starts_from_the_model_file_again(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv(WEIGHTS_OWNER_ENV, raising=False)
     monkeypatch.setenv(WEIGHTS_OWNER_ENV + "_unused", "x")
-    assert weight_store.launcher_owner() is None
-    directory = weight_store.store_directory("k", root=str(tmp_path))
-    assert os.path.basename(directory) == f"{weight_store.PREFIX}{os.getppid()}_k"
+    assert store_files.launcher_owner() is None
+    directory = store_files.store_directory("k", root=str(tmp_path))
+    assert os.path.basename(directory) == f"{store_files.PREFIX}{os.getppid()}_k"
     store = WeightStore.open(directory, "m", SPECS, lambda: _values(1))
     _update(store, 10)
     store.close()
@@ -58,7 +58,7 @@ def test_a_store_without_a_launcher_starts_from_the_model_file_again(tmp_path: P
 @pytest.mark.parametrize("owner", ["", "12_", "../x", "1_ZZZZZZZZ", "1_abcdef0"])
 def test_a_malformed_owner_is_ignored(owner: str, monkeypatch) -> None:
     monkeypatch.setenv(WEIGHTS_OWNER_ENV, owner)
-    assert weight_store.launcher_owner() is None
+    assert store_files.launcher_owner() is None
 
 
 def test_a_store_of_another_layout_or_without_a_version_is_not_adopted(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ import json
 import multiprocessing
 import os
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +14,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mslite_backend import weight_store, weights
+from mslite_backend import store_files, weights
 from mslite_backend.config import BackendConfig, InstanceInfo, declared_variable_weights
 from mslite_backend.errors import ConfigError, InferenceFailure, ModelLoadError, RequestError
 from mslite_backend.graph import plan_auto_complete, read_graph_io
 from mslite_backend.loading import load_runtime
-from mslite_backend.weight_store import WeightStore, layout, parse_update, sweep_stale
+from mslite_backend.store_files import layout, sweep_stale
+from mslite_backend.weight_store import WeightStore
+from mslite_backend.weight_update import parse_update
 from mslite_backend.weights import WeightSpec, prepare_model
 from mslite_contract import settings
 from mslite_contract.build_cache import ensure_built
@@ -73,7 +74,7 @@ def _blob(arrays: list[np.ndarray]) -> np.ndarray:
 
 @pytest.fixture
 def store_dir(tmp_path: Path) -> str:
-    return weight_store.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
+    return store_files.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
 
 
 # --- config -------------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def test_a_rejected_or_failed_update_changes_nothing(store_dir: str, monkeypatch
     def disk_full(*_: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(weight_store, "_pwrite_all", disk_full)
+    monkeypatch.setattr(store_files, "pwrite_all", disk_full)
     with pytest.raises(InferenceFailure, match="writing the new weights failed"):
         store.update(_manifest(), _blob(_values(1)))
     assert store.version == 1 and sorted(os.listdir(store_dir)) == files
@@ -322,7 +323,7 @@ def test_a_file_in_the_version_layout_is_linked_in(store_dir: str) -> None:
 
 
 def test_the_last_worker_out_removes_the_store_and_a_dead_servers_store_is_swept(tmp_path: Path) -> None:
-    directory = weight_store.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
+    directory = store_files.store_directory("k", root=str(tmp_path), server_pid=os.getpid())
     one = WeightStore.open(directory, "m", SPECS, lambda: _values(0))
     two = WeightStore.open(directory, "m", SPECS, lambda: _values(0))
     one.close()
@@ -330,7 +331,7 @@ def test_the_last_worker_out_removes_the_store_and_a_dead_servers_store_is_swept
     assert os.path.isdir(directory)
     two.close()
     assert not os.path.exists(directory)
-    dead = tmp_path / f"{weight_store.PREFIX}999999999_k"
+    dead = tmp_path / f"{store_files.PREFIX}999999999_k"
     dead.mkdir()
     (tmp_path / "mslite_weights_upload_999999999_x").write_bytes(b"")
     assert sweep_stale(str(tmp_path)) == [dead.name]
@@ -355,7 +356,7 @@ def _waiting_for_the_lock(path: str) -> int:
     return sum("->" in line and f":{inode} " in line for line in Path("/proc/locks").read_text().splitlines())
 
 
-def _join(directory: str, marker: str, queue: Any) -> None:
+def _join(directory: str, marker: str, queue: Any, together: Any) -> None:
     def initial() -> list[np.ndarray]:
         with open(marker, "a") as f:
             f.write("x")
@@ -365,14 +366,15 @@ def _join(directory: str, marker: str, queue: Any) -> None:
 
     store = WeightStore.open(directory, "m", SPECS, initial)
     queue.put(store.snapshot().arrays["b"].tolist())
-    time.sleep(0.5)
+    together.wait(timeout=30)  # all four hold the store at once before any leaves
     store.close()
 
 
 def test_workers_starting_together_initialize_the_store_once(tmp_path: Path, store_dir: str) -> None:
     queue = FORK.Queue()
     marker = str(tmp_path / "initialized")
-    procs = [FORK.Process(target=_join, args=(store_dir, marker, queue)) for _ in range(4)]
+    together = FORK.Barrier(4)
+    procs = [FORK.Process(target=_join, args=(store_dir, marker, queue, together)) for _ in range(4)]
     for p in procs:
         p.start()
     seen = [queue.get(timeout=30) for _ in procs]

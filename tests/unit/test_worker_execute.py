@@ -226,6 +226,25 @@ def test_a_request_past_the_execute_deadline_is_answered_through_its_sender_then
         assert message.startswith(f"model 'm': the request {DEADLINE_PASSED} (execute_deadline_s 0.2 s)")
 
 
+def test_a_run_past_the_execute_deadline_is_stopped_and_the_worker_serves_on(
+    load: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Loop of 2**40 iterations is stopped inside the worker (RunOptions.terminate): no exit, the next run works."""
+    worker = load(zoo.spin(), execute_deadline_s="0.3")
+    codes: list[int] = []
+    monkeypatch.setattr(os, "_exit", codes.append)  # the real one would end this test's process
+    assert worker.executor.kind == "plain"
+    forever, short = _request(n=np.array([2**40], np.int64)), _request(n=np.array([5], np.int64))
+    responses = worker.execute([forever, short])  # the second of the execute fails too: it is past the deadline
+    assert [_error(r)[1] for r in responses] == [
+        f"model 'm': the request {DEADLINE_PASSED} (execute_deadline_s 0.3 s); its run was stopped"
+    ] * 2
+    assert not forever.sender.sent and codes == []
+    [answer] = worker.execute([_request(n=np.array([5], np.int64))])
+    assert pb.outputs(answer)["count"].tolist() == [5.0]
+    assert any("its run was stopped" in line for _, line in pb.Logger.lines)
+
+
 def test_without_a_deadline_nothing_watches_execute(load: Any) -> None:
     worker = load(zoo.multi_io())
     assert worker._watch is None

@@ -9,7 +9,6 @@ fine, different values fail the load naming both keys.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +31,17 @@ from mslite_contract.protocol import (
 from mslite_contract.settings import MODEL_MAX_REQUEST_BYTES
 
 from .errors import ConfigError
+from .parameter_values import (
+    Parameters,
+    auto_boolean,
+    boolean,
+    bucket_sessions,
+    buckets,
+    execution_mode,
+    int_list,
+    opt_level,
+    param_value,
+)
 from .resized import Shapes, declared_resized
 
 # setting -> (ONNX Runtime backend name, MindSpore Lite name or None)
@@ -67,7 +77,6 @@ KNOWN_KEYS = frozenset(k for pair in _ALIASES.values() for k in pair) | frozense
 SHARE_WEIGHTS_KEYS = ("share_weights", "weights.share")
 WEIGHT_KEYS = frozenset({SHARE_WEIGHTS_KEYS[0], VARIABLE_WEIGHTS_KEYS[0]})
 
-_OPT_LEVELS = {"disable_all": 0, "basic": 1, "extended": 2, "all": 99}
 PRECISION_MODES = ("enforce_fp32", "preferred_fp16")
 
 
@@ -171,7 +180,7 @@ class BackendConfig:
             ConfigError: a parameter has a bad value, or two aliases disagree.
         """
         name = str(model_config.get("name", "?"))
-        params = {k: _param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
+        params = {k: param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
         warnings = tuple(
             f"model '{name}': unknown parameter '{k}' ignored (known: {', '.join(sorted(KNOWN_KEYS | WEIGHT_KEYS))})"
             for k in sorted(params)
@@ -180,13 +189,13 @@ class BackendConfig:
         )
         cores = cores or len(os.sched_getaffinity(0))
         workers = worker_count(model_config)
-        get = _Getter(name, params)
+        get = Parameters(name, params)
 
-        intra = get.aliased("intra_op_threads", int) or 0
+        intra = get.same(_ALIASES["intra_op_threads"], int, None) or 0
         if intra == 0:
             intra = max(1, cores // workers)
-        inter = get.aliased("inter_op_threads", int) or 1
-        mode = get.one("execution_mode", _execution_mode, "sequential")
+        inter = get.same(_ALIASES["inter_op_threads"], int, None) or 1
+        mode = get.one("execution_mode", execution_mode, "sequential")
         precision = get.one(PRECISION_MODE_PARAMETER, str, "enforce_fp32").lower()
         if precision not in PRECISION_MODES:
             raise ConfigError(
@@ -206,22 +215,22 @@ class BackendConfig:
             intra_op_threads=intra,
             inter_op_threads=inter,
             execution_mode=mode,
-            enable_mem_arena=get.one("enable_mem_arena", _boolean, True),
-            graph_optimization_level=get.one("graph_optimization_level", _opt_level, 99),
+            enable_mem_arena=get.one("enable_mem_arena", boolean, True),
+            graph_optimization_level=get.one("graph_optimization_level", opt_level, 99),
             allow_spinning=workers * intra <= cores,
             thread_affinity_mode=affinity,
-            thread_affinity_core_list=get.one(THREAD_AFFINITY_CORE_LIST_PARAMETER, _int_list, ()),
+            thread_affinity_core_list=get.one(THREAD_AFFINITY_CORE_LIST_PARAMETER, int_list, ()),
             precision_mode=precision,
-            warmup=get.one("warmup", _boolean, True),
-            share_weights=get.same(SHARE_WEIGHTS_KEYS, _boolean, True),
+            warmup=get.one("warmup", boolean, True),
+            share_weights=get.same(SHARE_WEIGHTS_KEYS, boolean, True),
             variable_weights=variable_weights(name, params),
-            batch_buckets=get.one(BATCH_BUCKETS_KEY, _buckets, ()),
-            merge_requests=get.one("merge_requests", _auto_boolean, None),
-            io_binding=get.one("io_binding", _auto_boolean, None),
-            cuda_graphs=get.one("cuda_graphs", _boolean, True),
-            bucket_sessions=get.one("bucket_sessions", _bucket_sessions, "auto"),
+            batch_buckets=get.one(BATCH_BUCKETS_KEY, buckets, ()),
+            merge_requests=get.one("merge_requests", auto_boolean, None),
+            io_binding=get.one("io_binding", auto_boolean, None),
+            cuda_graphs=get.one("cuda_graphs", boolean, True),
+            bucket_sessions=get.one("bucket_sessions", bucket_sessions, "auto"),
             max_request_bytes=get.one("max_request_bytes", int, MODEL_MAX_REQUEST_BYTES),
-            metrics=get.one("metrics", _boolean, True),
+            metrics=get.one("metrics", boolean, True),
             execute_deadline_s=get.one("execute_deadline_s", float, 0.0),
             device_params=tuple((k, params[k]) for k in DEVICE_KEYS if k in params),
             resized_inputs=declared_resized(name, params.get(RESIZED_INPUTS_PARAMETER)),
@@ -259,40 +268,6 @@ class BackendConfig:
         return capped_buckets(sizes, self.max_batch_size)
 
 
-class _Getter:
-    """Reads typed parameter values, naming the model and key in every error."""
-
-    def __init__(self, model: str, params: dict[str, str]) -> None:
-        self.model = model
-        self.params = params
-
-    def one(self, key: str, parse: Callable[[str], Any], default: Any) -> Any:
-        if key not in self.params:
-            return default
-        return self._parse(key, parse)
-
-    def aliased(self, setting: str, parse: Callable[[str], Any]) -> Any:
-        return self.same(_ALIASES[setting], parse, None)
-
-    def same(self, keys: tuple[str, ...], parse: Callable[[str], Any], default: Any) -> Any:
-        """The value of whichever of `keys` are set; they must agree."""
-        values = {k: self._parse(k, parse) for k in keys if k in self.params}
-        if len(set(values.values())) > 1:
-            shown = " and ".join(f"'{k}'={v!r}" for k, v in values.items())
-            raise ConfigError(f"model '{self.model}': {shown} name the same setting with different values")
-        return next(iter(values.values()), default)
-
-    def _parse(self, key: str, parse: Callable[[str], Any]) -> Any:
-        raw = self.params[key]
-        try:
-            value = parse(raw)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"model '{self.model}': parameter '{key}' has bad value {raw!r}: {e}") from e
-        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-            raise ConfigError(f"model '{self.model}': parameter '{key}' must be >= 0, got {value}")
-        return value
-
-
 def group_instances(group: dict[str, Any]) -> int:
     """Instances Triton creates for one instance group: `count` on each GPU the group lists."""
     return int(group.get("count", 1) or 1) * max(1, len(group.get("gpus") or []))
@@ -309,7 +284,7 @@ def declared_variable_weights(model_config: dict[str, Any]) -> tuple[str, ...]:
     Raises:
         ConfigError: see `variable_weights`.
     """
-    params = {k: _param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
+    params = {k: param_value(v) for k, v in (model_config.get("parameters") or {}).items()}
     return variable_weights(str(model_config.get("name", "?")), params)
 
 
@@ -320,7 +295,7 @@ def declared_resized_inputs(model_config: dict[str, Any]) -> Shapes:
         ConfigError: see `resized.declared_resized`.
     """
     raw = (model_config.get("parameters") or {}).get(RESIZED_INPUTS_PARAMETER)
-    return declared_resized(str(model_config.get("name", "?")), None if raw is None else _param_value(raw))
+    return declared_resized(str(model_config.get("name", "?")), None if raw is None else param_value(raw))
 
 
 def variable_weights(model: str, params: dict[str, str]) -> tuple[str, ...]:
@@ -340,64 +315,6 @@ def variable_weights(model: str, params: dict[str, str]) -> tuple[str, ...]:
     if repeated:
         raise ConfigError(f"model '{model}': updatable weights {repeated} are listed more than once")
     return names
-
-
-def _param_value(v: Any) -> str:
-    return str(v.get("string_value", "")) if isinstance(v, dict) else str(v)
-
-
-def _boolean(raw: str) -> bool:
-    low = raw.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("expected one of 1/0/true/false/yes/no/on/off")
-
-
-def _auto_boolean(raw: str) -> bool | None:
-    if raw.strip().lower() == "auto":
-        return None
-    try:
-        return _boolean(raw)
-    except ValueError:
-        raise ValueError("expected auto or one of 1/0/true/false/yes/no/on/off") from None
-
-
-def _bucket_sessions(raw: str) -> str:
-    low = raw.strip().lower()
-    if low in ("auto", "one"):
-        return low
-    raise ValueError("expected auto (one session per bucket on GPU) or one")
-
-
-def _execution_mode(raw: str) -> str:
-    low = raw.strip().lower()
-    if low in ("0", "sequential"):
-        return "sequential"
-    if low in ("1", "parallel"):
-        return "parallel"
-    raise ValueError("expected 0 (sequential) or 1 (parallel)")
-
-
-def _opt_level(raw: str) -> int:
-    low = raw.strip().lower().removeprefix("ort_").removeprefix("enable_")
-    if low in _OPT_LEVELS:
-        return _OPT_LEVELS[low]
-    if low.lstrip("-").isdigit() and int(low) in _OPT_LEVELS.values():
-        return int(low)
-    raise ValueError(f"expected one of {sorted(_OPT_LEVELS)} or {sorted(_OPT_LEVELS.values())}")
-
-
-def _buckets(raw: str) -> tuple[int, ...]:
-    from .buckets import parse
-
-    return parse(raw)
-
-
-def _int_list(raw: str) -> tuple[int, ...]:
-    text = raw.strip().strip("[]")
-    return tuple(int(x) for x in text.replace(" ", ",").split(",") if x.strip())
 
 
 def _tensor_spec(t: dict[str, Any]) -> TensorSpec:

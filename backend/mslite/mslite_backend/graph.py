@@ -8,6 +8,7 @@ from typing import Any
 
 from mslite_contract import protocol
 from mslite_contract.dtypes import short_name, triton_type_of_onnx
+from mslite_contract.onnx_wire import graph_size
 from mslite_contract.protocol import (
     BATCHING_SECTION,
     DEFAULT_GPU_BUCKETS,
@@ -67,34 +68,22 @@ def read_graph_io(path: str, resized: Shapes = (), model_name: str = "") -> Grap
     if not os.path.isfile(path):
         raise ModelLoadError(f"model file '{name}' not found in the model version directory")
     try:
-        model = onnx.load(path, load_external_data=False)
+        with open(path, "rb") as f:
+            data = f.read()
+        model = onnx.load_model_from_string(data)  # external weights stay where they are
+        nodes, weight_bytes = graph_size(data)  # the client's reading of the size, exactly
     except Exception as e:  # onnx raises DecodeError, ValueError, ... depending on the damage
         raise ModelLoadError(f"model file '{name}' is not a valid ONNX model ({type(e).__name__})") from e
     if resized:
         free_dims(model, resized, model_name)
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
-    constants = [a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.HasField("t")]
     return GraphIO(
         inputs=tuple(_tensor(v) for v in graph.input if v.name not in initializers),
         outputs=tuple(_tensor(v) for v in graph.output),
-        nodes=len(graph.node),
-        weight_bytes=sum(_tensor_bytes(t) for t in (*graph.initializer, *constants)),
+        nodes=nodes,
+        weight_bytes=weight_bytes,
     )
-
-
-def _tensor_bytes(t: Any) -> int:
-    """Bytes of a TensorProto's values from its dims and type (its data may be external, and not loaded)."""
-    from onnx import helper
-
-    try:
-        itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, TypeError, ValueError):  # strings and unknown types: count one byte a value
-        itemsize = 1
-    n = 1
-    for d in t.dims:
-        n *= d
-    return n * itemsize
 
 
 def _tensor(value_info: Any) -> GraphTensor:

@@ -26,8 +26,9 @@ from .providers import apply_env
 from .request_checks import input_layout, output_layout
 from .runtime import ModelRuntime
 from .session import OrtSession, providers_for, session_settings
+from .store_files import launcher_owner, store_directory
 from .strings import placeholder
-from .weight_store import WeightStore, launcher_owner, store_directory
+from .weight_store import WeightStore
 from .weights import PreparedModel, initial_values, prepare_model, release_free_memory
 
 

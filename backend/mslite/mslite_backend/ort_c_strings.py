@@ -22,94 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from mslite_contract.scrub import client_message
-
 from .errors import InferenceFailure, ModelLoadError, RequestError
+from .ort_c_api import BYTES_DATA_OFFSET, SIZE, Api, CRunOptions, P, api
 from .session import SessionSettings
-
-API_VERSION = 19  # every member used here exists since this version (GetResizedStringTensorElementBuffer: 16)
-
-# Index of each member used, in the OrtApi struct (append-only, so these never move)
-_INDEX = {
-    "GetErrorCode": 1,
-    "GetErrorMessage": 2,
-    "CreateEnv": 3,
-    "CreateSession": 7,
-    "CreateSessionFromArray": 8,
-    "Run": 9,
-    "CreateSessionOptions": 10,
-    "SetSessionExecutionMode": 13,
-    "EnableCpuMemArena": 18,
-    "DisableCpuMemArena": 19,
-    "SetSessionGraphOptimizationLevel": 23,
-    "SetIntraOpNumThreads": 24,
-    "SetInterOpNumThreads": 25,
-    "CreateTensorAsOrtValue": 48,
-    "CreateTensorWithDataAsOrtValue": 49,
-    "GetTensorMutableData": 51,
-    "FillStringTensor": 52,
-    "GetStringTensorDataLength": 53,
-    "GetStringTensorContent": 54,
-    "GetTensorElementType": 60,
-    "GetDimensionsCount": 61,
-    "GetDimensions": 62,
-    "GetTensorShapeElementCount": 64,
-    "GetTensorTypeAndShape": 65,
-    "CreateCpuMemoryInfo": 69,
-    "GetAllocatorWithDefaultOptions": 78,
-    "ReleaseEnv": 92,
-    "ReleaseStatus": 93,
-    "ReleaseMemoryInfo": 94,
-    "ReleaseSession": 95,
-    "ReleaseValue": 96,
-    "ReleaseTensorTypeAndShapeInfo": 99,
-    "ReleaseSessionOptions": 100,
-    "AddSessionConfigEntry": 130,
-    "GetResizedStringTensorElementBuffer": 252,
-}
-
-_P = ctypes.c_void_p
-_PP = ctypes.POINTER(ctypes.c_void_p)
-_SIZE = ctypes.c_size_t
-_I64P = ctypes.POINTER(ctypes.c_int64)
-# (return type, argument types) of each member: every one but a few returns an OrtStatus* (NULL: success)
-_SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
-    "GetErrorCode": (ctypes.c_int, (_P,)),
-    "GetErrorMessage": (ctypes.c_char_p, (_P,)),
-    "CreateEnv": (_P, (ctypes.c_int, ctypes.c_char_p, _PP)),
-    "CreateSession": (_P, (_P, ctypes.c_char_p, _P, _PP)),
-    "CreateSessionFromArray": (_P, (_P, ctypes.c_char_p, _SIZE, _P, _PP)),
-    "Run": (_P, (_P, _P, ctypes.POINTER(ctypes.c_char_p), _PP, _SIZE, ctypes.POINTER(ctypes.c_char_p), _SIZE, _PP)),
-    "CreateSessionOptions": (_P, (_PP,)),
-    "SetSessionExecutionMode": (_P, (_P, ctypes.c_int)),
-    "EnableCpuMemArena": (_P, (_P,)),
-    "DisableCpuMemArena": (_P, (_P,)),
-    "SetSessionGraphOptimizationLevel": (_P, (_P, ctypes.c_int)),
-    "SetIntraOpNumThreads": (_P, (_P, ctypes.c_int)),
-    "SetInterOpNumThreads": (_P, (_P, ctypes.c_int)),
-    "CreateTensorAsOrtValue": (_P, (_P, _I64P, _SIZE, ctypes.c_int, _PP)),
-    "CreateTensorWithDataAsOrtValue": (_P, (_P, _P, _SIZE, _I64P, _SIZE, ctypes.c_int, _PP)),
-    "GetTensorMutableData": (_P, (_P, _PP)),
-    "FillStringTensor": (_P, (_P, _P, _SIZE)),
-    "GetStringTensorDataLength": (_P, (_P, ctypes.POINTER(_SIZE))),
-    "GetStringTensorContent": (_P, (_P, _P, _SIZE, _P, _SIZE)),
-    "GetTensorElementType": (_P, (_P, ctypes.POINTER(ctypes.c_int))),
-    "GetDimensionsCount": (_P, (_P, ctypes.POINTER(_SIZE))),
-    "GetDimensions": (_P, (_P, _I64P, _SIZE)),
-    "GetTensorShapeElementCount": (_P, (_P, ctypes.POINTER(_SIZE))),
-    "GetTensorTypeAndShape": (_P, (_P, _PP)),
-    "CreateCpuMemoryInfo": (_P, (ctypes.c_int, ctypes.c_int, _PP)),
-    "GetAllocatorWithDefaultOptions": (_P, (_PP,)),
-    "ReleaseEnv": (None, (_P,)),
-    "ReleaseStatus": (None, (_P,)),
-    "ReleaseMemoryInfo": (None, (_P,)),
-    "ReleaseSession": (None, (_P,)),
-    "ReleaseValue": (None, (_P,)),
-    "ReleaseTensorTypeAndShapeInfo": (None, (_P,)),
-    "ReleaseSessionOptions": (None, (_P,)),
-    "AddSessionConfigEntry": (_P, (_P, ctypes.c_char_p, ctypes.c_char_p)),
-    "GetResizedStringTensorElementBuffer": (_P, (_P, _SIZE, _SIZE, ctypes.POINTER(ctypes.c_char_p))),
-}
 
 _STRING = 8  # ONNXTensorElementDataType of tensor(string)
 # ONNXTensorElementDataType <-> numpy, for the numeric tensors beside the strings
@@ -128,89 +43,6 @@ _ELEMENT_TYPES = {
     13: np.uint64,
 }
 _TYPE_OF = {np.dtype(t): code for code, t in _ELEMENT_TYPES.items()}
-_INVALID_ARGUMENT = 2  # OrtErrorCode: the inputs were wrong (the caller's fault), as the Python binding raises it
-_LOG_ERROR = 3  # OrtLoggingLevel: warnings of ORT's own go to nobody here either
-
-
-class _Api:
-    """The `OrtApi` table of the ONNX Runtime library next to the Python binding, with typed members."""
-
-    def __init__(self) -> None:
-        import onnxruntime
-
-        folder = os.path.join(os.path.dirname(onnxruntime.__file__), "capi")
-        names = sorted(n for n in os.listdir(folder) if n.startswith("libonnxruntime.so"))
-        if not names:
-            raise OSError("no libonnxruntime.so beside the onnxruntime package")
-        lib = ctypes.CDLL(os.path.join(folder, names[0]))
-        get_base = lib.OrtGetApiBase
-        get_base.restype = ctypes.POINTER(ctypes.c_void_p * 2)  # {GetApi, GetVersionString}
-        get_api = ctypes.CFUNCTYPE(_P, ctypes.c_uint32)(get_base().contents[0])
-        table = get_api(API_VERSION)
-        if not table:
-            raise OSError(f"ONNX Runtime does not offer C API version {API_VERSION}")
-        slots = ctypes.cast(table, ctypes.POINTER(ctypes.c_void_p))
-        for name, index in _INDEX.items():
-            restype, argtypes = _SIGNATURES[name]
-            setattr(self, name, ctypes.CFUNCTYPE(restype, *argtypes)(slots[index]))
-        env = _P()
-        self.check(self.CreateEnv(_LOG_ERROR, b"mslite-strings", ctypes.byref(env)), OSError)
-        self.env = env  # one per process, as ORT wants; never released (workers end with their process)
-        info = _P()
-        self.check(self.CreateCpuMemoryInfo(0, 0, ctypes.byref(info)), OSError)
-        self.cpu = info
-        allocator = _P()
-        self.check(self.GetAllocatorWithDefaultOptions(ctypes.byref(allocator)), OSError)
-        self.allocator = allocator
-        probe = b"probe\x00\xff"
-        if ctypes.string_at(_data_address(probe), len(probe) + 1) != probe + b"\x00":
-            raise OSError("bytes objects do not keep their data where this module expects it")
-
-    def __getattr__(self, name: str) -> Any:
-        """Only reached for a member not in `_INDEX` (the members are set in `__init__`); typed for mypy."""
-        raise AttributeError(f"OrtApi member {name} is not bound here")
-
-    def check(self, status: int | None, failure: type[Exception] = InferenceFailure, prefix: str = "") -> None:
-        """Raise `failure` with ORT's message after `prefix`, if `status` is an error.
-
-        A run's error (`failure` InferenceFailure) is a RequestError when ORT says the inputs were invalid,
-        and "inference failed: ..." otherwise, as `session.failure` words the Python API's.
-        """
-        if not status:
-            return
-        code = self.GetErrorCode(status)
-        message = (self.GetErrorMessage(status) or b"").decode("utf-8", "replace")
-        self.ReleaseStatus(status)
-        message = prefix + client_message(message)
-        if failure is InferenceFailure:
-            if code == _INVALID_ARGUMENT:
-                raise RequestError(message)
-            raise InferenceFailure(f"inference failed: {message}")
-        raise failure(message)
-
-
-_api: _Api | None = None
-
-# Where a bytes object's data starts, from the object's address (its `id` in CPython): `ob_sval` is the
-# last member of the struct, and the type's basic size counts one byte of it (the terminating NUL).
-_BYTES_DATA_OFFSET = bytes.__basicsize__ - 1
-
-
-def _data_address(value: bytes) -> int:
-    """The address of `value`'s bytes, which CPython follows with a NUL (checked once, in `_Api`)."""
-    return id(value) + _BYTES_DATA_OFFSET
-
-
-def api() -> _Api:
-    """The process's C API table, loaded on first use.
-
-    Raises:
-        OSError, AttributeError: the library or the API version is not there.
-    """
-    global _api
-    if _api is None:
-        _api = _Api()
-    return _api
 
 
 class CStringSession:
@@ -226,11 +58,12 @@ class CStringSession:
             ModelLoadError: ONNX Runtime could not load the model.
             OSError: the C API is not available (the caller falls back to the Python binding).
         """
-        self._session: _P | None = None  # before anything can fail: `close` runs from `__del__` too
+        self._session: P | None = None  # before anything can fail: `close` runs from `__del__` too
+        self._run_options: CRunOptions | None = None  # of every run, when set (`use_run_options`)
         self._name_arrays: dict[tuple[str, ...], Any] = {}
         self._api = a = api()
         self._where = f"model '{where}', " if where else ""
-        options = _P()
+        options = P()
         a.check(a.CreateSessionOptions(ctypes.byref(options)), ModelLoadError)
         try:
             a.check(a.SetIntraOpNumThreads(options, settings.intra_op_threads), ModelLoadError)
@@ -241,7 +74,7 @@ class CStringSession:
             a.check(a.SetSessionGraphOptimizationLevel(options, settings.optimization_level), ModelLoadError)
             for key, value in settings.config_entries:
                 a.check(a.AddSessionConfigEntry(options, key.encode(), value.encode()), ModelLoadError)
-            session = _P()
+            session = P()
             if isinstance(model, bytes):
                 status = a.CreateSessionFromArray(a.env, model, len(model), options, ctypes.byref(session))
             else:
@@ -259,16 +92,17 @@ class CStringSession:
             InferenceFailure: any other runtime failure.
         """
         a = self._api
-        made: list[_P] = []  # OrtValues to release
+        made: list[P] = []  # OrtValues to release
         keep: list[np.ndarray] = []  # numeric inputs' memory, which ORT reads in place during Run
-        outputs = (_P * len(output_names))()
+        outputs = (P * len(output_names))()
         try:
-            inputs = (_P * len(feeds))(*(self._tensor(name, array, made, keep) for name, array in feeds.items()))
+            inputs = (P * len(feeds))(*(self._tensor(name, array, made, keep) for name, array in feeds.items()))
             in_names, out_names = self._names(tuple(feeds)), self._names(tuple(output_names))
-            status = a.Run(self._session, None, in_names, inputs, len(feeds), out_names, len(output_names), outputs)
+            options = self._run_options.handle if self._run_options is not None else None
+            status = a.Run(self._session, options, in_names, inputs, len(feeds), out_names, len(output_names), outputs)
             # the inputs' copies go before the outputs are copied out: a big string request holds one at a time
             _release(a, made)
-            made.extend(_P(v) for v in outputs if v)
+            made.extend(P(v) for v in outputs if v)
             a.check(status)
             results = []
             while made:  # each output's native copy goes as soon as numpy holds it
@@ -288,6 +122,10 @@ class CStringSession:
             array = self._name_arrays[names] = (ctypes.c_char_p * len(names))(*(n.encode() for n in names))
         return array
 
+    def use_run_options(self, options: CRunOptions) -> None:
+        """Make every later run with `options` (the execute deadline stops runs through them: `deadline`)."""
+        self._run_options = options
+
     def close(self) -> None:
         """Release the native session (idempotent)."""
         if self._session is not None:
@@ -297,11 +135,11 @@ class CStringSession:
     def __del__(self) -> None:
         self.close()
 
-    def _tensor(self, name: str, array: np.ndarray, made: list[_P], keep: list[np.ndarray]) -> _P:
+    def _tensor(self, name: str, array: np.ndarray, made: list[P], keep: list[np.ndarray]) -> P:
         """An OrtValue of `array` (appended to `made`): strings copied, numbers read in place."""
         a = self._api
         shape = (ctypes.c_int64 * array.ndim)(*array.shape)
-        value = _P()
+        value = P()
         if array.dtype == np.object_:
             elements = array.ravel().tolist()  # references, in C order: they keep every buffer alive below
             if set(map(type, elements)) - {bytes}:
@@ -324,14 +162,14 @@ class CStringSession:
         made.append(value)
         return value
 
-    def _fill(self, value: _P, elements: list[bytes]) -> None:
+    def _fill(self, value: P, elements: list[bytes]) -> None:
         """Copy `elements` (all `bytes`, at least one) into the string tensor `value`, byte for byte."""
         a = self._api
         pointers = np.fromiter(map(id, elements), dtype=np.uintp, count=len(elements))
-        pointers += _BYTES_DATA_OFFSET
+        pointers += BYTES_DATA_OFFSET
         a.check(a.FillStringTensor(value, pointers.ctypes.data, len(elements)))
         del pointers
-        stored = _SIZE()
+        stored = SIZE()
         a.check(a.GetStringTensorDataLength(value, ctypes.byref(stored)))
         if stored.value == sum(map(len, elements)):
             return
@@ -342,13 +180,13 @@ class CStringSession:
                 a.check(a.GetResizedStringTensorElementBuffer(value, index, len(element), ctypes.byref(buffer)))
                 ctypes.memmove(buffer, element, len(element))
 
-    def _array(self, value: _P) -> np.ndarray:
+    def _array(self, value: P) -> np.ndarray:
         """A numpy copy of an output OrtValue: an object array of `bytes` for strings."""
         a = self._api
-        info = _P()
+        info = P()
         a.check(a.GetTensorTypeAndShape(value, ctypes.byref(info)))
         try:
-            code, rank, count = ctypes.c_int(), _SIZE(), _SIZE()
+            code, rank, count = ctypes.c_int(), SIZE(), SIZE()
             a.check(a.GetTensorElementType(info, ctypes.byref(code)))
             a.check(a.GetDimensionsCount(info, ctypes.byref(rank)))
             dims = (ctypes.c_int64 * rank.value)()
@@ -359,7 +197,7 @@ class CStringSession:
         shape = tuple(dims)
         n = count.value
         if code.value == _STRING:
-            total = _SIZE()
+            total = SIZE()
             a.check(a.GetStringTensorDataLength(value, ctypes.byref(total)))
             content = ctypes.create_string_buffer(max(total.value, 1))
             bounds = np.empty(n + 1, dtype=np.uintp)  # where each string starts, then where the last one ends
@@ -375,7 +213,7 @@ class CStringSession:
         dtype = _ELEMENT_TYPES.get(code.value)
         if dtype is None:
             raise InferenceFailure(f"inference failed: an output of element type {code.value} is not served")
-        data = _P()
+        data = P()
         a.check(a.GetTensorMutableData(value, ctypes.byref(data)))
         out = np.empty(shape, dtype=dtype)
         if out.nbytes:
@@ -383,7 +221,7 @@ class CStringSession:
         return out
 
 
-def _release(a: _Api, values: list[_P]) -> None:
+def _release(a: Api, values: list[P]) -> None:
     """Release every OrtValue in `values`, emptying it (so a later release skips them)."""
     while values:
         a.ReleaseValue(values.pop())

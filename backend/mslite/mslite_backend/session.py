@@ -131,6 +131,14 @@ class OrtSession:
         inner: Any = getattr(self._session, "_sess", None)
         # ORT's run(output_names, feeds, run_options), or None; its exceptions go through `failure`
         self.direct = inner.run if wanted == "CPUExecutionProvider" and hasattr(inner, "run") else None
+        self.run_options: Any = None  # ORT `RunOptions` of every run, when set (`use_run_options`)
+
+    def use_run_options(self, options: Any) -> None:
+        """Make every later run with ORT `options` (the execute deadline stops runs through them: `deadline`)."""
+        self.run_options = options
+        direct = self.direct
+        if direct is not None:  # its callers pass None for the options
+            self.direct = lambda names, feeds, _none: direct(names, feeds, options)
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run once.
@@ -142,7 +150,7 @@ class OrtSession:
         try:
             if self.direct is not None:
                 return self.direct(output_names, feeds, None)  # type: ignore[no-any-return]
-            return self._session.run(output_names, feeds)  # type: ignore[no-any-return]
+            return self._session.run(output_names, feeds, self.run_options)  # type: ignore[no-any-return]
         except Exception as e:
             raise failure(e) from e
 
@@ -165,7 +173,7 @@ class OrtSession:
             RequestError, InferenceFailure: as `run`.
         """
         try:
-            self._session.run_with_iobinding(binding, options)
+            self._session.run_with_iobinding(binding, self.run_options if options is None else options)
         except Exception as e:
             raise failure(e) from e
 

@@ -20,41 +20,35 @@ An update is validated in full first (names, dtypes, shapes, sizes), then writte
 renamed into place, and only then is its number published: a worker maps either the old or the new
 file for a whole execute, so a request sees all-old or all-new weights, and a rejected update changes
 nothing. Which worker receives the update does not matter.
+
+What is done to the directory's files (its name, the version layout, the lock, version 1, sweeping) is
+`store_files`'s; an update's manifest and upload file are checked by `weight_update`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import mmap
 import os
-import re
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mslite_contract.dtypes import wire_name
-from mslite_contract.owned_files import sweep_dead_owners
-from mslite_contract.protocol import FILE_REFUSED, UPDATE_ALIGN, UPLOAD_PREFIX, WEIGHTS_STORE_PREFIX
-from mslite_contract.settings import weights_owner
+from mslite_contract.protocol import FILE_REFUSED
 
+from . import store_files
 from .errors import InferenceFailure, ModelLoadError, RequestError
+from .weight_update import checked_entries, parse_update, upload_path
 from .weights import WeightSpec
 
-ALIGN = UPDATE_ALIGN
-PREFIX = WEIGHTS_STORE_PREFIX
-_UPLOAD_NAME = re.compile(UPLOAD_PREFIX + r"[A-Za-z0-9_]{1,64}")
-_VERSION_FILE = re.compile(r"^v(\d+)\.bin$")
 PROOFS_FILE = "proofs"
 MAX_PROOFS = 10_000  # accepted proofs remembered per model; a window's worth of updates is far fewer
-_OWNER = re.compile(r"[0-9]{1,10}_[0-9a-f]{8,32}")  # `<launcher pid>_<hex>`, see settings.WEIGHTS_OWNER_ENV
 
 
 @dataclass(frozen=True)
@@ -65,110 +59,6 @@ class Snapshot:
     arrays: dict[str, np.ndarray]
 
 
-def layout(specs: tuple[WeightSpec, ...]) -> tuple[tuple[int, ...], int]:
-    """Offset of each weight in a version file, and the file's size."""
-    offsets, end = [], 0
-    for spec in specs:
-        offsets.append(end)
-        end = -(-(end + spec.nbytes) // ALIGN) * ALIGN
-    return tuple(offsets), max(end, ALIGN)
-
-
-def store_root() -> str:
-    """`/dev/shm` where it exists and is writable, else the temporary directory."""
-    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-
-
-def launcher_owner() -> str | None:
-    """The launcher that owns this worker's stores (`settings.WEIGHTS_OWNER_ENV`), or None when there is none."""
-    owner = weights_owner()
-    return owner if _OWNER.fullmatch(owner) else None
-
-
-def store_directory(key: str, *, root: str | None = None, server_pid: int | None = None) -> str:
-    """The store of one loaded model.
-
-    Named after the launcher that owns it when there is one, else after the tritonserver process; the
-    pid leading either name lets a later load sweep the store of one that is gone.
-    """
-    owner = launcher_owner() if server_pid is None else None
-    if owner is None:
-        owner = str(os.getppid() if server_pid is None else server_pid)
-    return os.path.join(root or store_root(), f"{PREFIX}{owner}_{key}")
-
-
-def sweep_stale(root: str) -> list[str]:
-    """Remove stores left by servers that are gone (killed before their workers could clean up)."""
-    return sweep_dead_owners(PREFIX, root=root)
-
-
-def parse_update(model: str, manifest: str, size: int, specs: tuple[WeightSpec, ...]) -> dict[str, tuple[int, int]]:
-    """Check an update's manifest against the updatable weights, all of it before anything is written.
-
-    Args:
-        model: the model's name, for messages.
-        manifest: JSON list of `{"name", "dtype", "shape"}`, in the order of their bytes in the data.
-        size: bytes of data that came with it.
-        specs: the updatable weights.
-
-    Returns:
-        name -> (offset, size) of its new value in the data (values back to back, in manifest order).
-
-    Raises:
-        RequestError: naming the model, the tensor, what was expected and what arrived.
-    """
-    seen: dict[str, tuple[int, int]] = {}
-    offset = 0
-    for spec in _checked_entries(model, manifest, specs):
-        seen[spec.name] = (offset, spec.nbytes)
-        offset += spec.nbytes
-    if offset != size:
-        raise RequestError(f"model '{model}': the update describes {offset} bytes of weights but carries {size}")
-    return seen
-
-
-def _checked_entries(model: str, manifest: str, specs: tuple[WeightSpec, ...]) -> list[WeightSpec]:
-    where = f"model '{model}'"
-    try:
-        items = json.loads(manifest)
-        entries = [(str(i["name"]), np.dtype(str(i["dtype"])), tuple(int(d) for d in i["shape"])) for i in items]
-    except (ValueError, TypeError, KeyError) as e:
-        raise RequestError(f"{where}: malformed weights update ({type(e).__name__})") from None
-    by_name = {s.name: s for s in specs}
-    if not entries:
-        raise RequestError(f"{where}: a weights update needs at least one tensor")
-    unknown = [n for n, _, _ in entries if n not in by_name]
-    if unknown:
-        raise RequestError(
-            f"{where}: tensor(s) {unknown} are not updatable weights of this model; updatable: {list(by_name)}"
-        )
-    checked: list[WeightSpec] = []
-    for name, dtype, shape in entries:
-        spec = by_name[name]
-        if spec in checked:
-            raise RequestError(f"{where}: tensor '{name}' appears twice in one update")
-        if dtype != np.dtype(spec.dtype):
-            raise RequestError(
-                f"{where}, weight '{name}': data type expected {wire_name(np.dtype(spec.dtype))}, "
-                f"got {wire_name(dtype)}"
-            )
-        if shape != spec.shape:
-            raise RequestError(f"{where}, weight '{name}': shape expected {list(spec.shape)}, got {list(shape)}")
-        checked.append(spec)
-    return checked
-
-
-def upload_path(name: str, root: str | None = None) -> str:
-    """Where a client on this host wrote an update file, from its bare name (any other name is refused).
-
-    Raises:
-        RequestError: the name is not an update file's.
-    """
-    if not _UPLOAD_NAME.fullmatch(name):
-        raise RequestError(f"'{name[:80]}' is not the name of a weights update file")
-    return os.path.join(root or store_root(), name)
-
-
 class WeightStore:
     """One worker's handle on the shared store of its model (see the module docstring)."""
 
@@ -177,7 +67,7 @@ class WeightStore:
         self.directory = directory
         self.model = model
         self.specs = specs
-        self.offsets, self.size = layout(specs)
+        self.offsets, self.size = store_files.layout(specs)
         self._lock_fd, self._alive_fd, version_fd = fds
         self._version_map = mmap.mmap(version_fd, 8)
         self._version = np.frombuffer(self._version_map, dtype=np.uint64, count=1)
@@ -212,8 +102,8 @@ class WeightStore:
                 another layout.
         """
         try:
-            sweep_stale(os.path.dirname(directory))
-            lock_fd = _open_locked(directory)
+            store_files.sweep_stale(os.path.dirname(directory))
+            lock_fd = store_files.open_locked(directory)
         except OSError as e:
             raise ModelLoadError(f"model '{model}': cannot create the shared weights store ({e.strerror})") from e
         fds: list[int] = []
@@ -226,12 +116,14 @@ class WeightStore:
                 first = True
             except BlockingIOError:
                 first = False
-            _remove_orphans(directory)
+            store_files.remove_orphans(directory)
             described = json.dumps([[s.name, s.dtype, list(s.shape)] for s in specs])
-            if first and not (persistent and _adoptable(directory, fds[1], described, layout(specs)[1])):
+            if first and not (
+                persistent and store_files.adoptable(directory, fds[1], described, store_files.layout(specs)[1])
+            ):
                 made = True
-                _reset(directory, fds[1], described, specs, initial)
-            elif _read(os.path.join(directory, "layout.json")) != described:
+                store_files.write_first_version(directory, fds[1], described, specs, initial)
+            elif store_files.read_text(os.path.join(directory, "layout.json")) != described:
                 raise ModelLoadError(f"model '{model}': the shared weights store holds another model's weights")
             fcntl.flock(fds[0], fcntl.LOCK_SH)
             store = cls(directory, model, specs, (lock_fd, fds[0], fds[1]))
@@ -316,8 +208,8 @@ class WeightStore:
                 (message `FILE_REFUSED`: the client, e.g. on another host, sends the values inline instead).
             InferenceFailure: publishing failed; nothing changed.
         """
-        listed = tuple(_checked_entries(self.model, manifest, self.specs))
-        offsets, size = layout(listed)
+        listed = tuple(checked_entries(self.model, manifest, self.specs))
+        offsets, size = store_files.layout(listed)
         path = upload_path(name, os.path.dirname(self.directory))
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -353,7 +245,7 @@ class WeightStore:
         """
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            _remove_orphans(self.directory)
+            store_files.remove_orphans(self.directory)
             current = self.version
             new = current + 1
             tmp = os.path.join(self.directory, f".v{new}.{os.getpid()}.tmp")
@@ -365,7 +257,7 @@ class WeightStore:
                     os.unlink(tmp)
                 raise InferenceFailure(f"model '{self.model}': writing the new weights failed ({e.strerror})") from e
             self._version[0] = new  # publish: an aligned 8-byte store, seen whole or not at all
-            _retire(self.directory, keep_from=current)
+            store_files.retire(self.directory, keep_from=current)
             return new
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
@@ -380,15 +272,15 @@ class WeightStore:
             for spec, offset in zip(self.specs, self.offsets):
                 if spec.name in changes:
                     start, n = changes[spec.name]
-                    _pwrite_all(fd, view[start : start + n], offset)
+                    store_files.pwrite_all(fd, view[start : start + n], offset)
                 else:
-                    _pwrite_all(fd, previous[offset : offset + spec.nbytes], offset)
+                    store_files.pwrite_all(fd, previous[offset : offset + spec.nbytes], offset)
         finally:
             os.close(fd)  # the old mapping is unmapped when `previous` goes
 
     def nonce_used(self, nonce: str) -> bool:
         """True when a worker of this model accepted an update proof with this nonce (within the window)."""
-        return any(n == nonce for _, n in _proof_rows(_read(os.path.join(self.directory, PROOFS_FILE))))
+        return any(n == nonce for _, n in _proof_rows(store_files.read_text(os.path.join(self.directory, PROOFS_FILE))))
 
     def claim_nonce(self, nonce: str, timestamp: int, oldest: float) -> bool:
         """Record an accepted proof's nonce for every worker; False when one recorded it first.
@@ -399,7 +291,7 @@ class WeightStore:
         path = os.path.join(self.directory, PROOFS_FILE)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            rows = _proof_rows(_read(path))
+            rows = _proof_rows(store_files.read_text(path))
             if any(n == nonce for _, n in rows):
                 return False
             rows = sorted([r for r in rows if r[0] >= oldest] + [(timestamp, nonce)])[-MAX_PROOFS:]
@@ -441,93 +333,6 @@ class WeightStore:
             self._version_map.close()
 
 
-def _open_locked(directory: str) -> int:
-    """Create the directory if needed and hold its `lock`.
-
-    Retried when the last worker of a previous load removed the directory between our open and our lock.
-
-    Raises:
-        OSError: the directory is not ours alone (another user's, or open to others): /dev/shm is shared
-            by every user of the host, and a store planted there must not feed a model its weights.
-    """
-    path = os.path.join(directory, "lock")
-    for _ in range(100):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        st = os.lstat(directory)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise OSError(errno.EPERM, "the store directory is not this user's alone")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        except FileNotFoundError:
-            continue
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    raise OSError(0, "the store directory keeps disappearing")
-
-
-def _adoptable(directory: str, version_fd: int, described: str, size: int) -> bool:
-    """True when the store holds a published version of this layout (left by an earlier load or server)."""
-    if _read(os.path.join(directory, "layout.json")) != described or os.fstat(version_fd).st_size != 8:
-        return False
-    version = int(np.frombuffer(os.pread(version_fd, 8, 0), dtype=np.uint64)[0])
-    try:
-        st = os.stat(os.path.join(directory, f"v{version}.bin"))
-    except OSError:
-        return False
-    return version >= 1 and stat.S_ISREG(st.st_mode) and st.st_size == size
-
-
-def _reset(
-    directory: str, version_fd: int, described: str, specs: tuple[WeightSpec, ...], initial: Callable[[], Iterable]
-) -> None:
-    """Version 1 from the model file (the first worker of a load; earlier contents are discarded)."""
-    for name in os.listdir(directory):
-        if _VERSION_FILE.match(name):
-            os.unlink(os.path.join(directory, name))
-    offsets, size = layout(specs)
-    tmp = os.path.join(directory, f".v1.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.ftruncate(fd, size)
-        for spec, offset, value in zip(specs, offsets, initial()):
-            _pwrite_all(fd, np.ascontiguousarray(value, dtype=np.dtype(spec.dtype)).reshape(-1).data.cast("B"), offset)
-    finally:
-        os.close(fd)
-    os.rename(tmp, os.path.join(directory, "v1.bin"))
-    fd = os.open(os.path.join(directory, "layout.json"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(described)
-    os.ftruncate(version_fd, 8)
-    os.pwrite(version_fd, np.array([1], dtype=np.uint64).tobytes(), 0)
-
-
-def _remove_orphans(directory: str) -> None:
-    """Remove the temporary files of writers killed mid-write (call under the writers' lock).
-
-    Every temporary file is written under that lock, so one found while holding it has no live writer:
-    without this, a worker killed during an update would leave a file of the weights' full size for as
-    long as the store lives.
-    """
-    for name in os.listdir(directory):
-        if name.endswith(".tmp"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
-
-
-def _retire(directory: str, keep_from: int) -> None:
-    """Unlink versions older than `keep_from`; workers still mapping one keep it until they remap."""
-    for name in os.listdir(directory):
-        m = _VERSION_FILE.match(name)
-        if m and int(m.group(1)) < keep_from:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
-
-
 def _proof_rows(text: str) -> list[tuple[int, str]]:
     rows = []
     for line in text.splitlines():
@@ -535,17 +340,3 @@ def _proof_rows(text: str) -> list[tuple[int, str]]:
         if stamp.isdigit() and nonce:
             rows.append((int(stamp), nonce))
     return rows
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data.nbytes:
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return ""

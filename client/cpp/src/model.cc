@@ -5,6 +5,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 
 #include "model_configs.h"
 #include "model_group_impl.h"
@@ -39,6 +40,12 @@ Status Failed(const char *what, const Status &s) {
   return Status(s.StatusCode(), std::string(what) + " failed! " + reason);
 }
 
+std::string Text(const std::vector<int64_t> &shape) {
+  std::string out = "[";
+  for (size_t d = 0; d < shape.size(); ++d) out += (d == 0 ? "" : ",") + std::to_string(shape[d]);
+  return out + "]";
+}
+
 }  // namespace
 
 class Model::Impl {
@@ -51,8 +58,9 @@ class Model::Impl {
   std::vector<MSTensor> outputs;
   std::shared_ptr<ModelGroup::Impl> group;
 
-  // `label`: triton://NAME, or the path (or "model") that `bytes` came from.
-  Status Build(const std::string &label, const std::string *bytes, const std::shared_ptr<Context> &context) {
+  // `label`: triton://NAME, or the path (`from_file`) or "model" (a buffer) that `bytes` came from.
+  Status Build(const std::string &label, const std::string *bytes, const std::shared_ptr<Context> &context,
+               bool from_file) {
     if (runner.http != nullptr) return Status(kLiteModelRebuild, "Build failed! the model is built already");
     auto config = std::make_shared<RunnerConfig>();
     config->SetContext(context ? context : std::make_shared<Context>());
@@ -64,6 +72,10 @@ class Model::Impl {
                               : runner.Start(protocol::BIND_PREFIX + shared, nullptr, config, kBuild);
     if (s.IsError()) return s;
     if (group && bytes && shared.empty()) group->Record(*bytes, runner.model);
+    // what a Resize builds again (a member sharing another's server model too): the file, read again then,
+    // or a copy of the buffer
+    runner.source = bytes == nullptr ? "" : label;
+    runner.bytes = bytes == nullptr || from_file ? nullptr : std::make_shared<const std::string>(*bytes);
     inputs = runner.Tensors(true);
     outputs = runner.Tensors(false);
     return kSuccess;
@@ -82,6 +94,11 @@ void ModelAccess::Join(const Model &model, const std::shared_ptr<ModelGroup::Imp
   model.impl_->group = group;
 }
 
+std::shared_ptr<ModelGroup::Impl> ModelAccess::Group(const Model &model) {
+  std::lock_guard<std::recursive_mutex> hold(model.impl_->lock);
+  return model.impl_->group;
+}
+
 Model::Model() : impl_(std::make_shared<Impl>()) {}
 Model::~Model() = default;
 
@@ -93,7 +110,7 @@ Status Model::Build(const void *model_data, size_t data_size, ModelType model_ty
     if (s.IsError()) return s;
     if (model_data == nullptr || data_size == 0) return Status(kLiteNullptr, "Build failed! the model buffer is empty");
     const std::string bytes(static_cast<const char *>(model_data), data_size);
-    return impl_->Build("model", &bytes, model_context);
+    return impl_->Build("model", &bytes, model_context, false);
   } catch (const std::exception &e) {  // bad_alloc and the like: nothing throws across the API
     return Status(kLiteMemoryFailed, std::string("Build failed! ") + e.what());
   }
@@ -111,11 +128,13 @@ Status Model::Build(const std::string &model_path, ModelType model_type,
     }
     if (s.IsError()) return s;
     const std::string prefix = protocol::BIND_PREFIX;
-    if (model_path.compare(0, prefix.size(), prefix) == 0) return impl_->Build(model_path, nullptr, model_context);
+    if (model_path.compare(0, prefix.size(), prefix) == 0) {
+      return impl_->Build(model_path, nullptr, model_context, false);
+    }
     std::ifstream in(model_path, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!in) return Status(kLiteFileError, "Build failed! model_path does not exist or cannot be read: " + model_path);
-    return impl_->Build(model_path, &bytes, model_context);
+    return impl_->Build(model_path, &bytes, model_context, true);
   } catch (const std::exception &e) {
     return Status(kLiteMemoryFailed, std::string("Build failed! ") + e.what());
   }
@@ -157,12 +176,27 @@ Status Model::Resize(const std::vector<MSTensor> &inputs, const std::vector<std:
       }
       if (dims[i].size() != shapes[k].size()) {
         return Status(kLiteInputParamInvalid, "Resize failed! input '" + inputs[i].Name() + "' has " +
-                                                  std::to_string(shapes[k].size()) + " dims; a resize keeps the rank");
+                                                  std::to_string(shapes[k].size()) + " dims " + Text(shapes[k]) +
+                                                  ", got " + Text(dims[i]) + ": a resize keeps the rank");
       }
       for (int64_t d : dims[i]) {
         if (d <= 0) return Status(kLiteParamInvalid, "Resize failed! dims must be positive, got " + std::to_string(d));
       }
       shapes[k] = dims[i];
+    }
+    std::vector<TensorSpec> served;
+    {
+      std::shared_lock<std::shared_mutex> read(impl_->runner.lock);
+      served = impl_->runner.inputs;
+    }
+    if (!FixedDimsChanged(served, shapes).empty()) {
+      // a dim the file fixes: the model built again with those dims resizable (another server model); the
+      // one built before keeps serving this Model until that succeeds
+      std::string name;
+      std::vector<TensorSpec> ins, outs;
+      Status s = impl_->runner.Rebuild(served, shapes, &name, &ins, &outs);
+      if (s.IsError()) return Failed("Resize", s);
+      impl_->runner.Adopt(name, std::move(ins), std::move(outs));
     }
     // Run once on zeros at the new shapes: the server refuses a shape the model cannot take, and the answer
     // gives the outputs' shapes, as MindSpore Lite's shape inference does.
@@ -175,7 +209,7 @@ Status Model::Resize(const std::vector<MSTensor> &inputs, const std::vector<std:
       probe.push_back(t);
     }
     std::vector<MSTensor> answer;
-    Status s = impl_->runner.Predict(probe, &answer);
+    Status s = impl_->runner.Predict(probe, &answer, nullptr, nullptr, false);
     if (s.IsError()) return Failed("Resize", s);
     for (size_t k = 0; k < shapes.size(); ++k) impl_->inputs[k].SetShape(shapes[k]);
     for (size_t i = 0; i < inputs.size(); ++i) const_cast<MSTensor &>(inputs[i]).SetShape(dims[i]);
@@ -192,9 +226,10 @@ Status Model::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor>
                       const MSKernelCallBack &before, const MSKernelCallBack &after) {
   try {
     std::lock_guard<std::recursive_mutex> hold(impl_->lock);
-    if (outputs == nullptr || !outputs->empty()) return impl_->runner.Predict(inputs, outputs, before, after);
+    // a shape in a dim the served model fixes is refused by the server: Resize first, as in the Python client
+    if (outputs == nullptr || !outputs->empty()) return impl_->runner.Predict(inputs, outputs, before, after, false);
     std::vector<MSTensor> own = impl_->outputs;  // the model's tensors, filled in place
-    Status s = impl_->runner.Predict(inputs, &own, before, after);
+    Status s = impl_->runner.Predict(inputs, &own, before, after, false);
     if (s.IsOk()) *outputs = own;
     return s;
   } catch (const std::exception &e) {

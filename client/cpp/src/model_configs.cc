@@ -107,7 +107,8 @@ Status ReadSections(const RunnerConfig &config, Sections *sections) {
   return kSuccess;
 }
 
-Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, unsigned cores, std::string *members) {
+Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, unsigned cores, std::string *members,
+                        const std::string &resized) {
   std::shared_ptr<Context> ctx = config.GetContext();
   long threads = ctx ? ctx->GetThreadNum() : 0;
   long workers = config.GetWorkersNum();
@@ -158,6 +159,12 @@ Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, un
       {"thread_affinity_mode", std::to_string(ctx ? ctx->GetThreadAffinityMode() : 0)},
       {"precision_mode", fp16 ? "preferred_fp16" : "enforce_fp32"},
   };
+  std::string cores_listed;  // the backend checks and applies it, as for the Python and Java clients
+  for (int32_t core : ctx ? ctx->GetThreadAffinityCoreList() : std::vector<int32_t>()) {
+    cores_listed += (cores_listed.empty() ? "" : ",") + std::to_string(core);
+  }
+  if (!cores_listed.empty()) params.emplace_back(protocol::THREAD_AFFINITY_CORE_LIST_PARAMETER, cores_listed);
+  if (!resized.empty()) params.emplace_back(protocol::RESIZED_INPUTS_PARAMETER, resized);
   static const std::map<std::string, std::string> kNone;
   auto found = sections.find(protocol::BATCHING_SECTION);
   const auto &batching = found == sections.end() ? kNone : found->second;

@@ -29,9 +29,12 @@ Status RunnerCount(const Sections &sections, const char *key, long otherwise, lo
 
 // The upload's model config as JSON members (`"backend":...,...`, no braces), for a client with `cores` cores.
 // A tuned config.ini's [runner] workers_num and thread_num apply where the code sets none (0).
+// `resized` (a JSON object {input name: [full shape]}, or "") asks the server to make the dims the shapes change
+// resizable (protocol::RESIZED_INPUTS_PARAMETER).
 // kLiteParamInvalid: a worker count or batcher value out of range, or a bad [runner] section; kLiteNotSupport:
 // a device the server lacks.
-Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, unsigned cores, std::string *members);
+Status BuildModelConfig(const RunnerConfig &config, const Sections &sections, unsigned cores, std::string *members,
+                        const std::string &resized = "");
 
 // `<stem>_<12 hex>`: the same file and config map to the same server model, which is then reused.
 std::string UploadName(const std::string &model_path, const std::string &config_members, const std::string &model);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "encoding.h"
 #include "mslite_triton/model_group.h"
@@ -33,10 +34,12 @@ class ModelGroup::Impl {
   const ModelGroupFlag flags;
   std::mutex lock;
   std::map<std::string, std::string> built;  // the bytes' SHA-256 -> the server model built from them
+  std::vector<std::string> paths;            // AddModel's paths, until CalMaxSizeOfWorkspace
 };
 
 struct ModelAccess {
   static void Join(const Model &model, const std::shared_ptr<ModelGroup::Impl> &group);
+  static std::shared_ptr<ModelGroup::Impl> Group(const Model &model);  // null: in no group
 };
 
 }  // namespace mslite_triton

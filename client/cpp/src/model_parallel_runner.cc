@@ -21,7 +21,7 @@ Status Specs(const json::Value *items, bool batched, std::vector<TensorSpec> *sp
   for (const json::Value &t : items == nullptr ? std::vector<json::Value>() : items->items) {
     const json::Value *name = t.Find("name");
     const json::Value *type = t.Find("datatype");
-    TensorSpec spec{name == nullptr ? "" : name->text, FromKServe(type == nullptr ? "" : type->text), {}};
+    TensorSpec spec{name == nullptr ? "" : name->text, FromKServe(type == nullptr ? "" : type->text), {}, {}};
     if (spec.type == DataType::kTypeUnknown) {
       return Status(kLiteNotSupport, "tensor '" + spec.name + "' has datatype " + (type ? type->text : "?") +
                                          ", not supported here");
@@ -30,6 +30,7 @@ Status Specs(const json::Value *items, bool batched, std::vector<TensorSpec> *sp
     for (const json::Value &d : shape == nullptr ? std::vector<json::Value>() : shape->items) {
       spec.shape.push_back(d.AsInt(-1));
     }
+    spec.declared = spec.shape;
     if (batched && !spec.shape.empty() && spec.shape[0] == -1) spec.shape[0] = 1;  // code written for one sample runs
     specs->push_back(std::move(spec));
   }
@@ -47,8 +48,9 @@ Status Prefixed(const char *what, const Status &s) {
 
 // Upload the model unless the same model and config is loaded already; the server-side name in *name.
 // `label` names it in messages and gives the name's stem (the file's path, or "model" for a buffer).
+// `resized`: RESIZED_INPUTS_PARAMETER's value, or "".
 Status Upload(KServeHttp *http, const std::string &label, const std::string &model, const RunnerConfig &config,
-              const Sections &sections, std::string *name) {
+              const Sections &sections, std::string *name, const std::string &resized = "") {
   // Told by content, as the Python client does: ONNX's ModelProto starts with field 1 as a varint (0x08),
   // MindIR's with a string (0x0A or 0x12; the server converts it); a .ms flatbuffer has "MSL" at offset 4.
   std::string file = "1/model.onnx";
@@ -62,7 +64,7 @@ Status Upload(KServeHttp *http, const std::string &label, const std::string &mod
     return Status(kLiteNotSupport, "'" + base + "' is neither an ONNX nor a MindIR model");
   }
   std::string members;
-  Status s = BuildModelConfig(config, sections, std::thread::hardware_concurrency(), &members);
+  Status s = BuildModelConfig(config, sections, std::thread::hardware_concurrency(), &members, resized);
   if (s.IsError()) return s;
   *name = UploadName(label, members, model);
   bool ready = false;
@@ -71,7 +73,81 @@ Status Upload(KServeHttp *http, const std::string &label, const std::string &mod
   return http->Load(*name, "{" + members + ",\"name\":" + json::Quote(*name) + "}", "file:" + file, model);
 }
 
+// The served model's inputs and outputs, as its metadata and config tell them.
+Status Describe(KServeHttp *http, const std::string &name, std::vector<TensorSpec> *ins,
+                std::vector<TensorSpec> *outs) {
+  json::Value meta, model_config;
+  Status s = http->Metadata(name, &meta);
+  if (s.IsOk()) s = http->Config(name, &model_config);
+  const json::Value *max_batch = model_config.Find("max_batch_size");
+  bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
+  if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, ins);
+  if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, outs);
+  return s;
+}
+
+std::string ShapeText(const std::vector<int64_t> &shape) {
+  std::string out = "[";
+  for (size_t d = 0; d < shape.size(); ++d) out += (d == 0 ? "" : ",") + std::to_string(shape[d]);
+  return out + "]";
+}
+
 }  // namespace
+
+std::string FixedDimsChanged(const std::vector<TensorSpec> &inputs, const std::vector<std::vector<int64_t>> &shapes) {
+  std::string key;
+  for (size_t i = 0; i < inputs.size() && i < shapes.size(); ++i) {
+    const std::vector<int64_t> &declared = inputs[i].declared;
+    if (declared.size() != shapes[i].size()) continue;  // another rank: refused as it is
+    std::string dims;
+    for (size_t d = 0; d < declared.size(); ++d) {
+      if (declared[d] >= 0 && declared[d] != shapes[i][d]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    }
+    if (!dims.empty()) key += (key.empty() ? "" : ";") + inputs[i].name + ":" + dims;
+  }
+  return key;
+}
+
+Status ModelParallelRunner::Impl::Rebuild(const std::vector<TensorSpec> &declared,
+                                          const std::vector<std::vector<int64_t>> &shapes, std::string *name,
+                                          std::vector<TensorSpec> *ins, std::vector<TensorSpec> *outs) {
+  std::map<std::string, std::vector<int64_t>> asked;  // sorted by name, as the Python client writes it
+  for (size_t i = 0; i < declared.size() && i < shapes.size(); ++i) asked[declared[i].name] = shapes[i];
+  if (source.empty()) {
+    std::string shown;
+    for (const auto &entry : asked) {
+      shown += (shown.empty() ? "'" : ", '") + entry.first + "' " + ShapeText(entry.second);
+    }
+    return Status(kLiteNotSupport, "a model bound with triton:// keeps the shapes of its server config; it cannot "
+                                   "take input " + shown);
+  }
+  std::string resized;
+  for (const auto &entry : asked) {
+    resized += (resized.empty() ? "{" : ",") + json::Quote(entry.first) + ":" + ShapeText(entry.second);
+  }
+  resized += "}";
+  std::string file;
+  const std::string *model = bytes.get();
+  if (model == nullptr) {
+    std::ifstream in(source, std::ios::binary);
+    file.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in) return Status(kLiteFileError, "model_path cannot be read again: " + source);
+    model = &file;
+  }
+  Status s = Upload(http.get(), source, *model, config, sections, name, resized);
+  if (s.IsOk()) s = Describe(http.get(), *name, ins, outs);
+  return s;
+}
+
+void ModelParallelRunner::Impl::Adopt(const std::string &name, std::vector<TensorSpec> ins,
+                                      std::vector<TensorSpec> outs) {
+  std::unique_lock<std::shared_mutex> write(lock);
+  model = name;
+  inputs = std::move(ins);
+  outputs = std::move(outs);
+  output_names.clear();
+  for (const TensorSpec &spec : outputs) output_names.push_back(spec.name);
+}
 
 std::vector<MSTensor> ModelParallelRunner::Impl::Tensors(bool in) const {
   std::shared_lock<std::shared_mutex> read(lock);
@@ -137,14 +213,12 @@ Status ModelParallelRunner::Impl::Start(const std::string &model_path, const std
     s = in ? Upload(server.get(), model_path, bytes, config, sections, &name)
            : Status(kLiteFileError, "model_path does not exist or cannot be read: " + model_path);
   }
-  json::Value meta, model_config;
-  if (s.IsOk()) s = server->Metadata(name, &meta);
-  if (s.IsOk()) s = server->Config(name, &model_config);
-  const json::Value *max_batch = model_config.Find("max_batch_size");
-  bool batched = max_batch != nullptr && max_batch->AsInt(0) > 0;
-  if (s.IsOk()) s = Specs(meta.Find("inputs"), batched, &inputs);
-  if (s.IsOk()) s = Specs(meta.Find("outputs"), batched, &outputs);
+  if (s.IsOk()) s = Describe(server.get(), name, &inputs, &outputs);
   if (s.IsError()) return Prefixed(what, s);
+  source = model_path.compare(0, prefix.size(), prefix) == 0 && model_bytes == nullptr ? "" : model_path;
+  if (model_bytes != nullptr) bytes = std::make_shared<const std::string>(*model_bytes);
+  this->config = config;
+  this->sections = sections;
   output_names.clear();
   for (const TensorSpec &spec : outputs) output_names.push_back(spec.name);
   max_pending = static_cast<int>(bound);
@@ -175,7 +249,8 @@ Status ModelParallelRunner::Predict(const std::vector<MSTensor> &inputs, std::ve
 }
 
 Status ModelParallelRunner::Impl::Predict(const std::vector<MSTensor> &inputs, std::vector<MSTensor> *outputs,
-                                          const MSKernelCallBack &before, const MSKernelCallBack &after) {
+                                          const MSKernelCallBack &before, const MSKernelCallBack &after,
+                                          bool rebuild) {
   try {
     if (before || after) {
       return Status(kLiteNotSupport, "predict failed! kernel callbacks are not available: the server runs the graph");
@@ -216,6 +291,21 @@ Status ModelParallelRunner::Impl::Predict(const std::vector<MSTensor> &inputs, s
         return Status(kLiteNotSupport, "predict failed! output '" + t.Name() + "' " + kDeviceMemory);
       }
     }
+    std::string target = model;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const MSTensor &t : inputs) shapes.push_back(t.Shape());
+    const std::string changed = rebuild ? FixedDimsChanged(this->inputs, shapes) : "";
+    if (!changed.empty()) {  // MindSpore Lite's workers resize to any shape the graph runs
+      std::lock_guard<std::mutex> one(resize_lock);
+      auto found = resized.find(changed);
+      if (found == resized.end()) {
+        std::vector<TensorSpec> ins, outs;
+        Status s = Rebuild(this->inputs, shapes, &target, &ins, &outs);
+        if (s.IsError()) return Prefixed("predict", s);
+        found = resized.emplace(changed, target).first;
+      }
+      target = found->second;
+    }
     // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent.
     int bound = max_pending;
     if (pending.fetch_add(1) + 1 > bound && bound > 0) {
@@ -231,7 +321,7 @@ Status ModelParallelRunner::Impl::Predict(const std::vector<MSTensor> &inputs, s
     } done{pending};
     std::string body;
     std::vector<OutputView> views;
-    Status s = http->Infer(model, names, inputs, output_names, &body, &views);
+    Status s = http->Infer(target, names, inputs, output_names, &body, &views);
     if (s.IsError()) return Prefixed("predict", s);
     if (views.empty()) return Status(kLiteError, "predict failed! the server returned no outputs");
     bool in_place = !outputs->empty();

@@ -17,6 +17,9 @@ inline constexpr char RUNNER_SECTION[] = "runner";  // client-side only, never s
 inline constexpr char MAX_PENDING_KEY[] = "max_pending_predicts";
 inline constexpr char WORKERS_KEY[] = "workers_num";  // a tuned config.ini's sizes (`mslite-triton tune`)
 inline constexpr char THREADS_KEY[] = "thread_num";
+// A model built again with these inputs resized to shapes its file fixes: {input name: [full shape]} (JSON).
+inline constexpr char RESIZED_INPUTS_PARAMETER[] = "resized_inputs";
+inline constexpr char THREAD_AFFINITY_CORE_LIST_PARAMETER[] = "thread_affinity_core_list";  // cores, comma-separated
 
 // The clients' own names (mslite_contract/protocol.py, settings.py; the test checks these too).
 inline constexpr int DEFAULT_MAX_PENDING = 1000;  // MindSpore Lite's task-queue bound (kNumMaxTaskQueueSize)

@@ -37,6 +37,36 @@ std::string Reason(const std::string &body) {
 
 }  // namespace
 
+std::string DeviceMissing(const std::string &message) {
+  static const std::string kRefused = "invalid or unsupported gpu id ";
+  const std::string lower = Lower(message);
+  size_t at = lower.find(kRefused);
+  if (at == std::string::npos) return "";
+  size_t start = at + kRefused.size();
+  size_t end = start;
+  while (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+  if (end == start) return "";
+  std::string usable;
+  size_t list = lower.find("are:", end);
+  if (list != std::string::npos) {
+    std::string digits;
+    for (size_t i = list + 4; i <= message.size(); ++i) {
+      char c = i < message.size() ? message[i] : ';';
+      if (std::isdigit(static_cast<unsigned char>(c))) {
+        digits += c;
+      } else if (c == ',' || c == ' ') {
+        if (!digits.empty()) usable += (usable.empty() ? "" : ", ") + digits;
+        digits.clear();
+      } else {
+        if (!digits.empty()) usable += (usable.empty() ? "" : ", ") + digits;
+        break;
+      }
+    }
+  }
+  return "GPU " + message.substr(start, end - start) + " is not available on the server (the GPUs it can use: " +
+         (usable.empty() ? "none" : usable) + ")";
+}
+
 Status Classify(long code, const std::string &body, enum StatusCode otherwise) {
   std::string message = Reason(body);
   std::string lower = Lower(message);
@@ -53,10 +83,8 @@ Status Classify(long code, const std::string &body, enum StatusCode otherwise) {
              lower.find("is not found") != std::string::npos) {
     status = kLiteError;
     message = "model not found: " + message;
-  } else if (lower.find("invalid or unsupported gpu id") != std::string::npos) {
-    status = kLiteNotSupport;  // Triton's words list the usable GPUs, an empty list on a host without one
-    message = "the GPU asked for is not available on the server (it runs on CPU only, or lacks that device): " +
-              message;
+  } else if (!DeviceMissing(message).empty()) {
+    return Status(kLiteNotSupport, DeviceMissing(message));
   } else if (code == 400 && otherwise == kLiteError) {
     status = kLiteInputTensorError;
   }

@@ -4,6 +4,8 @@
 // - kShareWorkspace: nothing to share: a workspace lives inside one worker process, sized by ONNX Runtime per
 //   run. AddModel with paths and CalMaxSizeOfWorkspace check their arguments and return.
 // - kShareWeightAndWorkspace: both, so in effect kShareWeight.
+// AddModel takes what MindSpore Lite's cloud runtime takes under each flag: paths under any flag, buffers
+// under kShareWorkspace only, Model objects under kShareWeight only; else kLiteError ("Only support ...").
 #ifndef MSLITE_TRITON_MODEL_GROUP_H_
 #define MSLITE_TRITON_MODEL_GROUP_H_
 
@@ -32,13 +34,16 @@ class ModelGroup {
   explicit ModelGroup(ModelGroupFlag flags = ModelGroupFlag::kShareWorkspace);
   ~ModelGroup();
 
-  // Paths or buffers: workspace sharing (kLiteParamInvalid when empty or a path is empty / a buffer null).
+  // Paths (any flag) or buffers (kShareWorkspace only, else kLiteError): workspace sharing; kLiteParamInvalid
+  // for an empty list (an empty path or buffer in it is skipped).
   Status AddModel(const std::vector<std::string> &model_path_list);
   Status AddModel(const std::vector<std::pair<const void *, size_t>> &model_buff_list);
-  // Models not built yet: weight sharing (kLiteParamInvalid when empty or a model is built already).
+  // Models not built yet: weight sharing (kShareWeight only, else kLiteError; kLiteError for a model in another
+  // group; kLiteParamInvalid for a model built already, whose build could share nothing any more).
   Status AddModel(const std::vector<Model> &model_list);
-  // Checks its arguments: kLiteNullptr without a context; kLiteNotSupport for an Ascend context or an Ascend
-  // model type (MindSpore Lite sizes an Ascend workspace here; this server has CPU and GPU workers).
+  // Checks its arguments: kLiteNullptr without a context; kLiteError for the GE provider, as MindSpore Lite;
+  // kLiteNotSupport for an Ascend context or an Ascend model type (MindSpore Lite sizes an Ascend workspace
+  // here; this server has CPU and GPU workers); kLiteError for paths added to a group of an unknown flag.
   Status CalMaxSizeOfWorkspace(ModelType model_type, const std::shared_ptr<Context> &ms_context);
 
   class Impl;

@@ -16,6 +16,7 @@ import java.util.Base64;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
@@ -27,6 +28,9 @@ final class KServeHttp {
     static final String ADMIN_KEY_HEADER = "mslite-key"; // the admin key header of the model-control API
     private static final String HEADER_LENGTH = "Inference-Header-Content-Length";
     private static final Pattern TRACEBACK = Pattern.compile("\\n\\s*At:\\n.*", Pattern.DOTALL);
+    private static final Pattern GPU_REFUSED =
+            Pattern.compile("invalid or unsupported gpu id (\\d+).*?\\bare:\\s*([0-9][0-9, ]*)?",
+                    Pattern.CASE_INSENSITIVE | Pattern.DOTALL);
 
     /** A failed call: a MindSpore Lite status name and the server's message (without server tracebacks). */
     static final class ServerError extends Exception {
@@ -248,6 +252,10 @@ final class KServeHttp {
             // keep the raw text (e.g. a proxy's HTML page)
         }
         message = TRACEBACK.matcher(message).replaceAll("").trim();
+        String missing = deviceMissing(message);
+        if (missing != null) {
+            throw new ServerError("kLiteNotSupport", missing);
+        }
         String status;
         if (code == 503 && message.toLowerCase().contains("maximum queue size")) {
             status = "kLiteServiceDeny";
@@ -264,6 +272,21 @@ final class KServeHttp {
             status = otherwise;
         }
         throw new ServerError(status, message + " (HTTP " + code + ")");
+    }
+
+    /**
+     * The clients' one wording for a device the server lacks ("GPU 0 is not available on the server (the GPUs it
+     * can use: none)"), from Triton's refusal of a GPU instance group; null for other messages. The Python
+     * client's {@code _error_table.device_missing} and the C++ client's {@code DeviceMissing} say the same.
+     */
+    static String deviceMissing(String message) {
+        Matcher found = GPU_REFUSED.matcher(message);
+        if (!found.find()) {
+            return null;
+        }
+        String usable = found.group(2) == null ? "" : String.join(", ", found.group(2).trim().split("[,\\s]+"));
+        return "GPU " + found.group(1) + " is not available on the server (the GPUs it can use: "
+                + (usable.isEmpty() ? "none" : usable) + ")";
     }
 
     private static Object json(byte[] body) throws ServerError {

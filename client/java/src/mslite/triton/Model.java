@@ -1,7 +1,12 @@
 package mslite.triton;
 
+import java.io.IOException;
 import java.nio.MappedByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
+import java.nio.file.Paths;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.logging.Logger;
@@ -25,6 +30,7 @@ public final class Model {
     private List<MSTensor> inputs; // the same tensors on every getInputs, as MindSpore Lite's
     private List<MSTensor> outputs; // the last predict's, or null before one
     private String lastError = "";
+    private ModelGroup group; // set by ModelGroup.addModel, before build
 
     public Model() {}
 
@@ -86,7 +92,7 @@ public final class Model {
             return false;
         }
         List<MSTensor> results = new ArrayList<>();
-        if (!runner.predict(getInputs(), results)) {
+        if (!runner.predict(getInputs(), results, false)) { // a shape the served model cannot take: resize first
             return remember(runner.getLastError()); // the runner logged it
         }
         outputs = results;
@@ -99,31 +105,59 @@ public final class Model {
     }
 
     /**
-     * Gives the input tensors new shapes ({@code dims[i]} for {@code inputs.get(i)}), e.g. another batch size; set
-     * their data afterwards. The server checks the shapes against the model at the next predict.
+     * Gives the input tensors new shapes ({@code dims[i]} for {@code inputs.get(i)}, of the same rank), e.g. another
+     * batch size; set their data afterwards. A size in a dim the model file fixes builds the model again on the
+     * server with that dim resizable (and runs it once there: a graph that cannot take the shape fails here, with
+     * the reason), as the Python and C++ clients do; other shapes the server checks at the next predict.
      */
     public synchronized boolean resize(List<MSTensor> inputs, int[][] dims) {
         if (!check("resize")) {
             return false;
         }
         if (inputs == null || dims == null || inputs.size() != dims.length || inputs.contains(null)) {
-            return fail("resize: give one shape per input tensor");
+            return fail("resize failed! Error is kLiteParamInvalid: give one shape per input tensor");
         }
+        List<MSTensor> own = getInputs();
+        List<int[]> shapes = new ArrayList<>();
+        own.forEach(t -> shapes.add(t.getShape()));
         for (int i = 0; i < dims.length; i++) {
+            String name = inputs.get(i).tensorName();
+            int k = 0;
+            while (k < own.size() && !own.get(k).tensorName().equals(name)) {
+                k++;
+            }
+            if (k == own.size()) {
+                return fail("resize failed! Error is kLiteParamInvalid: '" + name + "' is not an input of the model");
+            }
             int[] shape = dims[i];
-            if (shape == null || shape.length != inputs.get(i).getShape().length) {
-                return fail("resize: input " + i + " ('" + inputs.get(i).tensorName() + "') has rank "
-                        + inputs.get(i).getShape().length + "; the new shape must have the same rank");
+            int[] have = own.get(k).getShape();
+            if (shape == null || shape.length != have.length) {
+                return fail("resize failed! Error is kLiteInputParamInvalid: input '" + name + "' has " + have.length
+                        + " dims " + Resizing.text(have) + ", got " + (shape == null ? "null" : Resizing.text(shape))
+                        + ": a resize keeps the rank");
             }
             for (int d : shape) {
                 if (d <= 0) {
-                    return fail("resize: input " + i + " gets a dimension of " + d + "; dimensions must be > 0");
+                    return fail("resize failed! Error is kLiteParamInvalid: input '" + name + "' gets a dimension of "
+                            + d + "; dimensions must be > 0");
                 }
+            }
+            shapes.set(k, shape);
+        }
+        if (!runner.resizeServed(shapes)) {
+            return remember(runner.getLastError()); // the runner logged it
+        }
+        for (int k = 0; k < own.size(); k++) {
+            if (!Arrays.equals(own.get(k).getShape(), shapes.get(k))) {
+                own.get(k).setShape(shapes.get(k));
+                own.get(k).free(); // its data was for the old shape
             }
         }
         for (int i = 0; i < dims.length; i++) {
-            inputs.get(i).setShape(dims[i]);
-            inputs.get(i).free(); // its data was for the old shape
+            if (!own.contains(inputs.get(i))) {
+                inputs.get(i).setShape(dims[i]);
+                inputs.get(i).free();
+            }
         }
         return true;
     }
@@ -217,6 +251,14 @@ public final class Model {
         runner.free();
     }
 
+    /**
+     * The model's name on the server (null before build): this library's own, as the C++ client's
+     * {@code GetModelName} and the Python client's {@code served_name}, for Triton's tools pointed at it.
+     */
+    public synchronized String getModelName() {
+        return built ? runner.getModelName() : null;
+    }
+
     /** Why the last failed call failed ("" if none failed). */
     public synchronized String getLastError() {
         return lastError;
@@ -237,13 +279,43 @@ public final class Model {
         config.setWorkersNum(1); // one model, one worker: MindSpore Lite's Model is a single instance
         config.setConfigPath(configPath);
         configInfo.forEach(config::setConfigInfo);
-        if (!runner.init(modelPath, bytes, config)) {
+        byte[] content = bytes;
+        String shared = null;
+        if (group != null && group.sharesWeights() && !modelPath.startsWith("triton://")) {
+            try {
+                content = bytes != null ? bytes : Files.readAllBytes(Paths.get(modelPath));
+            } catch (IOException | InvalidPathException e) {
+                return fail("build failed! Error is kLiteFileError: model_path cannot be read: " + modelPath);
+            }
+            shared = group.shared(content);
+        }
+        boolean ok = shared == null ? runner.init(modelPath, bytes, config)
+                : runner.init("triton://" + shared, null, config) && runner.rebuildsFrom(modelPath, bytes);
+        if (!ok) {
             return remember(runner.getLastError()); // the runner logged it
+        }
+        if (group != null && shared == null && content != null) {
+            group.record(content, runner.getModelName());
         }
         built = true;
         inputs = null;
         outputs = null;
         return true;
+    }
+
+    /** Why this model cannot join {@code to} ({status, reason}), or null when it can. */
+    synchronized String[] joinable(ModelGroup to) {
+        if (built) {
+            return new String[] {"kLiteParamInvalid", "add models to a group before building them"};
+        }
+        if (group != null && group != to) {
+            return new String[] {"kLiteError", "the model has been in another group"};
+        }
+        return null;
+    }
+
+    synchronized void join(ModelGroup to) {
+        group = to;
     }
 
     private boolean check(String call) {

@@ -29,10 +29,20 @@ final class ModelConfigs {
     static final String MAX_QUEUE_DELAY_KEY = "max_queue_delay_microseconds";
     static final String MAX_QUEUE_SIZE_KEY = "max_queue_size";
     static final String QUEUE_POLICY_KEY = "default_queue_policy";
+    static final String RESIZED_INPUTS_PARAMETER = "resized_inputs";
 
     private ModelConfigs() {}
 
     static Map<String, Object> build(RunnerConfig cfg, int cores)
+            throws IOException, KServeHttp.ServerError {
+        return build(cfg, cores, null);
+    }
+
+    /**
+     * The same, for the model built again with inputs resized to shapes its file fixes: {@code resized} (a JSON
+     * object {input name: [full shape]}, or null) asks the server to make the dims those shapes change resizable.
+     */
+    static Map<String, Object> build(RunnerConfig cfg, int cores, String resized)
             throws IOException, KServeHttp.ServerError {
         MSContext ctx = cfg.context();
         Map<String, Map<String, String>> sections = cfg.sections();
@@ -81,6 +91,9 @@ final class ModelConfigs {
                     .collect(Collectors.joining(",")));
         }
         params.put("precision_mode", ctx != null && ctx.isEnableFloat16() ? "preferred_fp16" : "enforce_fp32");
+        if (resized != null) {
+            params.put(RESIZED_INPUTS_PARAMETER, resized);
+        }
         Map<String, String> batching = sections.getOrDefault(BATCHING_SECTION, Map.of());
         sections.forEach((section, entries) -> {
             if (!BATCHING_SECTION.equals(section) && !ModelParallelRunner.RUNNER_SECTION.equals(section)) {

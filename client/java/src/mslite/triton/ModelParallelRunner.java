@@ -7,7 +7,6 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -41,24 +40,17 @@ public final class ModelParallelRunner {
     private final ThreadLocal<String> lastError = ThreadLocal.withInitial(() -> "");
     private KServeHttp server;
     private String modelName;
-    private List<TensorSpec> inputSpecs;
-    private List<TensorSpec> outputSpecs;
+    private List<ServedModel.TensorSpec> inputSpecs;
+    private List<ServedModel.TensorSpec> outputSpecs;
     private boolean binaryData = true;
     private int maxPending = DEFAULT_MAX_PENDING; // 0: no bound
     private final AtomicInteger pending = new AtomicInteger();
     private volatile List<KServeHttp.Output> last; // the outputs of the last predict that succeeded
-
-    private static final class TensorSpec {
-        final String name;
-        final int dataType;
-        final int[] shape;
-
-        TensorSpec(String name, int dataType, int[] shape) {
-            this.name = name;
-            this.dataType = dataType;
-            this.shape = shape;
-        }
-    }
+    // what init uploaded, to build the model again with resized inputs (source null: bound with triton://)
+    private String source;
+    private byte[] sourceBytes; // a buffer's model; null: read source again
+    private RunnerConfig sourceConfig;
+    private final Map<String, String> resized = new HashMap<>(); // Resizing.fixedDimsChanged's key -> model
 
     /** Builds with default settings: the server as {@link Endpoint} finds it, workers from the core count. */
     public boolean init(String modelPath) {
@@ -102,13 +94,16 @@ public final class ModelParallelRunner {
                 if (model == null && !Files.isRegularFile(path)) {
                     throw new IOException("model_path does not exist: " + path);
                 }
-                name = upload(http, path, model != null ? model : Files.readAllBytes(path), runnerConfig);
+                byte[] bytes = model != null ? model : Files.readAllBytes(path);
+                name = ServedModel.upload(http, path, bytes, runnerConfig, null);
             }
-            Map<String, Object> meta = http.metadata(name);
-            Map<String, Object> conf = http.config(name);
-            boolean batched = ((Number) conf.getOrDefault("max_batch_size", 0L)).intValue() > 0;
-            inputSpecs = specs(meta.get("inputs"), batched);
-            outputSpecs = specs(meta.get("outputs"), batched);
+            ServedModel.Served served = ServedModel.describe(http, name);
+            inputSpecs = served.inputs();
+            outputSpecs = served.outputs();
+            source = model == null && modelPath.startsWith(BIND_PREFIX) ? null : modelPath;
+            sourceBytes = model;
+            sourceConfig = runnerConfig;
+            resized.clear();
             binaryData = ctx == null || ctx.getBinaryData();
             maxPending = Integer.parseInt(bound);
             modelName = name;
@@ -141,6 +136,15 @@ public final class ModelParallelRunner {
      * an empty one gets new tensors appended.
      */
     public boolean predict(List<MSTensor> inputs, List<MSTensor> outputs) {
+        return predict(inputs, outputs, true);
+    }
+
+    /**
+     * {@link #predict(List, List)}; with {@code rebuild} (the runner's, as MindSpore Lite's workers resize),
+     * shapes in dims the model fixes are served by the model built again for them, once per set of such dims;
+     * without (a Model's: it resizes first), the server refuses them.
+     */
+    boolean predict(List<MSTensor> inputs, List<MSTensor> outputs, boolean rebuild) {
         if (inputs == null || outputs == null || inputs.isEmpty()) {
             return fail("predict: inputs must be a non-empty list and outputs a list");
         }
@@ -170,8 +174,12 @@ public final class ModelParallelRunner {
                         + outputSpecs.size() + ")");
             }
             List<String> wanted = new ArrayList<>();
-            for (TensorSpec s : outputSpecs) {
+            for (ServedModel.TensorSpec s : outputSpecs) {
                 wanted.add(s.name);
+            }
+            String target = modelName;
+            if (rebuild) {
+                target = servingFor(inputs);
             }
             List<KServeHttp.Output> answered;
             // MindSpore Lite's task-queue bound, kept in the caller's runner: refused at once, nothing sent
@@ -182,7 +190,7 @@ public final class ModelParallelRunner {
                         + "] " + MAX_PENDING_KEY + "=" + maxPending + ")");
             }
             try {
-                answered = server.infer(modelName, names, inputs, wanted, binaryData);
+                answered = server.infer(target, names, inputs, wanted, binaryData);
             } finally {
                 pending.decrementAndGet();
             }
@@ -212,8 +220,36 @@ public final class ModelParallelRunner {
             return fail("predict failed! Error is " + e);
         } catch (IllegalArgumentException e) {
             return fail("predict failed! Error is kLiteNotSupport: " + e.getMessage());
+        } catch (IOException e) {
+            return fail("predict failed! Error is kLiteFileError: " + e.getMessage());
         } finally {
             lock.readLock().unlock();
+        }
+    }
+
+    /**
+     * {@code Model.resize}'s half: when {@code shapes} (one per input, in order) change a dim the served model
+     * fixes, the model built again with those dims resizable serves from now on (the one before keeps serving
+     * until that succeeds). False with the reason in {@link #getLastError()} otherwise.
+     */
+    boolean resizeServed(List<int[]> shapes) {
+        lock.writeLock().lock();
+        try {
+            if (changedDims(shapes).isEmpty()) {
+                return true;
+            }
+            ServedModel.Served served = rebuild(shapes);
+            modelName = served.name();
+            inputSpecs = served.inputs();
+            outputSpecs = served.outputs();
+            last = null;
+            return true;
+        } catch (KServeHttp.ServerError e) {
+            return fail("resize failed! Error is " + e);
+        } catch (IOException e) {
+            return fail("resize failed! Error is kLiteFileError: " + e.getMessage());
+        } finally {
+            lock.writeLock().unlock();
         }
     }
 
@@ -226,6 +262,24 @@ public final class ModelParallelRunner {
             inputSpecs = null;
             outputSpecs = null;
             last = null;
+            source = null;
+            sourceBytes = null;
+            resized.clear();
+        } finally {
+            lock.writeLock().unlock();
+        }
+    }
+
+    /**
+     * A runner bound to a model another {@link Model} of its {@link ModelGroup} built from the same bytes: what a
+     * resize builds again is this model's own file ({@code modelPath}) or buffer ({@code model}, when not null).
+     */
+    boolean rebuildsFrom(String modelPath, byte[] model) {
+        lock.writeLock().lock();
+        try {
+            source = modelPath;
+            sourceBytes = model;
+            return true;
         } finally {
             lock.writeLock().unlock();
         }
@@ -252,6 +306,40 @@ public final class ModelParallelRunner {
     }
 
     // -- internals ---------------------------------------------------------------------------------------
+    /** The server model for these inputs' shapes (called under the read lock). */
+    private String servingFor(List<MSTensor> inputs) throws KServeHttp.ServerError, IOException {
+        List<int[]> shapes = new ArrayList<>();
+        inputs.forEach(t -> shapes.add(t.getShape()));
+        String key = changedDims(shapes);
+        if (key.isEmpty()) {
+            return modelName;
+        }
+        synchronized (resized) { // one rebuild at a time; later predicts of the same dims reuse it
+            String found = resized.get(key);
+            if (found == null) {
+                found = rebuild(shapes).name();
+                resized.put(key, found);
+            }
+            return found;
+        }
+    }
+
+    private String changedDims(List<int[]> shapes) {
+        return Resizing.fixedDimsChanged(ServedModel.names(inputSpecs), ServedModel.declared(inputSpecs), shapes);
+    }
+
+    /** The model built again with {@code shapes} in the dims it fixes, under its own name. */
+    private ServedModel.Served rebuild(List<int[]> shapes) throws KServeHttp.ServerError, IOException {
+        List<String> names = ServedModel.names(inputSpecs);
+        if (source == null) {
+            throw Resizing.bound(names, shapes);
+        }
+        Path path = Paths.get(source);
+        byte[] model = sourceBytes != null ? sourceBytes : Files.readAllBytes(path);
+        String name = ServedModel.upload(server, path, model, sourceConfig, Resizing.parameter(names, shapes));
+        return ServedModel.describe(server, name);
+    }
+
     private List<MSTensor> tensors(boolean in) {
         lock.readLock().lock();
         try {
@@ -267,62 +355,13 @@ public final class ModelParallelRunner {
                 }
                 return out;
             }
-            for (TensorSpec s : in ? inputSpecs : outputSpecs) {
+            for (ServedModel.TensorSpec s : in ? inputSpecs : outputSpecs) {
                 out.add(new MSTensor(s.name, s.dataType, s.shape, null));
             }
             return out;
         } finally {
             lock.readLock().unlock();
         }
-    }
-
-    @SuppressWarnings("unchecked")
-    private static List<TensorSpec> specs(Object items, boolean batched) throws KServeHttp.ServerError {
-        List<TensorSpec> specs = new ArrayList<>();
-        for (Object o : (List<Object>) items) {
-            Map<String, Object> t = (Map<String, Object>) o;
-            int dataType = DataType.fromKServe((String) t.get("datatype"));
-            if (dataType == DataType.kTypeUnknown) {
-                throw new KServeHttp.ServerError("kLiteNotSupport",
-                        "tensor '" + t.get("name") + "' has datatype " + t.get("datatype") + ", not supported here");
-            }
-            List<Object> dims = (List<Object>) t.get("shape");
-            int[] shape = new int[dims.size()];
-            for (int i = 0; i < shape.length; i++) {
-                shape[i] = ((Number) dims.get(i)).intValue();
-            }
-            if (batched && shape.length > 0 && shape[0] == -1) {
-                shape[0] = 1; // code written for a static model (one sample) runs unchanged
-            }
-            specs.add(new TensorSpec((String) t.get("name"), dataType, shape));
-        }
-        return specs;
-    }
-
-    /** Upload the model unless the same model + config is already loaded; returns the server-side name. */
-    private static String upload(KServeHttp http, Path path, byte[] model, RunnerConfig cfg)
-            throws IOException, KServeHttp.ServerError {
-        // told by content, as the Python client does (mslite_contract/mindir.py, detect_format): ONNX's
-        // ModelProto starts with field 1 as a varint (0x08), MindIR's with a string (0x0A or 0x12); the server
-        // converts MindIR (with its [mindir] extra); a .ms flatbuffer has "MSL" at offset 4
-        String file = "file:1/model.onnx";
-        if (model.length >= 8 && model[4] == 'M' && model[5] == 'S' && model[6] == 'L') {
-            throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName() + "': MindSpore Lite's .ms"
-                    + " format cannot be served; serve the .mindir (or an ONNX export) the .ms file was converted from");
-        } else if (model.length > 0 && (model[0] == 0x0A || model[0] == 0x12)) {
-            file = "file:1/model.mindir";
-        } else if (model.length == 0 || model[0] != 0x08) {
-            throw new KServeHttp.ServerError("kLiteNotSupport", "'" + path.getFileName()
-                    + "' is neither an ONNX nor a MindIR model");
-        }
-        Map<String, Object> config = ModelConfigs.build(cfg, Runtime.getRuntime().availableProcessors());
-        String name = ModelConfigs.name(path, config, model);
-        if (!http.modelReady(name)) {
-            Map<String, Object> named = new LinkedHashMap<>(config);
-            named.put("name", name);
-            http.load(name, Json.write(named), Map.of(file, model));
-        }
-        return name;
     }
 
     private boolean fail(String message) {
