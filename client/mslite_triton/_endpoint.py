@@ -1,28 +1,22 @@
-"""Where the server is: `Context.server_url`, `settings.URL_ENV`, or a local server started on demand."""
+"""Where the server is: `Context.server_url`, `settings.URL_ENV`, or a server of this program's own (`_own_server`)."""
 
 from __future__ import annotations
 
 import atexit
 import logging
-import shutil
-import tempfile
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mslite_contract import settings
 from mslite_contract.admin_key import key_for
 
+from ._own_server import OwnServer, start_own_server
 from ._transport import Transport
 from .errors import ServerUnavailableError
-
-if TYPE_CHECKING:  # the launcher is imported only when a server is started (`_autostart`)
-    from mslite_server import LocalServer
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_started: LocalServer | None = None  # the server this process started, once it has
+_started: OwnServer | None = None  # the server this process started, once it has
 _transports: dict[tuple[str, str | None], Transport] = {}
 
 
@@ -57,11 +51,11 @@ def _key(url: str) -> str | None:
     """
     started = _started
     if started is not None and url == started.grpc_url:
-        return started.admin_key
+        return started.key
     return key_for(url)
 
 
-def started_server() -> LocalServer | None:
+def started_server() -> OwnServer | None:
     """The server this process started (`_autostart`), if it has started one."""
     return _started
 
@@ -69,25 +63,17 @@ def started_server() -> LocalServer | None:
 def _autostart() -> str:
     global _started
     with _lock:
-        if _started is not None and _started.is_serving():  # healing counts: same URL, clients retry
+        if _started is not None and _started.is_running():  # it heals its own parts: same URL, clients retry
             return _started.grpc_url
         if not settings.autostart():
             raise ServerUnavailableError(
                 "(no URL)", f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0 turns auto-start off"
             )
-        from mslite_server import LocalServer, ServerConfig  # the launcher's public handle, loaded on demand
-
-        repo = Path(tempfile.mkdtemp(prefix="mslite-triton-repo-"))
-        server = LocalServer(ServerConfig(model_repository=repo, load_models=()))
-        try:
-            server.start()
-        except Exception as e:
-            shutil.rmtree(repo, ignore_errors=True)
-            raise ServerUnavailableError("(local)", f"the local server did not start: {e}") from e
-        log.info("started a Triton server at %s (log: %s); it stops when this process exits",
-                 server.grpc_url, server.log_path)  # fmt: skip
+        server = start_own_server()
+        log.info("started a server of this program's own at %s (pid %d); it stops when this program ends",
+                 server.grpc_url, server.pid)  # fmt: skip
         _started = server
-        atexit.register(_stop_started, server, repo)
+        atexit.register(_stop_started, server)
         return server.grpc_url
 
 
@@ -100,8 +86,6 @@ def _close_transports() -> None:
 atexit.register(_close_transports)
 
 
-def _stop_started(server: LocalServer, repo: Path) -> None:
+def _stop_started(server: OwnServer) -> None:
     _close_transports()
     server.stop()
-    server.remove_workspace()
-    shutil.rmtree(repo, ignore_errors=True)

@@ -18,11 +18,16 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from mslite_contract.protocol import MAX_PENDING_KEY, RUNNER_KEYS, RUNNER_SECTION, THREADS_KEY, WORKERS_KEY
+from mslite_contract.protocol import (
+    DEFAULT_MAX_PENDING,
+    MAX_PENDING_KEY,
+    RUNNER_KEYS,
+    RUNNER_SECTION,
+    THREADS_KEY,
+    WORKERS_KEY,
+)
 
 from .errors import ServiceDenyError
-
-DEFAULT_MAX_PENDING = 1000  # MindSpore Lite's kNumMaxTaskQueueSize
 
 
 class PendingLimit:

@@ -26,12 +26,9 @@ import tritonclient.utils.shared_memory as sysshm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from mslite_contract import settings
-from mslite_contract.owned_files import owner_pid
 from mslite_contract.protocol import (
     ADMIN_KEY_GRPC_HEADER,
     ADMIN_KEY_HEADER,
-    CLIENT_REGION_PREFIX,
-    GATEWAY_REGION_PREFIX,
     UNIX_ADDRESS_PREFIX,
 )
 from mslite_contract.scrub import load_reason
@@ -339,20 +336,5 @@ class Transport:
         return {name: result.as_numpy(name) for name in outputs}
 
 
-REGION_PREFIXES = (CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX)  # the regions a dead owner leaves behind
-
-
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def region_owner(name: str) -> int | None:
-    """The pid of the process (a client of this library, or the gateway) that created a region, from its name.
-
-    None for any other name.
-    """
-    for prefix in REGION_PREFIXES:
-        pid = owner_pid(name, prefix)
-        if pid is not None:
-            return pid
-    return None

@@ -119,7 +119,3 @@ class ExecutionTimeoutError(MSLiteError, RuntimeError):
     """Raised when a request got no answer within the execution timeout (`settings.TIMEOUT_S_ENV`)."""
 
     status = "kLiteTimeout"
-
-
-class ServerStartError(RuntimeError):
-    """A local server could not start: a port is taken, the binary is missing, or it died during start-up."""

@@ -121,6 +121,10 @@ class GatewayOptions:
     grpc_fd: int = _option(
         -1, "an inherited descriptor of a socket listening on the gRPC port, served instead of binding it (-1: bind)"
     )
+    key_on_every_request: bool = _option(
+        False,
+        "answer only requests that carry the admin key, health and inference included (a client's private server)",
+    )
     limits: GatewayLimits = GatewayLimits()
 
     def to_argv(self) -> list[str]:

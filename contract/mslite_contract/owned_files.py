@@ -28,7 +28,11 @@ import os
 import shutil
 import stat
 
-from .protocol import SHM_DIR
+from .protocol import CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX, SHM_DIR
+
+# the shared-memory regions registered with Triton whose dead owner leaves them behind: the launcher's
+# supervisor unregisters them (`region_owner`)
+REGION_PREFIXES = (CLIENT_REGION_PREFIX, GATEWAY_REGION_PREFIX)
 
 
 def owner_pid(name: str, prefix: str) -> int | None:
@@ -37,6 +41,18 @@ def owner_pid(name: str, prefix: str) -> int | None:
         return None
     pid = name[len(prefix) :].split("_", 1)[0]
     return int(pid) if pid.isascii() and pid.isdigit() else None
+
+
+def region_owner(name: str) -> int | None:
+    """The pid of the process (a client of this library, or the gateway) that created a region, from its name.
+
+    None for any other name.
+    """
+    for prefix in REGION_PREFIXES:
+        pid = owner_pid(name, prefix)
+        if pid is not None:
+            return pid
+    return None
 
 
 def process_alive(pid: int) -> bool:

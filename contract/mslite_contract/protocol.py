@@ -165,6 +165,9 @@ def section_parameter(section: str, key: str) -> str:
 # where its Context leaves them at 0).
 RUNNER_SECTION = "runner"
 MAX_PENDING_KEY = "max_pending_predicts"
+# predicts one Model or runner may have in flight unless `MAX_PENDING_KEY` says (MindSpore Lite's task-queue
+# bound, kNumMaxTaskQueueSize); the three clients share it
+DEFAULT_MAX_PENDING = 1000
 WORKERS_KEY = "workers_num"
 THREADS_KEY = "thread_num"
 RUNNER_KEYS = (MAX_PENDING_KEY, WORKERS_KEY, THREADS_KEY)

@@ -106,9 +106,10 @@ VARIABLES = (
     Variable(
         SERVE_CMD_ENV,
         "",
-        "C++ and Java clients",
-        "the command that runs `mslite-triton` (words split on spaces; `serve` and its options are appended) "
-        "when the client starts a server of its own; unset: `mslite-triton` on `PATH`",
+        "clients",
+        "the command that runs `mslite-triton` (words split on spaces; `serve --private` is appended) "
+        "when the client starts a server of its own; unset: `mslite-triton` beside the Python interpreter "
+        "(Python client), on `PATH`, or in `.venv/bin/` of the current folder or one above it",
     ),
     Variable(TIMEOUT_S_ENV, f"{DEFAULT_TIMEOUT_S:g}", "client", "execution timeout of one call, in seconds"),
     Variable(

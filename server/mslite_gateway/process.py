@@ -102,6 +102,7 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
         max_strings=limits.max_string_elements,
         idle_timeout_s=limits.idle_timeout_s,
         connections=connections,
+        key_on_every_request=options.key_on_every_request,
     )
     # The ports first, and no task before them: a start that cannot bind one ends at once, with the reason.
     # The launcher binds them once and hands each gateway it starts the same sockets (`http_fd`, `grpc_fd`), so
@@ -128,6 +129,7 @@ async def serve(options: GatewayOptions, upstream_http: UpstreamAddress, upstrea
             upstream_timeout_s=limits.upstream_timeout_s,
             max_streams=limits.max_streams_per_connection,
             max_unread_bytes=limits.max_unread_bytes_per_connection,
+            key_on_every_request=options.key_on_every_request,
         )
         grpc_server, relay = await start_relay(
             options.host, options.grpc_port, upstream_grpc, rules, connections, sock=grpc_sock

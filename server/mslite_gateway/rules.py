@@ -232,6 +232,10 @@ def check_region_name(name: str, region: str, *, keyed: bool) -> None:
         raise Refusal(f"{name}: {REGION_NEEDS_KEY}", status=403)
 
 
+# what a private server's gateway answers a request without the key (`GatewayOptions.key_on_every_request`)
+KEY_REQUIRED = f"this server serves one program only: every request needs its admin key (header '{ADMIN_KEY_HEADER}')"
+
+
 def holds_key(sent: bytes | None, admin_key: str | None) -> bool:
     """Whether a request came with the admin key: `sent` (the header's value) is it, or the server has none."""
     if not admin_key:

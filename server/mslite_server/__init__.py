@@ -1,8 +1,9 @@
 """What runs in the launcher process: a local Triton server (`LocalServer`), its supervisor, `mslite-triton`.
 
-`LocalServer` is the one handle the client uses to start a server of its own: tritonserver as a child
-process, on ports of this machine. The validating gateway, which the launcher starts in a process of its
-own, is the package `mslite_gateway`; `gateway_process` is the launcher's handle of it.
+`LocalServer` is the one handle of a local server: tritonserver as a child process, on ports of this machine.
+The clients start a server of their own as a child `mslite-triton serve --private` (`cli.py`), never through
+it. The validating gateway, which the launcher starts in a process of its own, is the package
+`mslite_gateway`; `gateway_process` is the launcher's handle of it.
 """
 
 from mslite_contract.gateway_options import GatewayLimits

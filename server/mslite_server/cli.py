@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
-from mslite_contract import settings
+from mslite_contract import own_server, settings
 from mslite_contract.gateway_options import GatewayLimits
 from mslite_server import tune
 from mslite_server.local_server import LOOPBACK, LocalServer, ServerConfig, ServerStartError
+
+DEFAULT_EXIT_TIMEOUT_S = 30
 
 # Options of earlier releases: tritonserver's own TCP ports behind the gateway, which are Unix sockets now
 _GONE_OPTIONS = ("triton_http_port", "triton_grpc_port")
@@ -27,14 +31,32 @@ def _serve(args: argparse.Namespace) -> int:
             "--http-port and --grpc-port itself\n"
         )
         return 2
+    if args.private and (args.no_gateway or args.no_admin_key):
+        sys.stderr.write("mslite-triton: --private keeps others out with its gateway and its key: it takes neither "
+                         "--no-gateway nor --no-admin-key\n")  # fmt: skip
+        return 2
+    if not args.private:
+        return _run(args, Path(args.model_repository))
+    repository = Path(tempfile.mkdtemp(prefix="mslite-triton-repo-"))  # mode 0700; models are uploaded into it
+    try:
+        return _run(args, repository)
+    finally:
+        shutil.rmtree(repository, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, repository: Path) -> int:
+    private = args.private
+    exit_timeout_s = args.exit_timeout_s
+    if exit_timeout_s is None:
+        exit_timeout_s = own_server.PRIVATE_EXIT_TIMEOUT_S if private else DEFAULT_EXIT_TIMEOUT_S
     config = ServerConfig(
-        model_repository=Path(args.model_repository),
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        load_models=tuple(args.model) or ("*",),
-        exit_timeout_s=args.exit_timeout_s,
+        model_repository=repository,
+        host=LOOPBACK if private else args.host,
+        http_port=0 if private else args.http_port,
+        grpc_port=0 if private else args.grpc_port,
+        metrics_port=0 if private else args.metrics_port,
+        load_models=() if private else tuple(args.model) or ("*",),
+        exit_timeout_s=exit_timeout_s,
         log_verbose=args.log_verbose,
         restrict_admin=not args.no_admin_key,
         supervise=not args.no_supervisor,
@@ -55,7 +77,8 @@ def _serve(args: argparse.Namespace) -> int:
             max_unread_bytes_per_connection=args.max_unread_mib_per_connection << 20,
         ),
         tritonserver=args.tritonserver,
-        admin_key=settings.admin_key(),
+        admin_key=None if private else settings.admin_key(),  # a private server's key is new, and printed
+        private=private,
     )
     stop = threading.Event()
     received: list[str] = []
@@ -66,29 +89,66 @@ def _serve(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    if args.stop_on_stdin_close:
+    if args.stop_on_stdin_close or private:
         threading.Thread(target=_stop_at_eof, args=(stop, received), name="stdin-watch", daemon=True).start()
     server = LocalServer(config)
     try:
         server.start()
     except ServerStartError as e:
         sys.stderr.write(f"mslite-triton: {e}\n")
+        server.remove_workspace()
         return 2
+    code: int | None = None
+    try:  # whatever happens now (a client gone: its pipes broken), the server is stopped and its folders removed
+        _announce(server, args)
+        while not stop.wait(0.5):
+            if not server.is_serving():  # with the supervisor: only once it could not start tritonserver again
+                _say(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
+                return 1
+        _say(
+            f"mslite-triton: {received[0] if received else 'stop'} received: stopping (requests in flight get up "
+            f"to {exit_timeout_s} s)\n"
+        )
+    finally:
+        code = server.stop()
+        server.remove_workspace()
+    _say(f"mslite-triton: stopped (tritonserver exit code {code})\n")
+    return 0 if code in (0, None) else 1
+
+
+def _say(text: str) -> None:
+    """A line on standard error, unless no one reads it any more (a client that started this server has gone)."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
+def _announce(server: LocalServer, args: argparse.Namespace) -> None:
+    """The start-up lines (`mslite_contract.own_server`), up to `SERVING_LINE`."""
+    private, config = args.private, server.config
     out = sys.stdout
-    out.write(f"HTTP    {server.http_url}\nGRPC    {server.grpc_url}\nMETRICS {server.metrics_url}\n")
-    out.write(f"LOG     {server.log_path}\n")
+    out.write(f"{own_server.HTTP_LINE}   {server.http_url}\n{own_server.GRPC_LINE}   {server.grpc_url}\n")
+    if not private:  # a private server serves no metrics port
+        out.write(f"{own_server.METRICS_LINE}{server.metrics_url}\n")
+    out.write(f"{own_server.LOG_LINE}    {server.log_path}\n")
     if server.gateway is not None:
+        triton = server.triton_endpoints
         out.write(
             f"GATEWAY on the ports above, requests up to {args.max_request_mib} MiB, at most "
             f"{args.max_inflight_per_model} in flight per model and {args.max_inflight_mib} MiB in flight in all "
             f"(beyond: 503 / UNAVAILABLE kLiteServiceDeny); tritonserver itself on Unix sockets in "
-            f"{server.triton.socket_dir}/ (mode 0700: this user only; gRPC: {server.triton.grpc_address})\n"
+            f"{triton.socket_dir}/ (mode 0700: this user only; gRPC: {triton.grpc_address})\n"
         )
     key_dir = server.workspace.key_files[0].parent if server.workspace.key_files else None
-    if server.admin_key and config.admin_key:  # the deployment's: not written into its logs
-        out.write(f"ADMIN KEY from {settings.ADMIN_KEY_ENV}  (also in {key_dir}/, mode 0600)\n")
+    if private:  # standard output is a pipe only the client that started this server reads
+        out.write(f"{own_server.TRITON_GRPC_LINE}{server.triton_endpoints.grpc_address}\n")
+        out.write(f"{own_server.KEY_LINE}{server.admin_key}  (in no file; every request needs it)\n")
+    elif server.admin_key and config.admin_key:  # the deployment's: not written into its logs
+        out.write(f"{own_server.KEY_LINE}from {settings.ADMIN_KEY_ENV}  (also in {key_dir}/, mode 0600)\n")
     elif server.admin_key:
-        out.write(f"ADMIN KEY {server.admin_key}  (also in {key_dir}/, mode 0600)\n")
+        out.write(f"{own_server.KEY_LINE}{server.admin_key}  (also in {key_dir}/, mode 0600)\n")
     else:
         out.write(
             "ADMIN APIs UNRESTRICTED (--no-admin-key): anyone who reaches the ports can load models "
@@ -108,22 +168,8 @@ def _serve(args: argparse.Namespace) -> int:
     for m in server.model_states():
         reason = f"  ({m.reason.splitlines()[0]})" if m.reason and not m.ready else ""
         out.write(f"model {m.name} v{m.version}: {m.state}{reason}\n")
-    out.write("serving; Ctrl-C or SIGTERM stops\n")
+    out.write(f"{own_server.SERVING_LINE} Ctrl-C or SIGTERM stops\n")
     out.flush()
-    while not stop.wait(0.5):
-        if not server.is_serving():  # with the supervisor: only once it could not start tritonserver again
-            sys.stderr.write(f"mslite-triton: tritonserver exited; log tail:\n{server.log_tail()}\n")
-            server.stop()
-            return 1
-    sys.stderr.write(
-        f"mslite-triton: {received[0] if received else 'stop'} received: stopping (requests in flight get up to "
-        f"{args.exit_timeout_s} s)\n"
-    )
-    sys.stderr.flush()
-    code = server.stop()
-    server.remove_workspace()
-    sys.stderr.write(f"mslite-triton: stopped (tritonserver exit code {code})\n")
-    return 0 if code in (0, None) else 1
 
 
 def _stop_at_eof(stop: threading.Event, received: list[str]) -> None:
@@ -180,7 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--model", action="append", default=[], help="model to load (repeatable; default: all)")
     serve.add_argument(
-        "--exit-timeout-s", type=int, default=30, help="how long shutdown waits for requests (default %(default)s)"
+        "--exit-timeout-s",
+        type=int,
+        default=None,
+        help=f"how long shutdown waits for requests (default {DEFAULT_EXIT_TIMEOUT_S}; "
+        f"{own_server.PRIVATE_EXIT_TIMEOUT_S} with --private)",
     )
     serve.add_argument(
         "--log-verbose",
@@ -202,6 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="stop when standard input ends: a program that starts this server as its child keeps the other end "
         "open, so the server stops when that program ends, however it ends",
+    )
+    serve.add_argument(
+        "--private",
+        action="store_true",
+        help="a program's own server (how the clients start one when given no URL): a temporary model repository "
+        "of its own, free loopback ports, the gateway answering only requests with the admin key, which is new "
+        "and printed on standard output only, no metrics port; stops when standard input ends and removes "
+        "what it made; --model-repository and the port options are ignored",
     )
     serve.add_argument(
         "--hang-s",

@@ -47,6 +47,9 @@ class ServerConfig:
     tritonserver: Path | None = None
     # The admin key; None: a new one at each start (`restrict_admin` off: none)
     admin_key: str | None = None
+    # A client's own server (`mslite_contract.own_server`): the gateway answers only requests with the key, which
+    # no key file and no tritonserver flag holds (its sockets' folder is this user's alone); no metrics port.
+    private: bool = False
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,11 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.model_catalog import ModelCatalog, Snapshot, read_files
 from mslite_server.ports import PortTakenError
 from mslite_server.supervised_server import SupervisedServer
 from mslite_server.workers import state_of, workers_of
-from mslite_triton._transport import Transport
-from mslite_triton.errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +151,7 @@ class Healer:
             self.leaked = 0
             try:
                 ready = set(self.server.loaded_models())
-            except ServerUnavailableError:  # it died again right after its start: the next try restarts it
+            except TritonUnavailableError:  # it died again right after its start: the next try restarts it
                 log.warning(
                     "tritonserver died again while healing (try %d of %d); restarting again", tries, SERVER_TRIES
                 )
@@ -215,23 +214,22 @@ class Healer:
         files = {} if snap.files_dir is None else read_files(snap.files_dir)
         # Over gRPC (Triton 2.51's HTTP load API crashes the server on bodies of a few MiB), to Triton's own
         # endpoint: the gateway in front of it may be the process being healed.
-        url = self.server.triton.grpc_url
+        api = self.server.triton_api()
         deadline = time.monotonic() + LOAD_DEADLINE_S
         while True:
-            with Transport(url, key=self.server.admin_key, retry_s=0) as transport:  # a new connection each try
-                try:
-                    transport.load_model(snap.name, config, {f"file:{k}": v for k, v in files.items()})
-                    return True
-                except ServerUnavailableError as e:  # the fresh server's gRPC endpoint may lag its HTTP one
-                    if not self._server_alive():  # died during the heal: no point waiting out the deadline
-                        log.error("loading model '%s' again failed: tritonserver died meanwhile", snap.name)
-                        return False
-                    if time.monotonic() > deadline or self._halted.is_set():
-                        log.error("loading model '%s' again failed: %s", snap.name, e)
-                        return False
-                except Exception as e:  # one model failing to come back must not stop the others
+            try:  # a new connection each try
+                api.load_model(snap.name, config, {f"file:{k}": v for k, v in files.items()})
+                return True
+            except TritonUnavailableError as e:  # the fresh server's gRPC endpoint may lag its HTTP one
+                if not self._server_alive():  # died during the heal: no point waiting out the deadline
+                    log.error("loading model '%s' again failed: tritonserver died meanwhile", snap.name)
+                    return False
+                if time.monotonic() > deadline or self._halted.is_set():
                     log.error("loading model '%s' again failed: %s", snap.name, e)
                     return False
+            except Exception as e:  # one model failing to come back must not stop the others
+                log.error("loading model '%s' again failed: %s", snap.name, e)
+                return False
             time.sleep(0.2)
 
     def _server_alive(self) -> bool:

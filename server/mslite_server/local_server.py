@@ -1,8 +1,9 @@
 """`LocalServer`: a Triton server run by this process on ports of this machine; start it, inspect it, stop it.
 
-Used by `mslite-triton serve`, the client's auto-start, the tests and the benchmarks. Not Triton's in-process
-("embedded") server: tritonserver is a child process, and so is the validating gateway in front of it when
-configured. The handle picks the ports (`ports.py`), starts the parts and stops them in order:
+Used by `mslite-triton serve` (so by the clients' own servers, `serve --private`), the tests and the
+benchmarks. Not Triton's in-process ("embedded") server: tritonserver is a child process, and so is the
+validating gateway in front of it when configured. The handle picks the ports (`ports.py`), starts the parts
+and stops them in order:
 
 - `Workspace` (`workspace.py`): the folder, key files, shm regions, weights stores and upload copies that a
   server leaves on this machine, and their removal;
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mslite_contract.admin_key import new_key
 from mslite_contract.gateway_options import GatewayOptions
 from mslite_server.config import ModelState, ServerConfig
+from mslite_server.errors import ServerStartError
 from mslite_server.gateway_process import GatewayError, GatewayProcess, answers_probe, bind_public
 from mslite_server.ports import LOOPBACK, PortTakenError, holders, pick_ports
 from mslite_server.triton_api import TritonApi
@@ -31,7 +33,6 @@ from mslite_server.triton_endpoints import TritonEndpoints, make_socket_dir
 from mslite_server.triton_process import TritonProcess
 from mslite_server.workers import state_of
 from mslite_server.workspace import Workspace
-from mslite_triton.errors import ServerStartError
 
 if TYPE_CHECKING:  # started only by servers that are supervised, imported then
     from mslite_server.supervisor import Supervisor
@@ -83,13 +84,15 @@ class LocalServer:
         """Tritonserver's log (its workers' output included)."""
         return self.workspace.log_path
 
+    # Three views of tritonserver: `tritonserver` (its `TritonProcess` handle: start, terminate, log), `process`
+    # (that child's `Popen` now), `triton_endpoints` (where it listens); `gateway` is the gateway's handle.
     @property
     def process(self) -> subprocess.Popen[bytes] | None:
         """Tritonserver's process (`subprocess.Popen`), None before a start, after a stop and during a restart."""
         return self.tritonserver.popen
 
     @property
-    def triton(self) -> TritonEndpoints:
+    def triton_endpoints(self) -> TritonEndpoints:
         """Tritonserver's own endpoints: Unix sockets in a private folder behind a gateway, else the public ports."""
         return self.tritonserver.endpoints
 
@@ -108,6 +111,8 @@ class LocalServer:
         cfg = self.config
         if not Path(cfg.model_repository).is_dir():
             raise ServerStartError(f"model repository '{cfg.model_repository}' is not a directory")
+        if cfg.private and not (cfg.gateway and cfg.restrict_admin):
+            raise ServerStartError("a private server needs its gateway and its admin key (they keep others out)")
         wanted = [(cfg.host, cfg.http_port, "http"), (cfg.host, cfg.grpc_port, "grpc")]
         wanted += [(cfg.host, cfg.metrics_port, "metrics")]
         # Triton's own endpoints behind a gateway: Unix sockets only this user can reach
@@ -128,8 +133,9 @@ class LocalServer:
                     raise
                 log.info("a port picked for the server was taken before the server bound it; picking others")
                 self.log_path.unlink(missing_ok=True)  # this start's log tells of this start only
-                sockets = self.triton if cfg.gateway else None  # the folder as the failed start left it
-        if self.admin_key:  # once the ports are ours: a start that lost a port leaves its owner's key file alone
+                sockets = self.triton_endpoints if cfg.gateway else None  # the folder as the failed start left it
+        if self.admin_key and not cfg.private:  # once the ports are ours (a start that lost a port leaves its
+            # owner's key file alone); a private server's key is its client's alone: printed to it, in no file
             self.workspace.write_keys(self.admin_key, cfg.host, [self.http_port, self.grpc_port])
         if cfg.supervise:  # its thread starts the processes of every heal (see `_child_dies_with_me`)
             from mslite_server.supervisor import Supervisor
@@ -187,9 +193,10 @@ class LocalServer:
                 host=cfg.host,
                 http_port=self.http_port,
                 grpc_port=self.grpc_port,
-                upstream_http=self.triton.http_address,
-                upstream_grpc=self.triton.grpc_address,
+                upstream_http=self.triton_endpoints.http_address,
+                upstream_grpc=self.triton_endpoints.grpc_address,
                 grace_s=cfg.exit_timeout_s,
+                key_on_every_request=cfg.private,
                 limits=cfg.gateway_limits,
                 http_fd=http_sock.fileno(),
                 grpc_fd=grpc_sock.fileno(),
@@ -268,15 +275,17 @@ class LocalServer:
         """
         self.tritonserver.terminate(timeout_s=0)
         self.restarts += 1
-        before = self.triton
+        before = self.triton_endpoints
         self._launch(before, stop_on_failure=False, load_models=load_models)
-        if self.triton != before and self.gateway is not None:
-            log.warning("tritonserver's sockets moved to %s; starting the gateway again", self.triton.socket_dir)
+        if self.triton_endpoints != before and self.gateway is not None:
+            log.warning(
+                "tritonserver's sockets moved to %s; starting the gateway again", self.triton_endpoints.socket_dir
+            )
             self.restart_gateway()
 
     def remove_workspace(self) -> None:
         """Delete the composed backend directory, the logs and the sockets' folder."""
-        self.triton.remove()
+        self.triton_endpoints.remove()
         self.workspace.remove()
 
     def __enter__(self) -> LocalServer:
@@ -302,7 +311,7 @@ class LocalServer:
 
     def answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when tritonserver answers `/v2/health/live` within `timeout_s`."""
-        return self._api().answers_live(timeout_s)
+        return self.triton_api().answers_live(timeout_s)
 
     def gateway_answers_live(self, timeout_s: float = 2.0) -> bool:
         """True when the gateway answers a request that it refuses itself within `timeout_s` (`answers_probe`)."""
@@ -314,29 +323,20 @@ class LocalServer:
 
     def model_states(self) -> list[ModelState]:
         """Per-model readiness from the repository index (`TritonApi.model_states`)."""
-        return self._api().model_states()
+        return self.triton_api().model_states()
 
     def loaded_models(self) -> list[str]:
         """Every ready model of the server, uploaded ones included (`TritonApi.loaded_models`)."""
-        return self._api().loaded_models()
-
-    def triton_http(
-        self, method: str, path: str, body: bytes | None, *, timeout_s: float = 10, key: bool = True
-    ) -> tuple[int, bytes]:
-        """One call to Triton's own HTTP endpoint (its Unix socket behind a gateway): (status, body).
-
-        Raises:
-            OSError, http.client.HTTPException: no answer.
-        """
-        return self._api().call(method, path, body, timeout_s=timeout_s, key=key)
+        return self.triton_api().loaded_models()
 
     def http_json(self, method: str, path: str, payload: Any, timeout_s: float = 10) -> Any:
         """One JSON call to Triton's own HTTP endpoint, with the admin key.
 
         Raises:
-            ServerUnavailableError: no answer, or an error status.
+            TritonUnavailableError: no answer, or an error status.
         """
-        return self._api().json(method, path, payload, timeout_s)
+        return self.triton_api().json(method, path, payload, timeout_s)
 
-    def _api(self) -> TritonApi:
-        return TritonApi(self.triton, self.admin_key, self.http_url)
+    def triton_api(self) -> TritonApi:
+        """Tritonserver's own HTTP API (its Unix socket behind a gateway), with the admin key; its gRPC load."""
+        return TritonApi(self.triton_endpoints, self.admin_key, self.http_url)

@@ -22,9 +22,9 @@ from typing import Any
 from urllib.parse import quote
 
 from mslite_contract.model_names import model_name_problem
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.supervised_server import SupervisedServer
 from mslite_server.workers import Worker, upload_copies
-from mslite_triton.errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class ModelCatalog:
                     complete = False  # its workers are not known yet
                 else:
                     self._snapshots[name] = snap
-        except ServerUnavailableError:
+        except TritonUnavailableError:
             return False
         for name in set(self._snapshots) - ready:
             self._forget(name)
@@ -140,7 +140,7 @@ class ModelCatalog:
             )
         try:
             return instance_names(self.server.http_json("GET", f"/v2/models/{quote(name, safe='')}/config", None))
-        except ServerUnavailableError:
+        except TritonUnavailableError:
             return set()
 
     def ready_models_of(self, instances: set[str]) -> list[str]:

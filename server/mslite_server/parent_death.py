@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
+
+from mslite_server.workers import proc_stats
 
 # Runs in `python -I -S` (no site, no environment): standard library only.
 _SET_AND_EXEC = """
@@ -44,18 +45,11 @@ def dies_with_parent(args: list[str]) -> list[str]:
 
 def group_members(pgid: int) -> list[int]:
     """The live processes (zombies left out) of process group `pgid`, from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
-        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
-            found.append(int(entry.name))
-    return found
+    return [
+        int(entry.name)
+        for entry, _, fields in proc_stats()  # fields: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid)
+    ]
 
 
 def end_group(pgid: int, timeout_s: float = 5.0) -> list[int]:

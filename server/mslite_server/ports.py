@@ -6,7 +6,7 @@ import os
 import socket
 from pathlib import Path
 
-from mslite_triton.errors import ServerStartError
+from mslite_server.errors import ServerStartError
 
 LOOPBACK = "127.0.0.1"
 _LISTEN = "0A"  # a listening socket's state in /proc/net/tcp

@@ -20,10 +20,9 @@ import logging
 import time
 import urllib.parse
 
-from mslite_contract.owned_files import process_alive, sweep_dead_owners
+from mslite_contract.owned_files import REGION_PREFIXES, process_alive, region_owner, sweep_dead_owners
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.supervised_server import SupervisedServer
-from mslite_triton._transport import REGION_PREFIXES, region_owner
-from mslite_triton.errors import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ class ClientRegionSweep:
         self._next = now + self.interval_s
         try:
             return self.sweep()
-        except ServerUnavailableError:  # being restarted: its registrations are gone with it anyway
+        except TritonUnavailableError:  # being restarted: its registrations are gone with it anyway
             return []
 
     def sweep(self) -> list[str]:

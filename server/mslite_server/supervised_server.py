@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mslite_server.config import ServerConfig
+from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workspace import Workspace
 
@@ -59,7 +60,7 @@ class SupervisedServer(Protocol):
         """The gateway in front of tritonserver, None without one."""
 
     @property
-    def triton(self) -> TritonEndpoints:
+    def triton_endpoints(self) -> TritonEndpoints:
         """Triton's own endpoints (the gateway's upstream), which heals load models through."""
 
     @property
@@ -75,11 +76,14 @@ class SupervisedServer(Protocol):
     def loaded_models(self) -> list[str]:
         """Every ready model, uploaded ones included."""
 
+    def triton_api(self) -> TritonApi:
+        """Tritonserver's own API, with the admin key (the healer loads models again through it)."""
+
     def http_json(self, method: str, path: str, payload: Any, timeout_s: float = 10) -> Any:
         """One JSON call to Triton's own HTTP port, with the admin key.
 
         Raises:
-            ServerUnavailableError: no answer.
+            TritonUnavailableError: no answer.
         """
 
     def restart(self, *, load_models: tuple[str, ...] | None = None) -> None:

@@ -21,6 +21,7 @@ import threading
 import time
 
 from mslite_server.config import ORPHAN_GRACE_S
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.fault_detector import (
     Event,
     FaultDetector,
@@ -36,7 +37,6 @@ from mslite_server.model_catalog import ModelCatalog, Snapshot
 from mslite_server.shm_sweep import ClientRegionSweep
 from mslite_server.supervised_server import SupervisedServer
 from mslite_server.workers import Worker, state_of, workers_of
-from mslite_triton.errors import ServerUnavailableError
 
 __all__ = ["Heal", "ServerLook", "Supervisor"]
 
@@ -97,7 +97,7 @@ class ServerLook:
         """The models Triton's statistics list: those with a version ready (an unloading one is not listed)."""
         try:
             stats = self.server.http_json("GET", "/v2/models/stats", None, timeout_s=self.live_timeout_s) or {}
-        except ServerUnavailableError:
+        except TritonUnavailableError:
             return None
         return {str(m.get("name")) for m in stats.get("model_stats", [])}
 

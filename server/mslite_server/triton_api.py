@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import http.client
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mslite_contract.protocol import ADMIN_KEY_HEADER
+from mslite_contract.protocol import ADMIN_KEY_GRPC_HEADER, ADMIN_KEY_HEADER
 from mslite_server.config import ModelState
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.triton_endpoints import TritonEndpoints
-from mslite_triton.errors import ServerUnavailableError
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,15 @@ class TritonApi:
         """One JSON call, with the key.
 
         Raises:
-            ServerUnavailableError: no answer, or an error status.
+            TritonUnavailableError: no answer, or an error status.
         """
         data = None if payload is None else json.dumps(payload).encode()
         try:
             status, body = self.call(method, path, data, timeout_s=timeout_s)
         except (OSError, http.client.HTTPException) as e:
-            raise ServerUnavailableError(self.url, f"no answer to {path}: {e}") from e
+            raise TritonUnavailableError(self.url, f"no answer to {path}: {e}") from e
         if status >= 400:
-            raise ServerUnavailableError(self.url, f"{path} answered {status}: {body[:200]!r}")
+            raise TritonUnavailableError(self.url, f"{path} answered {status}: {body[:200]!r}")
         return json.loads(body or b"null")
 
     def answers_live(self, timeout_s: float = 2.0) -> bool:
@@ -78,7 +79,7 @@ class TritonApi:
         """Per-model readiness from the repository index (`POST /v2/repository/index`).
 
         Raises:
-            ServerUnavailableError: no answer.
+            TritonUnavailableError: no answer.
         """
         body = self.json("POST", "/v2/repository/index", {})
         return [
@@ -90,8 +91,34 @@ class TritonApi:
         """Every ready model, uploaded ones included (the repository index lists only the repository's).
 
         Raises:
-            ServerUnavailableError: no answer.
+            TritonUnavailableError: no answer.
         """
         stats = self.json("GET", "/v2/models/stats", None) or {}
         names = {str(m.get("name")) for m in stats.get("model_stats", [])}
         return sorted(n for n in names if self.status("GET", f"/v2/models/{n}/ready") == 200)
+
+    def load_model(
+        self, name: str, config: Mapping[str, Any], files: Mapping[str, bytes], timeout_s: float = 600
+    ) -> None:
+        """Load model `name` (again) with `config` and its `files` (`file:<path>` keys), over Triton's gRPC API.
+
+        Over gRPC: Triton 2.51's HTTP load API crashes the server on bodies of a few MiB.
+
+        Raises:
+            TritonUnavailableError: no answer (not listening yet, or gone).
+            RuntimeError: tritonserver answered, and the model did not load (its words).
+        """
+        import tritonclient.grpc as grpcclient  # only a heal loads models: not imported before one
+        from tritonclient.utils import InferenceServerException
+
+        headers = {ADMIN_KEY_GRPC_HEADER: self.admin_key} if self.admin_key else None
+        client = grpcclient.InferenceServerClient(self.endpoints.grpc_address)
+        try:
+            client.load_model(name, headers=headers, config=json.dumps(config), files=dict(files) or None,
+                              client_timeout=timeout_s)  # fmt: skip
+        except InferenceServerException as e:
+            if str(e.status()).endswith("UNAVAILABLE"):
+                raise TritonUnavailableError(self.url, f"no answer to the load of {name}: {e.message()}") from None
+            raise RuntimeError(f"tritonserver did not load {name}: {e.message()}") from None
+        finally:
+            client.close()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mslite_contract.protocol import UNIX_ADDRESS_PREFIX
-from mslite_triton.errors import ServerStartError
+from mslite_server.errors import ServerStartError
 
 HTTP_SOCKET = "http"
 GRPC_SOCKET = "grpc"

@@ -21,6 +21,7 @@ from pathlib import Path
 from mslite_contract.protocol import ADMIN_KEY_HEADER
 from mslite_contract.settings import ADMIN_KEY_ENV, WEIGHTS_OWNER_ENV
 from mslite_server.config import ServerConfig
+from mslite_server.errors import ServerStartError
 from mslite_server.parent_death import dies_with_parent
 from mslite_server.ports import listening_ports, listening_unix_paths
 from mslite_server.shm_private import with_private_shm
@@ -28,7 +29,6 @@ from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workers import state_of, workers_of
 from mslite_server.workspace import Workspace, triton_dir, wheel_libs
-from mslite_triton.errors import ServerStartError
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,9 @@ class TritonProcess:
         return set(self.tcp_ports()) <= listening_ports(pid) and sockets <= listening_unix_paths(pid)
 
     def tcp_ports(self) -> list[int]:
-        """The TCP ports it listens on: metrics, and its HTTP and gRPC ports unless it is on Unix sockets."""
+        """The TCP ports it listens on: metrics (none for a private server), HTTP and gRPC unless on Unix sockets."""
         public = [] if self.endpoints.socket_dir is not None else [self.endpoints.http_port, self.endpoints.grpc_port]
-        return [self.metrics_port, *public]
+        return public if self.config.private else [self.metrics_port, *public]
 
     def is_running(self) -> bool:
         """True while the process is alive."""
@@ -206,8 +206,8 @@ def command_line(
         "--strict-readiness=false",
         f"--exit-timeout-secs={cfg.exit_timeout_s}",
         *endpoints.flags(),
-        f"--metrics-address={cfg.host}",
-        f"--metrics-port={metrics_port}",
+        *([] if cfg.private else [f"--metrics-address={cfg.host}", f"--metrics-port={metrics_port}"]),
+        *(["--allow-metrics=false"] if cfg.private else []),
         f"--log-verbose={cfg.log_verbose}",
         f"--backend-config=python,shm-region-prefix-name={workspace.shm_prefix}",
         f"--backend-config=python,shm-default-byte-size={cfg.shm_default_byte_size}",
@@ -226,7 +226,10 @@ def environment(binary: Path, *, admin_key: str | None, weights_owner: str) -> d
     """The server's environment: this interpreter's tools (and the wheel's libraries) first, the key, the owner."""
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
-    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    # the python backend starts each worker's stub through `bash`, found on PATH: the system's folders always
+    # (a caller's PATH without them left every model LOADING for good, its stub never started)
+    folders = [bindir, *(d for d in env.get("PATH", "").split(os.pathsep) if d)]
+    env["PATH"] = os.pathsep.join(folders + [d for d in os.defpath.split(os.pathsep) if d and d not in folders])
     if _of_the_wheel(binary):  # another installation finds its own libraries
         libs = str(wheel_libs())
         env["LD_LIBRARY_PATH"] = libs + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")

@@ -80,7 +80,10 @@ def tune(options: TuneOptions, progress: Callable[[str], None]) -> tuple[list[Va
         "model-analyzer", path=str(Path(sys.executable).parent)
     )
     if analyzer is None:
-        raise TuneError("Model Analyzer is not installed: pip install 'mslite-triton[tune]'")
+        raise TuneError(
+            "Model Analyzer is not installed: the [tune] extra (in a checkout: .venv/bin/python -m pip install -e "
+            "'.[tune]'; `make test` installs it)"
+        )
     perf = shutil.which(options.perf_analyzer)
     if perf is None:
         raise TuneError(f"perf_analyzer not found ('{options.perf_analyzer}'); give its path with --perf-analyzer")

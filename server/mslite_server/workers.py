@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,15 +53,23 @@ class _Process:
     started: int = 0
 
 
-def _children(parent: int) -> list[_Process]:
-    """The processes whose parent is `parent`, read from /proc (one that exits meanwhile is skipped)."""
-    found = []
+def proc_stats() -> Iterator[tuple[Path, str, list[str]]]:
+    """Each process's /proc folder, `stat` line and fields after its name (one that exits meanwhile is skipped)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            rest = _after_name(stat)
+        except OSError:
+            continue
+        yield entry, stat, _after_name(stat)
+
+
+def _children(parent: int) -> list[_Process]:
+    """The processes whose parent is `parent`, read from /proc (one that exits meanwhile is skipped)."""
+    found = []
+    for entry, stat, rest in proc_stats():
+        try:
             if int(rest[1]) != parent:
                 continue
             args = (entry / "cmdline").read_bytes().split(b"\0")

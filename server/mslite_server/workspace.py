@@ -24,8 +24,8 @@ from pathlib import Path
 from mslite_contract.admin_key import remove_key, write_key
 from mslite_contract.owned_files import remove_prefixed, sweep_dead_owners
 from mslite_contract.protocol import GATEWAY_REGION_PREFIX, WEIGHTS_STORE_PREFIX
+from mslite_server.errors import ServerStartError
 from mslite_server.workers import remove_upload_copies, upload_copies
-from mslite_triton.errors import ServerStartError
 
 _STUB = "triton_python_backend_stub"
 
@@ -142,7 +142,10 @@ def triton_dir() -> Path:
     try:
         import pytriton  # noqa: F401  (only to locate the wheel's files)
     except ImportError as e:
-        raise ServerStartError("a local server needs the [server] extra: pip install 'mslite-triton[server]'") from e
+        raise ServerStartError(
+            "a local server needs the [server] extra (in a checkout: `make demo`, or .venv/bin/python -m pip install "
+            "-e '.[server]')"
+        ) from e
     return Path(pytriton.__file__).parent / "tritonserver"
 
 

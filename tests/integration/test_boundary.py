@@ -78,22 +78,22 @@ def _serving_again(srv: LocalServer, within_s: float, expected: list[float]) -> 
 
 
 def test_tritonserver_listens_on_no_tcp_port_but_metrics(srv):
-    assert srv.process is not None and srv.triton.socket_dir is not None
+    assert srv.process is not None and srv.triton_endpoints.socket_dir is not None
     assert listening_ports(srv.process.pid) == {srv.metrics_port}
-    folder = os.lstat(srv.triton.socket_dir)
+    folder = os.lstat(srv.triton_endpoints.socket_dir)
     assert stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.geteuid()
     assert stat.S_IMODE(folder.st_mode) & 0o077 == 0, oct(folder.st_mode)
-    assert len(os.fsencode(str(srv.triton.grpc_socket))) < 108  # what a socket path may be
+    assert len(os.fsencode(str(srv.triton_endpoints.grpc_socket))) < 108  # what a socket path may be
 
 
 def test_a_squatter_on_every_port_triton_had_gets_nothing_and_the_server_comes_back(srv):
     """tritonserver killed while another local process takes every TCP port it had (the public ones excepted)."""
     expected = _predict_http(srv)
-    assert srv.process is not None and srv.triton.http_socket and srv.triton.grpc_socket
+    assert srv.process is not None and srv.triton_endpoints.http_socket and srv.triton_endpoints.grpc_socket
     pid, restarts = srv.process.pid, srv.restarts
     public = {srv.metrics_port, srv.http_port, srv.grpc_port}
     private = sorted(listening_ports(pid) - public)
-    sockets = [str(srv.triton.http_socket), str(srv.triton.grpc_socket)]
+    sockets = [str(srv.triton_endpoints.http_socket), str(srv.triton_endpoints.grpc_socket)]
     squatter = Squatter(private, sockets, as_other_user=True)
     try:
         squatter.waiting()
@@ -154,12 +154,12 @@ def test_a_squatter_never_gets_the_gateway_ports_and_service_comes_back_through_
 def test_a_socket_folder_no_longer_private_is_replaced(srv):
     """A private endpoint that cannot be made where it was gets a new place, and the gateway follows it."""
     expected = _predict_http(srv)
-    old = srv.triton.socket_dir
+    old = srv.triton_endpoints.socket_dir
     assert old is not None and srv.process is not None
     os.chmod(old, 0o755)
     os.kill(srv.process.pid, signal.SIGKILL)
     _serving_again(srv, BACK_WITHIN_S, expected)
-    new = srv.triton.socket_dir
+    new = srv.triton_endpoints.socket_dir
     assert new is not None and new != old and stat.S_IMODE(os.lstat(new).st_mode) == 0o700
     assert srv.process is not None
     assert {str(Path(p).parent) for p in listening_unix_paths(srv.process.pid)} == {str(new)}

@@ -28,6 +28,7 @@ from mslite_triton.errors import (
 )
 from tests.support.eventually import eventually
 from tests.support.model_zoo import broken_bytes, run_reference, slow, small_classifier
+from tests.support.processes import descendants_of, is_gone
 from tests.support.repository import GEN, ROOT, ZOO
 
 pytestmark = pytest.mark.integration
@@ -361,7 +362,7 @@ r.build_from_file(sys.argv[1])
 i = r.get_inputs(); i[0].set_data_from_numpy(np.ones(4, np.float32))
 print("RESULT", r.predict(i)[0].get_data_to_numpy().tolist(), flush=True)
 server = _endpoint.started_server()
-print("PID", server.process.pid, "PREFIX", server.workspace.shm_prefix, flush=True)
+print("PID", server.pid, flush=True)
 if sys.argv[2] == "hang":
     import time; time.sleep(600)
 """
@@ -369,26 +370,22 @@ if sys.argv[2] == "hang":
 
 @pytest.mark.parametrize("ending", ["exit", "hang"])
 def test_autostarted_server_stops_with_its_parent(files, ending):
+    """The `serve` child, tritonserver and the gateway under it end with the program (SIGKILL: at its input's end)."""
     env = {k: v for k, v in os.environ.items() if k != settings.URL_ENV}
     proc = subprocess.Popen(
         [sys.executable, "-c", AUTOSTART, str(files / "tiny.onnx"), ending], env=env, stdout=subprocess.PIPE, text=True
     )
     lines = [proc.stdout.readline(), proc.stdout.readline()]
     assert lines[0].startswith("RESULT [[3.0, 3.0, 3.0, 3.0]]"), lines
-    pid, prefix = int(lines[1].split()[1]), lines[1].split()[3]
+    pid = int(lines[1].split()[1])
+    below = [p for p, _ in descendants_of(pid)]
     if ending == "hang":
-        proc.kill()  # no atexit: the kernel's parent-death signal must stop the server
+        assert below, "tritonserver and the gateway run under the server while the program does"
+        proc.kill()  # no atexit: the server sees its standard input end
     proc.wait(timeout=60)
-
-    def ended() -> bool:
-        try:
-            return "zombie" in Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:
-            return True
-
-    eventually(ended, f"the server (pid {pid}) to end with its parent", 40, pause_s=0.2)
-    if ending == "exit":
-        assert not list(Path("/dev/shm").glob(f"{prefix}*"))
+    for each in [pid, *below]:
+        eventually(lambda each=each: is_gone(each), f"the server's process {each} to end with its parent", 60, 0.2)
+    assert not list(Path("/dev/shm").glob(f"mslite{pid}_*"))  # the launcher's regions are named after its pid
 
 
 def test_the_autostarted_server_gets_its_own_key_whatever_the_key_variable_says(files):

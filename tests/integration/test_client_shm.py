@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_triton._transport import region_owner
+from mslite_contract.owned_files import region_owner
 from tests.support import private_shm
 from tests.support.eventually import eventually
 from tests.support.repository import flat_tiny

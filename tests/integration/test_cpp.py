@@ -25,8 +25,7 @@ import pytest
 from onnx import helper
 
 import mslite_triton as mslite
-from mslite_contract import protocol, settings
-from mslite_triton import _pending
+from mslite_contract import own_server, protocol, settings
 from tests.support.eventually import eventually
 from tests.support.other_clients import (
     assert_fixed_answer,
@@ -36,7 +35,7 @@ from tests.support.other_clients import (
     run_with_a_held_predict,
     write_fixed_case,
 )
-from tests.support.processes import free_port, worker_pids
+from tests.support.processes import command_lines_holding, descendants_of, environ_value, free_port, worker_pids
 from tests.support.repository import GEN, ROOT, unload
 
 pytestmark = pytest.mark.integration
@@ -118,16 +117,19 @@ def assert_dumps_equal(folder: Path, expected: np.ndarray, threads: int, tasks: 
 
 
 def test_cpp_names_match_the_wire_contract() -> None:
-    """protocol.h's copies of the names Python defines (protocol.py, settings.py, _pending.py)."""
+    """protocol.h's copies of the names Python defines (protocol.py, settings.py, own_server.py)."""
     text = (CPP / "src" / "protocol.h").read_text()
     cpp: dict[str, object] = dict(re.findall(r'inline constexpr char (\w+)\[\] = "([^"]*)";', text))
     cpp.update({k: int(v) for k, v in re.findall(r"inline constexpr int (\w+) = (\d+);", text)})
     shared = {name: value for name, value in vars(protocol).items() if name in cpp}
     assert set(shared) >= {"BATCHING_SECTION", "MAX_BATCH_SIZE_KEY", "MAX_QUEUE_SIZE_KEY", "QUEUE_POLICY_KEY"}
     assert {name: cpp[name] for name in shared} == shared
-    for module in (settings, _pending):
+    for module in (settings, own_server):
         mine = {name: value for name, value in vars(module).items() if name in cpp}
         assert mine and {name: cpp[name] for name in mine} == mine
+    assert {"HTTP_LINE", "KEY_LINE", "SERVING_LINE", "SERVE_PROGRAM", "CHECKOUT_VENV_BIN"} <= set(cpp)
+    private = re.search(r"PRIVATE_ARGS\[\] = \{([^}]*)\}", text)
+    assert private and tuple(re.findall(r'"([^"]*)"', private.group(1))) == own_server.PRIVATE_ARGS
     assert {
         "RUNNER_SECTION",
         "MAX_PENDING_KEY",
@@ -573,7 +575,10 @@ def test_model_builds_a_mindir(server, builds, tmp_path):
 
 
 def test_a_killed_program_takes_its_server_along(builds, sample_files, tmp_path):
-    """SIGKILL leaves no exit handler to run: the server gets SIGTERM from the kernel (parent-death signal)."""
+    """SIGKILL leaves no exit handler to run: the server sees its standard input end, stops, removes its folders.
+
+    While it runs, its key is in its processes' environment only, on no command line.
+    """
     env = own_server_env(tmp_path)
     proc = subprocess.Popen(
         [str(builds["plain"].model_driver), "hold", str(sample_files / "mobilenetv2.onnx")],
@@ -587,10 +592,15 @@ def test_a_killed_program_takes_its_server_along(builds, sample_files, tmp_path)
         lines = [proc.stdout.readline() for _ in range(3)]  # build, model:, READY
         assert lines[-1] == "READY\n", lines
         assert processes_mentioning(str(tmp_path)), "the server runs while the program does"
+        below = descendants_of(proc.pid)
+        keys = {environ_value(pid, settings.ADMIN_KEY_ENV) for pid, _ in below} - {None}
+        assert len(keys) == 1 and command_lines_holding(keys.pop()) == [], below
         proc.kill()
         proc.wait(timeout=30)
         # `serve` stops tritonserver, the gateway and the workers first
         eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 120, 0.5)
+        left = lambda: [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite")]  # noqa: E731
+        eventually(lambda: not left(), "the server's temporary folders to go", 30, 0.5)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -605,7 +615,11 @@ def test_no_server_command_gives_a_clear_status(builds, sample_files, tmp_path):
             {settings.SERVE_CMD_ENV: missing},
             f"'{missing}' is not installed ({settings.SERVE_CMD_ENV} names it)",
         ),
-        "path": ({"PATH": "/usr/bin:/bin"}, "'mslite-triton' is not installed (not on PATH)"),
+        "path": (
+            {"PATH": "/usr/bin:/bin"},
+            "'mslite-triton', the command that starts a server, was not found (not on PATH, nor in .venv/bin/ of the "
+            "current folder or one above it)",
+        ),
         "off": ({settings.AUTOSTART_ENV: "0"}, None),
     }
     for case, (extra, words) in cases.items():
@@ -619,10 +633,25 @@ def test_no_server_command_gives_a_clear_status(builds, sample_files, tmp_path):
             text=True,
             timeout=60,
             env=env,
+            cwd=tmp_path / case,  # no checkout's .venv in it or above it
         )
         assert out.returncode == 1, out.stdout + out.stderr
         if words is None:
             assert "build kLiteParamInvalid kLiteParamInvalid: Build failed! no server: " in out.stdout, out.stdout
         else:
-            assert f"build kLiteError kLiteError: Build failed! cannot start a server: {words}; install" in out.stdout
+            assert f"build kLiteError kLiteError: Build failed! cannot start a server: {words}: install" in out.stdout
+            assert f"{settings.SERVE_CMD_ENV}=/path/to/.venv/bin/mslite-triton" in out.stdout
         assert settings.URL_ENV in out.stdout
+
+
+def test_from_a_checkout_the_client_finds_the_venvs_server_command(builds, sample_files, tmp_path):
+    """Nothing on PATH, no setting: run from a folder of the checkout, Build finds `.venv/bin/mslite-triton`."""
+    checkout = Path(__file__).resolve().parents[2]
+    assert (checkout / ".venv" / "bin" / "mslite-triton").exists(), "the checkout's venv"
+    env = {**own_server_env(tmp_path), "PATH": "/usr/bin:/bin"}
+    args = ["run", str(sample_files / "mobilenetv2.onnx"), str(sample_files / "input.bin"), str(tmp_path / "out.bin")]
+    out = subprocess.run(
+        [str(builds["plain"].model_driver), *args], capture_output=True, text=True, timeout=600, env=env,
+        cwd=checkout / "docs",
+    )  # fmt: skip
+    assert out.returncode == 0 and "predict kSuccess" in out.stdout, out.stdout + out.stderr[-3000:]

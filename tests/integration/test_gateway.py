@@ -90,15 +90,18 @@ def test_triton_listens_on_no_tcp_port_but_metrics_behind_the_gateway(gw):
     assert gw.gateway is not None and gw.gateway.is_running() and gw.is_running()
     assert gw.process is not None
     assert listening_ports(gw.process.pid) == {gw.metrics_port}  # /proc/<pid>/net/tcp{,6} against its fds
-    sockets = gw.triton.socket_dir
+    sockets = gw.triton_endpoints.socket_dir
     assert sockets is not None
     folder = os.lstat(sockets)
     assert stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.geteuid(), folder
     assert stat.S_IMODE(folder.st_mode) & 0o077 == 0, oct(folder.st_mode)  # 0700 or stricter
-    assert listening_unix_paths(gw.process.pid) == {str(gw.triton.http_socket), str(gw.triton.grpc_socket)}
+    assert listening_unix_paths(gw.process.pid) == {
+        str(gw.triton_endpoints.http_socket),
+        str(gw.triton_endpoints.grpc_socket),
+    }
     with urllib.request.urlopen(f"{gw.http_url}/v2/health/ready", timeout=5) as r:
         assert r.status == 200
-    assert gw.triton_http("GET", "/v2/health/ready", None) == (200, b"")
+    assert gw.triton_api().call("GET", "/v2/health/ready", None) == (200, b"")
     # the key files name the public ports: that is where clients come
     assert admin_key.key_for(gw.grpc_url) == gw.admin_key == admin_key.key_for(gw.http_url)
 
@@ -438,7 +441,7 @@ def _gateway(tmp_path: Path, upstream_http: str, upstream_grpc: str, **limits: f
 def test_admission_control_refuses_with_service_deny(gw, tmp_path):
     """Beyond the in-flight bounds, on both protocols together: 503 / UNAVAILABLE kLiteServiceDeny."""
     dead = f"127.0.0.1:{free_port()}"  # nothing listens: an HTTP request stays in flight (retried) for 20 s
-    live_grpc = gw.triton.grpc_address
+    live_grpc = gw.triton_endpoints.grpc_address
     gateway = _gateway(
         tmp_path, dead, live_grpc, max_inflight_per_model=1, max_inflight_bytes=1 << 20, body_stall_timeout_s=120
     )
@@ -521,7 +524,9 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
     finally:
         stats_client.close()
     name = next(m["name"] for m in stats if m["name"].startswith("variable_seq"))
-    gateway = _gateway(tmp_path, gw.triton.http_address, gw.triton.grpc_address, max_inflight_per_model=2)
+    gateway = _gateway(
+        tmp_path, gw.triton_endpoints.http_address, gw.triton_endpoints.grpc_address, max_inflight_per_model=2
+    )
     request = pb.ModelInferRequest(model_name=name)
     request.inputs.add(name="tokens", datatype="FP32", shape=[1, 65536])  # 256 KiB: many DATA frames
     request.raw_input_contents.append(np.ones(65536, dtype=np.float32).tobytes())
@@ -557,7 +562,7 @@ def test_grpc_refusals_under_load_reach_the_client_and_nothing_else(gw, files, t
 
 def test_tiny_chunk_flood_keeps_the_gateway_small_and_serving(gw, tmp_path):
     """32 MiB bodies in 2-byte chunks on 4 connections: gateway RSS < 512 MiB, other clients served."""
-    gateway = _gateway(tmp_path, gw.triton.http_address, gw.triton.grpc_address)
+    gateway = _gateway(tmp_path, gw.triton_endpoints.http_address, gw.triton_endpoints.grpc_address)
     http_port = gateway.options.http_port
     assert gateway.pid is not None
     block = b"2\r\nab\r\n" * 50_000  # 100 KB of body per send

@@ -49,7 +49,7 @@ def gateway(server, tmp_path):
     started = []
 
     def start(**limits):
-        gw = _gateway(tmp_path, _address(server.http_url), server.triton.grpc_address, **limits)
+        gw = _gateway(tmp_path, _address(server.http_url), server.triton_endpoints.grpc_address, **limits)
         started.append(gw)
         return gw.options.http_port, gw.options.grpc_port
 
@@ -171,7 +171,7 @@ class _Silent:
 def _in_front_of_silence(server, tmp_path, **limits):
     """A gateway whose HTTP upstream never answers (`_Silent`), at most 1 request in flight per model."""
     silent = _Silent()
-    grpc_upstream = server.triton.grpc_address
+    grpc_upstream = server.triton_endpoints.grpc_address
     gw = _gateway(tmp_path, f"127.0.0.1:{silent.port}", grpc_upstream, max_inflight_per_model=1, **limits)
     try:
         yield gw.options.http_port, silent

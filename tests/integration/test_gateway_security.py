@@ -212,8 +212,8 @@ def test_generate_counts_against_the_in_flight_limit(srv, tmp_path):
     options = GatewayOptions(
         http_port=free_port(),
         grpc_port=free_port(),
-        upstream_http=srv.triton.http_address,
-        upstream_grpc=srv.triton.grpc_address,
+        upstream_http=srv.triton_endpoints.http_address,
+        upstream_grpc=srv.triton_endpoints.grpc_address,
         grace_s=1,
         limits=GatewayLimits(max_inflight_per_model=1),
     )

@@ -69,7 +69,7 @@ def _addresses(server: LocalServer, protocol: str) -> tuple[str, str]:
 
 
 def _registered(server: LocalServer) -> list[str]:
-    status, body = server.triton_http("GET", "/v2/systemsharedmemory/status", None)
+    status, body = server.triton_api().call("GET", "/v2/systemsharedmemory/status", None)
     assert status == 200, body
     return [str(region["name"]) for region in json.loads(body)]
 

@@ -268,7 +268,7 @@ def test_a_message_over_the_cap_ends_the_stream_with_resource_exhausted(gws):
 
 def test_a_client_that_hangs_up_mid_stream_gives_its_slots_back(gws, tmp_path):
     """At the per-model limit (2): a stream's two requests in flight hold it; once the client goes, a request fits."""
-    gateway = _gateway(tmp_path, _address(gws.http_url), gws.triton.grpc_address, max_inflight_per_model=2)
+    gateway = _gateway(tmp_path, _address(gws.http_url), gws.triton_endpoints.grpc_address, max_inflight_per_model=2)
     address = f"127.0.0.1:{gateway.options.grpc_port}"
     values = np.ones((1, 4), np.float32)
     try:

@@ -29,6 +29,7 @@ from onnx import TensorProto, helper
 from mslite_contract import settings
 from tests.support.eventually import eventually
 from tests.support.other_clients import javac, own_server_env, processes_mentioning
+from tests.support.processes import command_lines_holding, descendants_of, environ_value, is_gone
 from tests.support.repository import unload
 
 pytestmark = pytest.mark.integration
@@ -226,7 +227,7 @@ public class Hold {
 """
 
 JAVA_BIN = shutil.which("java") or "java"  # by path: one test runs it with an empty PATH
-STARTED = re.compile(r"started a server at (http://127\.0\.0\.1:(\d+)) \(log: ([^)]+)\)")
+STARTED = re.compile(r"started a server at (http://127\.0\.0\.1:(\d+)) \(pid (\d+)\)")
 
 
 def face_model(path: Path) -> Path:
@@ -280,7 +281,9 @@ def check_outputs(out: Path, model: Path) -> None:
     assert (out / "half_from_float.bin").read_bytes() == halves.tobytes()  # rounded to nearest, ties to even
 
 
-def run_face_check(programs: Path, out: Path, env: dict[str, str], *url: str) -> subprocess.CompletedProcess[str]:
+def run_face_check(
+    programs: Path, out: Path, env: dict[str, str], *url: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     out.mkdir()
     run = subprocess.run(
         [JAVA_BIN, "-cp", str(programs / "classes"), "FaceCheck", str(programs / "face.onnx"), str(out), *url],
@@ -288,6 +291,7 @@ def run_face_check(programs: Path, out: Path, env: dict[str, str], *url: str) ->
         text=True,
         timeout=600,
         env=env,
+        cwd=cwd,
     )
     assert run.returncode == 0 and "DONE" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     return run
@@ -327,12 +331,12 @@ def test_with_no_url_the_client_starts_its_server_and_stops_it_at_exit(programs,
     started = STARTED.search(run.stderr)
     assert started, run.stderr[-3000:]
     check_outputs(tmp_path / "out", programs / "face.onnx")
-    # the shutdown hook stopped it before the JVM exited, and removed its repository and log
+    # the shutdown hook stopped it before the JVM exited, and it removed its repository and workspace
     assert refused(int(started.group(2)))
     # stopped before the JVM exited: nothing should be left at all
     eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 30, 0.5)
-    assert not Path(started.group(3)).exists()
-    assert not list(tmp_path.glob("mslite-triton-repo-*"))
+    assert is_gone(int(started.group(3)))
+    assert not [p for p in tmp_path.rglob("mslite*")], list(tmp_path.rglob("mslite*"))
 
 
 def test_the_server_stops_when_the_program_is_killed(programs, tmp_path):
@@ -353,10 +357,16 @@ def test_the_server_stops_when_the_program_is_killed(programs, tmp_path):
                 port = int(started.group(2))
                 break
         assert port is not None and not refused(port)
+        # the key: in the environment of the server's processes (their account's to read), on no command line
+        below = descendants_of(int(started.group(3)))
+        keys = {environ_value(pid, settings.ADMIN_KEY_ENV) for pid, _ in below} - {None}
+        assert len(keys) == 1 and command_lines_holding(keys.pop()) == [], below
         proc.send_signal(signal.SIGKILL)  # no shutdown hook runs: the server sees its standard input end
         proc.wait(timeout=30)
         eventually(lambda: refused(port), f"the server on port {port} to end with its killed program", 120, 0.5)
         eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 120, 0.5)
+        left = lambda: [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite")]  # noqa: E731
+        eventually(lambda: not left(), "the server's temporary folders to go", 30, 0.5)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -372,6 +382,7 @@ def test_a_clear_error_when_the_server_command_is_missing(programs, tmp_path):
             timeout=120,
             env=env,
             input="",
+            cwd=tmp_path,  # no checkout's .venv in it or above it
         )
         assert run.returncode == 0, run.stderr[-3000:]
         return run.stdout
@@ -379,11 +390,24 @@ def test_a_clear_error_when_the_server_command_is_missing(programs, tmp_path):
     empty = tmp_path / "empty_path"
     empty.mkdir()
     missing = build_error({**own_server_env(tmp_path), "PATH": str(empty)})  # nothing on PATH: no `mslite-triton`
-    assert "'mslite-triton', the command that starts one, cannot be run" in missing
-    assert settings.URL_ENV in missing and settings.SERVE_CMD_ENV in missing and "pip install" in missing
+    assert "'mslite-triton', the command that starts a server, was not found (not on PATH, nor in .venv/bin/" in missing
+    assert settings.URL_ENV in missing and f"{settings.SERVE_CMD_ENV}=/path/to/.venv/bin/mslite-triton" in missing
 
     named = build_error(own_server_env(tmp_path, **{settings.SERVE_CMD_ENV: str(tmp_path / "no-such-serve")}))
-    assert f"'{tmp_path / 'no-such-serve'}', the command that starts one, cannot be run" in named
+    assert f"'{tmp_path / 'no-such-serve'}' cannot be run" in named and settings.SERVE_CMD_ENV in named
 
     off = build_error(own_server_env(tmp_path, **{settings.AUTOSTART_ENV: "0"}))
     assert f"{settings.URL_ENV} is not set and {settings.AUTOSTART_ENV}=0" in off
+
+
+def test_from_a_checkout_the_client_finds_the_venvs_server_command(programs, tmp_path):
+    """Not on PATH, no setting: run from a folder of the checkout, the client finds `.venv/bin/mslite-triton`."""
+    checkout = Path(__file__).resolve().parents[2]
+    assert (checkout / ".venv" / "bin" / "mslite-triton").exists(), "the checkout's venv"
+    if shutil.which("mslite-triton", path="/usr/bin:/bin"):
+        pytest.skip("installed system-wide: found on PATH first")
+    run = run_face_check(
+        programs, tmp_path / "out", {**own_server_env(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=checkout / "docs"
+    )
+    assert STARTED.search(run.stderr), run.stderr[-3000:]
+    check_outputs(tmp_path / "out", programs / "face.onnx")

@@ -90,7 +90,7 @@ _SERVER = textwrap.dedent(
     from mslite_server import LocalServer, ServerConfig
     repo = Path(sys.argv[1])
     with LocalServer(ServerConfig(model_repository=repo, gateway=True, supervise=False)) as s:
-        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton.grpc_socket),
+        seen = {"ports": [s.http_port, s.grpc_port], "triton_grpc": str(s.triton_endpoints.grpc_socket),
                 "prefix": s.workspace.shm_prefix}  # fmt: skip
         print(json.dumps(seen), flush=True)
         sys.stdin.read()  # serve until the test closes our stdin

@@ -26,8 +26,8 @@ import pytest
 
 import mslite_triton as mslite
 from mslite_contract import settings
+from mslite_contract.owned_files import region_owner
 from mslite_server import LocalServer, ServerConfig
-from mslite_triton._transport import region_owner
 from tests.support.processes import free_port
 from tests.support.repository import GEN, ROOT
 from tests.support.settled import settled

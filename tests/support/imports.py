@@ -1,10 +1,11 @@
-"""The import graph of our packages, read from their source: what import-linter would check, without it.
+"""The import graph of our packages, read from their source: what import-linter would check, and more.
 
 Every import counts, also one inside a function or under `TYPE_CHECKING`, and `from pkg import mod`
 counts as importing `pkg` (its `__init__`) as well as `pkg.mod`, since Python runs both and `pkg` must be far
 enough initialised to hand `mod` over. `import pkg.mod` and `from pkg.mod import x` count as importing
-`pkg.mod` only, as import-linter counts them: Python runs `pkg/__init__` first there too, but takes nothing from
-it, so a `pkg/__init__` that imports `pkg.mod` back does not make a cycle that can break.
+`pkg.mod` only in `graph(...)`, as import-linter counts them; `graph(..., executed=True)` counts them as Python
+executes them: `pkg/__init__` runs first (every parent package's does), so it is imported too. The package
+rules and the cycle between packages are judged on that graph.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ PACKAGES = {
 }
 
 
-def modules(package: str) -> dict[str, Path]:
-    """Dotted module name -> source file, for one of `PACKAGES`."""
-    root = PACKAGES[package]
+def modules(package: str, roots: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Dotted module name -> source file, for one of `roots` (default `PACKAGES`)."""
+    root = (roots or PACKAGES)[package]
     found = {}
     for path in root.rglob("*.py"):
         parts = [package, *path.relative_to(root).with_suffix("").parts]
@@ -51,12 +52,28 @@ def imported_names(module: str, path: Path) -> set[str]:
     return names
 
 
-def graph(*packages: str) -> dict[str, set[str]]:
-    """Module -> the modules of `packages` it imports."""
+def executed_names(module: str, path: Path) -> set[str]:
+    """`imported_names` and every parent package of each: Python runs `a/__init__` before `a.b`, and so on."""
+    return {".".join(parts[:i]) for name in imported_names(module, path) if name for parts in [name.split(".")]
+            for i in range(1, len(parts) + 1)}  # fmt: skip
+
+
+def graph(*packages: str, roots: dict[str, Path] | None = None, executed: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports (`executed`: as Python executes it, parents included)."""
     found: dict[str, Path] = {}
     for package in packages:
-        found.update(modules(package))
-    return {m: (imported_names(m, p) & found.keys()) - {m} for m, p in found.items()}
+        found.update(modules(package, roots))
+    names = executed_names if executed else imported_names
+    return {m: (names(m, p) & found.keys()) - {m} for m, p in found.items()}
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Top-level package -> the other top-level packages its modules import."""
+    tops: dict[str, set[str]] = {}
+    for module, imported in edges.items():
+        top = module.split(".")[0]
+        tops.setdefault(top, set()).update(m.split(".")[0] for m in imported)
+    return {top: found - {top} for top, found in tops.items()}
 
 
 def reachable(edges: dict[str, set[str]], start: str) -> set[str]:

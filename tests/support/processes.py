@@ -43,3 +43,44 @@ def children_of(pid: int) -> list[tuple[int, str]]:
             except OSError:
                 continue
     return found
+
+
+def descendants_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below `pid` (children, theirs, ...), from /proc."""
+    found, todo = [], [pid]
+    while todo:
+        for child, cmdline in children_of(todo.pop()):
+            found.append((child, cmdline))
+            todo.append(child)
+    return found
+
+
+def is_gone(pid: int) -> bool:
+    """True once `pid` has exited (a zombie counts as gone)."""
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text() or False
+    except FileNotFoundError:
+        return True
+
+
+def command_lines_holding(secret: str) -> list[int]:
+    """The processes whose /proc/PID/cmdline (what every local account can read) holds `secret`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and secret.encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of variable `name` in the environment of process `pid` (readable by its own account and root)."""
+    try:
+        for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if entry.startswith(name.encode() + b"="):
+                return entry.split(b"=", 1)[1].decode()
+    except OSError:
+        return None
+    return None

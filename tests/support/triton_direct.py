@@ -21,19 +21,19 @@ _lock = threading.Lock()
 
 def grpc_address(server: LocalServer) -> str:
     """tritonserver's own gRPC endpoint, as tritonclient's gRPC client takes it (`unix:PATH` or `host:port`)."""
-    return server.triton.grpc_address
+    return server.triton_endpoints.grpc_address
 
 
 def http_address(server: LocalServer) -> str:
     """`127.0.0.1:port` where tritonserver's own HTTP endpoint answers (a bridge to its socket behind a gateway)."""
-    path = server.triton.http_socket
-    return server.triton.http_address if path is None else f"127.0.0.1:{bridge(path)}"
+    path = server.triton_endpoints.http_socket
+    return server.triton_endpoints.http_address if path is None else f"127.0.0.1:{bridge(path)}"
 
 
 def grpc_url(server: LocalServer) -> str:
     """`grpc://127.0.0.1:port` where tritonserver's own gRPC endpoint answers, for `Context.server_url`."""
-    path = server.triton.grpc_socket
-    return f"grpc://{server.triton.grpc_address if path is None else f'127.0.0.1:{bridge(path)}'}"
+    path = server.triton_endpoints.grpc_socket
+    return f"grpc://{server.triton_endpoints.grpc_address if path is None else f'127.0.0.1:{bridge(path)}'}"
 
 
 def http_port(server: LocalServer) -> int:

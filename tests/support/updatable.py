@@ -24,13 +24,15 @@ def linear_model() -> bytes:
     return model.SerializeToString()
 
 
-def build_updated(url: str, root: Path, scale: float = 10.0) -> mslite.ModelParallelRunner:
-    """The linear model uploaded with 2 workers, its weight updated to `scale` x I."""
+def build_updated(url: str | None, root: Path, scale: float = 10.0) -> mslite.ModelParallelRunner:
+    """The linear model uploaded with 2 workers, its weight updated to `scale` x I (`url` None: the program's own
+    server)."""
     (root / "linear.onnx").write_bytes(linear_model())
     (root / "names.txt").write_text("w\n")
     (root / "config.ini").write_text('[ascend_context]\nvariable_weights_file="names.txt"\n')
     ctx = mslite.Context()
-    ctx.server_url = url
+    if url is not None:
+        ctx.server_url = url
     ctx.cpu.thread_num = 1
     ctx.parallel.workers_num = 2
     ctx.parallel.config_path = str(root / "config.ini")

@@ -521,8 +521,8 @@ def test_model_name_of_an_odd_file_name(tmp_path: Path) -> None:
 
 
 def test_free_ports_picked_together_are_distinct() -> None:
+    from mslite_server.errors import ServerStartError
     from mslite_server.ports import pick_ports
-    from mslite_triton.errors import ServerStartError
 
     for _ in range(50):
         ports = pick_ports([("127.0.0.1", 0, "http"), ("127.0.0.1", 0, "grpc"), ("127.0.0.1", 0, "metrics")])

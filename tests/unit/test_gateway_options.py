@@ -30,7 +30,7 @@ def test_every_option_changed_goes_through_argv_unchanged() -> None:
 
 
 def test_each_option_is_one_flag_named_after_its_field() -> None:
-    argv = GatewayOptions(**ADDRESSES, staging=False).to_argv()
+    argv = GatewayOptions(**ADDRESSES, staging=False, key_on_every_request=True).to_argv()
     names = [f.name for f in dataclasses.fields(GatewayOptions) if f.name != "limits"]
     names += [f.name for f in dataclasses.fields(GatewayLimits)]
     expected = ["--no-staging" if n == "staging" else "--" + n.replace("_", "-") for n in names]

@@ -15,11 +15,11 @@ import pytest
 from mslite_contract import settings
 from mslite_contract.admin_key import key_path, write_key
 from mslite_contract.protocol import ADMIN_KEY_HEADER
+from mslite_server.errors import TritonUnavailableError
 from mslite_server.ports import LOOPBACK
 from mslite_server.triton_api import TritonApi
 from mslite_server.triton_endpoints import TritonEndpoints
 from mslite_server.workspace import Workspace
-from mslite_triton.errors import ServerUnavailableError
 
 
 @pytest.fixture
@@ -127,9 +127,21 @@ def test_the_api_reads_models_and_sends_the_key_only_where_asked(triton: TritonE
 
 def test_an_error_status_or_no_answer_is_server_unavailable(triton: TritonEndpoints) -> None:
     api = TritonApi(triton, None, "http://public:1")
-    with pytest.raises(ServerUnavailableError, match="/v2/nothing answered 400"):
+    with pytest.raises(TritonUnavailableError, match="/v2/nothing answered 400"):
         api.json("GET", "/v2/nothing", None)
     gone = TritonApi(TritonEndpoints(host=LOOPBACK, http_port=1), None, "http://public:1")
     assert gone.status("GET", "/v2/health/live", 1) == 0 and not gone.answers_live(1)
-    with pytest.raises(ServerUnavailableError, match="no answer to /v2/models/stats"):
+    with pytest.raises(TritonUnavailableError, match="no answer to /v2/models/stats"):
         gone.loaded_models()
+
+
+def test_tritonserver_finds_bash_whatever_path_the_caller_has(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The python backend starts each stub through `bash`: the system's folders are on tritonserver's PATH."""
+    from mslite_server.triton_process import environment
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    folders = environment(tmp_path / "tritonserver", admin_key=None, weights_owner="o")["PATH"].split(":")
+    assert "/nonexistent" in folders and {"/bin", "/usr/bin"} <= set(folders)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    folders = environment(tmp_path / "tritonserver", admin_key=None, weights_owner="o")["PATH"].split(":")
+    assert folders.count("/bin") == 1 and folders.count("/usr/bin") == 1

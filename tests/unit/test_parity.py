@@ -14,12 +14,13 @@ from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 import mslite_triton as mslite
+from mslite_contract.protocol import DEFAULT_MAX_PENDING
 from mslite_contract.scrub import device_missing, scrub_json_error
 from mslite_triton._build import build_failed
 from mslite_triton._error_table import classify
 from mslite_triton._model_config import parse_config_file, plan_workers
 from mslite_triton._onnx_io import metadata_props
-from mslite_triton._pending import DEFAULT_MAX_PENDING, PendingLimit, take_runner_section
+from mslite_triton._pending import PendingLimit, take_runner_section
 from mslite_triton._remote import users_words
 from mslite_triton.errors import InvalidInputError, ModelLoadError, ServerUnavailableError, ServiceDenyError
 

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
+from mslite_server.errors import ServerStartError
 from mslite_server.ports import pick_ports
-from mslite_triton.errors import ServerStartError
 
 
 def _time_wait_port() -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mslite_contract import protocol, settings
+from mslite_contract import own_server, protocol, settings
 
 JAVA_SOURCES = Path(__file__).resolve().parents[2] / "client" / "java" / "src" / "mslite" / "triton"
 JAVA_CONFIGS = JAVA_SOURCES / "ModelConfigs.java"
@@ -40,3 +40,13 @@ def test_java_client_variables_match_the_settings() -> None:
     java = dict(re.findall(r'static final String (\w+) = "([^"]*)";', (JAVA_SOURCES / "Settings.java").read_text()))
     names = {"URL_ENV", "AUTOSTART_ENV", "SERVE_CMD_ENV", "ADMIN_KEY_ENV", "KEY_DIR_ENV"}
     assert {name: java[name] for name in names} == {name: getattr(settings, name) for name in names}
+
+
+def test_java_client_reads_the_start_up_lines_of_the_contract() -> None:
+    """LocalServer.java's copies of how a client's own server is found and started, and the lines it reads."""
+    source = (JAVA_SOURCES / "LocalServer.java").read_text()
+    java = dict(re.findall(r'static final String (\w+) = "([^"]*)";', source))
+    names = {"HTTP_LINE", "KEY_LINE", "SERVING_LINE", "SERVE_PROGRAM", "CHECKOUT_VENV_BIN"}
+    assert {name: java[name] for name in names} == {name: getattr(own_server, name) for name in names}
+    private = re.search(r"PRIVATE_ARGS = List.of\(([^)]*)\)", source)
+    assert private and tuple(re.findall(r'"([^"]*)"', private.group(1))) == own_server.PRIVATE_ARGS

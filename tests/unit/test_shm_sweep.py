@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mslite_contract.owned_files import process_alive, remove_prefixed, sweep_dead_owners
-from mslite_triton._transport import region_owner
+from mslite_contract.owned_files import process_alive, region_owner, remove_prefixed, sweep_dead_owners
 from tests.support.eventually import eventually
 
 

@@ -21,13 +21,21 @@ inline constexpr char THREADS_KEY[] = "thread_num";
 inline constexpr char RESIZED_INPUTS_PARAMETER[] = "resized_inputs";
 inline constexpr char THREAD_AFFINITY_CORE_LIST_PARAMETER[] = "thread_affinity_core_list";  // cores, comma-separated
 
-// The clients' own names (the Python client's _pending.py, settings.py; the test checks these too).
+// The clients' own names (mslite_contract/protocol.py, settings.py; the test checks these too).
 inline constexpr int DEFAULT_MAX_PENDING = 1000;  // MindSpore Lite's task-queue bound (kNumMaxTaskQueueSize)
 inline constexpr char KEY_DIR_ENV[] = "MSLITE_TRITON_KEY_DIR";
 inline constexpr char URL_ENV[] = "MSLITE_TRITON_URL";
 inline constexpr char AUTOSTART_ENV[] = "MSLITE_TRITON_AUTOSTART";  // "0": never start a server of our own
 inline constexpr char SERVE_CMD_ENV[] = "MSLITE_TRITON_SERVE_CMD";  // the command that runs mslite-triton
 inline constexpr char BIND_PREFIX[] = "triton://";
+
+// A client's own server (mslite_contract/own_server.py): how it is found and started, the lines it prints.
+inline constexpr char SERVE_PROGRAM[] = "mslite-triton";
+inline constexpr char CHECKOUT_VENV_BIN[] = ".venv/bin";
+inline constexpr const char *PRIVATE_ARGS[] = {"serve", "--private"};
+inline constexpr char HTTP_LINE[] = "HTTP ";
+inline constexpr char KEY_LINE[] = "ADMIN KEY ";
+inline constexpr char SERVING_LINE[] = "serving;";
 
 }  // namespace protocol
 }  // namespace mslite_triton

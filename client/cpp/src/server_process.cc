@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -27,11 +25,12 @@ namespace {
 
 constexpr auto kStartTimeout = std::chrono::seconds(300);  // a cold start on a busy host: tritonserver and its pools
 constexpr auto kStopTimeout = std::chrono::seconds(60);    // `serve` stops tritonserver, the gateway and workers
-constexpr char kExitTimeoutS[] = "5";                      // nothing of this process is in flight when it ends
 
-// One `mslite-triton serve` child and what it said. The thread that forks it waits for it: Linux sends the
-// parent-death signal (set in the child) when the *thread* that forked it ends, so that thread must live as
-// long as the child. An abrupt end of this process ends the thread too, and the server gets SIGTERM.
+// One `mslite-triton serve --private` child and what it said (mslite_contract/own_server.py: what such a server
+// is). It stops once its standard input ends: this process holds the pipe's only writing end (close-on-exec, so
+// no program it runs inherits it), which the kernel closes when this process ends, however it ends and
+// whichever thread started the server. The child removes every folder it made; this side makes none (the
+// child's error output goes to an anonymous file, read back only to say why a start failed).
 struct Child {
   std::mutex mutex;
   std::condition_variable changed;
@@ -41,7 +40,8 @@ struct Child {
   bool serving = false;
   bool exited = false;
   std::string failure;  // why it stopped, for a start that failed
-  std::string folder;   // its model repository and log; removed once it has exited
+  int input = -1;       // the writing end of its standard input; closed to stop it
+  int log = -1;         // its error output (an anonymous file)
 };
 
 std::mutex g_start;                    // one start at a time
@@ -68,8 +68,48 @@ std::string Which(const std::string &word) {
   return "";
 }
 
-std::string LastLine(const std::string &file) {
-  std::ifstream in(file);
+// The command that runs mslite-triton (the rule of mslite_contract/own_server.py): SERVE_CMD_ENV's words, else
+// SERVE_PROGRAM on PATH, else in CHECKOUT_VENV_BIN of the current folder or one above it; empty when none.
+std::vector<std::string> FindServeCommand() {
+  std::vector<std::string> words;
+  std::stringstream named(Getenv(protocol::SERVE_CMD_ENV));
+  for (std::string word; named >> word;) words.push_back(word);
+  if (!words.empty()) return words;
+  std::string found = Which(protocol::SERVE_PROGRAM);
+  std::error_code error;
+  for (std::filesystem::path dir = std::filesystem::current_path(error); found.empty() && !error && !dir.empty();
+       dir = dir.parent_path()) {
+    const std::filesystem::path candidate = dir / protocol::CHECKOUT_VENV_BIN / protocol::SERVE_PROGRAM;
+    if (access(candidate.c_str(), X_OK) == 0) found = candidate.string();
+    if (dir == dir.root_path()) break;
+  }
+  if (!found.empty()) words.push_back(found);
+  return words;
+}
+
+// An unnamed file for the child's error output: O_TMPFILE, else a named one removed at once.
+int AnonymousFile() {
+  const std::string dir = Getenv("TMPDIR").empty() ? "/tmp" : Getenv("TMPDIR");
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  std::string name = dir + "/mslite-triton-serve-XXXXXX";
+  fd = mkostemp(&name[0], O_CLOEXEC);
+  if (fd >= 0) unlink(name.c_str());
+  return fd;
+}
+
+// The last non-empty line of what `fd` holds.
+std::string LastLine(int fd) {
+  std::string all;
+  char buffer[4096];
+  for (off_t at = 0;;) {
+    const ssize_t n = pread(fd, buffer, sizeof buffer, at);
+    if (n <= 0) break;
+    all.append(buffer, static_cast<size_t>(n));
+    at += n;
+    if (all.size() > (1u << 20)) all.erase(0, all.size() - (1u << 16));
+  }
+  std::stringstream in(all);
   std::string last;
   for (std::string line; std::getline(in, line);) {
     if (!Trim(line).empty()) last = Trim(line);
@@ -83,7 +123,7 @@ std::string Describe(int status) {
 }
 
 // Reads what the server prints at start (its URL, admin key, "serving;"), then waits for it to exit.
-void Watch(Child *child, std::vector<std::string> args, int out_read, int out_write, int log_fd, int null_fd) {
+void Watch(Child *child, std::vector<std::string> args, int out_read, int out_write, int in_read) {
   std::vector<char *> argv;
   for (std::string &a : args) argv.push_back(&a[0]);
   argv.push_back(nullptr);
@@ -95,12 +135,10 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
     if (std::strncmp(*e, key_var.c_str(), key_var.size()) != 0) envp.push_back(*e);
   }
   envp.push_back(nullptr);
-  const pid_t parent = getpid();
+  const int log_fd = child->log;
   const pid_t pid = fork();
   if (pid == 0) {  // async-signal-safe calls only until exec: this process has other threads
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);  // the parent has gone already
-    dup2(null_fd, 0);
+    dup2(in_read, 0);  // dup2 clears close-on-exec on the copies
     dup2(out_write, 1);
     dup2(log_fd, 2);
     execve(argv[0], argv.data(), envp.data());
@@ -108,14 +146,17 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
   }
   const int fork_errno = errno;
   close(out_write);
-  close(log_fd);
-  close(null_fd);
+  close(in_read);
   {
     std::lock_guard<std::mutex> lock(child->mutex);
     child->pid = pid;
     if (pid < 0) {
       child->exited = true;
       child->failure = std::string("fork failed: ") + std::strerror(fork_errno);
+      for (int *fd : {&child->log, &child->input}) {
+        close(*fd);
+        *fd = -1;
+      }
     }
   }
   child->changed.notify_all();
@@ -134,9 +175,13 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
     std::lock_guard<std::mutex> lock(child->mutex);
     for (size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
       const std::string line = pending.substr(0, eol);
-      if (line.rfind("HTTP ", 0) == 0) child->url = Trim(line.substr(5));
-      if (line.rfind("ADMIN KEY ", 0) == 0) child->key = line.substr(10, line.find(' ', 10) - 10);
-      if (line.rfind("serving;", 0) == 0) serving = child->serving = !child->url.empty();
+      const std::string http = protocol::HTTP_LINE, key = protocol::KEY_LINE;
+      if (line.rfind(http, 0) == 0) child->url = Trim(line.substr(http.size()));
+      if (line.rfind(key, 0) == 0) {
+        const std::string rest = Trim(line.substr(key.size()));
+        child->key = rest.substr(0, rest.find(' '));
+      }
+      if (line.rfind(protocol::SERVING_LINE, 0) == 0) serving = child->serving = !child->url.empty();
     }
     child->changed.notify_all();
   }
@@ -144,11 +189,13 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   close(out_read);
-  const std::string why = LastLine(child->folder + "/serve.log");
-  std::error_code ignored;
-  std::filesystem::remove_all(child->folder, ignored);
+  const std::string why = LastLine(log_fd);
   {
     std::lock_guard<std::mutex> lock(child->mutex);
+    close(log_fd);
+    child->log = -1;
+    if (child->input >= 0) close(child->input);
+    child->input = -1;
     child->exited = true;
     child->serving = false;
     child->failure = Describe(status) + (why.empty() ? "" : ": " + why);
@@ -156,12 +203,15 @@ void Watch(Child *child, std::vector<std::string> args, int out_read, int out_wr
   child->changed.notify_all();
 }
 
-// At exit: SIGTERM to the server this process started, and wait (bounded) until it has stopped.
+// At exit: the end of its input and SIGTERM to the server this process started, and wait (bounded) until it has
+// stopped.
 void StopAtExit() {
   Child *child = g_child.load();
   if (child == nullptr) return;
   std::unique_lock<std::mutex> lock(child->mutex);
   if (child->exited || child->pid <= 0) return;
+  if (child->input >= 0) close(child->input);  // the child stops at the end of its input
+  child->input = -1;
   kill(child->pid, SIGTERM);
   if (!child->changed.wait_for(lock, kStopTimeout, [child] { return child->exited; })) {
     kill(child->pid, SIGKILL);
@@ -170,58 +220,50 @@ void StopAtExit() {
 }
 
 Status Start(std::string *url, std::string *key) {
-  std::vector<std::string> words;
-  std::stringstream named(Getenv(protocol::SERVE_CMD_ENV));
-  for (std::string word; named >> word;) words.push_back(word);
-  const bool own_setting = !words.empty();
-  if (!own_setting) words.push_back("mslite-triton");
-  const std::string program = Which(words[0]);
+  const std::vector<std::string> words = FindServeCommand();
+  const std::string program = words.empty() ? "" : Which(words[0]);
   if (program.empty()) {
-    return Status(kLiteError, "cannot start a server: '" + words[0] + "' is not installed (" +
-                                  (own_setting ? std::string(protocol::SERVE_CMD_ENV) + " names it" : "not on PATH") +
-                                  "); install the mslite-triton package, name its command in " +
-                                  protocol::SERVE_CMD_ENV + ", or give a running server's URL in " +
-                                  protocol::URL_ENV + " (or Context::SetServerUrl)");
-  }
-  std::string folder = (Getenv("TMPDIR").empty() ? "/tmp" : Getenv("TMPDIR")) + "/mslite-triton-cpp-XXXXXX";
-  if (mkdtemp(&folder[0]) == nullptr || !std::filesystem::create_directory(folder + "/repository")) {
-    return Status(kLiteError, "cannot start a server: no temporary folder: " + std::string(std::strerror(errno)));
+    const std::string what = Getenv(protocol::SERVE_CMD_ENV).empty()
+                                 ? std::string("'") + protocol::SERVE_PROGRAM +
+                                       "', the command that starts a server, was not found (not on PATH, nor in " +
+                                       protocol::CHECKOUT_VENV_BIN + "/ of the current folder or one above it)"
+                                 : "'" + words[0] + "' is not installed (" + protocol::SERVE_CMD_ENV + " names it)";
+    return Status(kLiteError, "cannot start a server: " + what +
+                                  ": install the mslite-triton package with its server extra, name its command in " +
+                                  protocol::SERVE_CMD_ENV + " (e.g. " + protocol::SERVE_CMD_ENV +
+                                  "=/path/to/.venv/bin/" + protocol::SERVE_PROGRAM + "), or give a running server's "
+                                  "URL in " + protocol::URL_ENV + " (or Context::SetServerUrl)");
   }
   int out[2] = {-1, -1};
-  const int log_fd = open((folder + "/serve.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (log_fd < 0 || null_fd < 0 || pipe2(out, O_CLOEXEC) != 0) {
-    for (int fd : {log_fd, null_fd, out[0], out[1]}) {
+  int in[2] = {-1, -1};
+  const int log_fd = AnonymousFile();
+  if (log_fd < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0) {
+    const int error = errno;
+    for (int fd : {log_fd, out[0], out[1], in[0], in[1]}) {
       if (fd >= 0) close(fd);
     }
-    std::error_code ignored;
-    std::filesystem::remove_all(folder, ignored);
-    return Status(kLiteError, "cannot start a server: " + std::string(std::strerror(errno)));
+    return Status(kLiteError, "cannot start a server: " + std::string(std::strerror(error)));
   }
   std::vector<std::string> args{program};
   args.insert(args.end(), words.begin() + 1, words.end());
-  for (const char *a : {"serve", "--model-repository", ""}) args.push_back(a);
-  args.back() = folder + "/repository";
-  for (const char *a : {"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--exit-timeout-s"}) {
-    args.push_back(a);
-  }
-  args.push_back(kExitTimeoutS);
+  for (const char *a : protocol::PRIVATE_ARGS) args.push_back(a);
 
   auto *child = new Child;
-  child->folder = folder;
+  child->input = in[1];
+  child->log = log_fd;
   g_child.store(child);
   static std::once_flag registered;
   std::call_once(registered, [] { std::atexit(StopAtExit); });
-  std::thread(Watch, child, std::move(args), out[0], out[1], log_fd, null_fd).detach();
+  std::thread(Watch, child, std::move(args), out[0], out[1], in[0]).detach();
 
   std::unique_lock<std::mutex> lock(child->mutex);
   if (!child->changed.wait_for(lock, kStartTimeout, [child] { return child->serving || child->exited; })) {
     if (child->pid > 0) kill(child->pid, SIGTERM);
-    return Status(kLiteError, "the server '" + words[0] + " serve' did not start within " +
+    return Status(kLiteError, "the server '" + program + " serve' did not start within " +
                                   std::to_string(kStartTimeout.count()) + " s");
   }
   if (!child->serving) {
-    return Status(kLiteError, "the server '" + words[0] + " serve' did not start: " + child->failure);
+    return Status(kLiteError, "the server '" + program + " serve' did not start: " + child->failure);
   }
   *url = child->url;
   *key = child->key;

@@ -52,7 +52,7 @@ from mslite_gateway.grpc.stream_state import StreamCall
 from mslite_gateway.grpc.unary_calls import UnaryCalls
 from mslite_gateway.grpc.unary_state import UnaryCall
 from mslite_gateway.grpc.window_credit import WindowCredit
-from mslite_gateway.rules import holds_key
+from mslite_gateway.rules import KEY_REQUIRED, holds_key
 
 
 class CheckedCalls:
@@ -179,6 +179,8 @@ class CheckedCalls:
             link.close()  # after what is written
         elif rules.closing:
             self.refuse(sid, UNAVAILABLE, "the server is shutting down")
+        elif rules.key_on_every_request and not holds_key(key, rules.admin_key):
+            self.refuse(sid, PERMISSION_DENIED, KEY_REQUIRED)
         elif (refusal := grpc_refusal(path, key, rules.admin_key)) is not None:  # default-deny (`access`)
             self.refuse(sid, PERMISSION_DENIED, refusal.message)
         elif path in rules.checks:

@@ -74,8 +74,10 @@ class RelayRules:
         upstream_timeout_s: float = GATEWAY_UPSTREAM_TIMEOUT_S,
         max_streams: int = GATEWAY_MAX_STREAMS_PER_CONNECTION,
         max_unread_bytes: int = GATEWAY_MAX_UNREAD_BYTES_PER_CONNECTION,
+        key_on_every_request: bool = False,
     ) -> None:
         self.admin_key = admin_key
+        self.key_on_every_request = key_on_every_request  # a private server: no call without the key
         self.batching = batching  # whether a model batches, for a request of batch size 0
         self.max_strings = max_strings
         # a call Triton has not answered whole by then (its answer waiting for the client's window too) is ended

@@ -44,7 +44,7 @@ from mslite_gateway.load_failures import LoadFailures
 from mslite_gateway.model_batching import ModelBatching
 from mslite_gateway.model_control import LOAD_ROUTE, check_http_load, check_http_name, http_load_body
 from mslite_gateway.offload import OFFLOAD_BYTES, SMALL_LANE_BYTES, Offload
-from mslite_gateway.rules import Refusal, holds_key
+from mslite_gateway.rules import KEY_REQUIRED, Refusal, holds_key
 from mslite_gateway.server_metadata import HTTP_PATH, served_json
 from mslite_gateway.staging import Staging
 
@@ -92,8 +92,10 @@ class HttpFront:
         batching: ModelBatching | None = None,
         max_strings: int = GATEWAY_MAX_STRING_ELEMENTS,
         connections: Connections | None = None,
+        key_on_every_request: bool = False,
     ) -> None:
         self.upstream = upstream
+        self.key_on_every_request = key_on_every_request  # a private server: nothing without the key
         self.connections = connections or Connections(idle_timeout_s=idle_timeout_s)  # the cap, idle time-out
         self.batching = batching
         self.max_strings = max_strings
@@ -223,6 +225,8 @@ class HttpFront:
     ) -> tuple[tuple[bytes, ...], bool]:
         """Check and forward one request: the answer's parts, and whether the connection closes after them."""
         try:
+            if self.key_on_every_request and not holds_key(req.header(_KEY_HEADER), self.admin_key):
+                raise HttpError(403, KEY_REQUIRED)
             connection = (req.header(b"connection") or b"").lower()
             close = connection == b"close" or (req.version == b"HTTP/1.0" and connection != b"keep-alive")
             if req.method == b"HEAD":

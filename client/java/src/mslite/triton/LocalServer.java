@@ -2,54 +2,59 @@ package mslite.triton;
 
 import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Comparator;
+import java.util.Deque;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.logging.Logger;
-import java.util.stream.Stream;
 
 /**
- * The server of this program's own, started when no URL is set: {@code mslite-triton serve} as a child process
- * on free loopback ports with an empty model repository (models are uploaded into it), once per program.
+ * The server of this program's own, started when no URL is set: {@code mslite-triton serve --private} as a child
+ * process, once per program (mslite_contract/own_server.py says what such a server is). It makes its own empty
+ * model repository (models are uploaded into it), picks free loopback ports, answers only requests with the admin
+ * key it prints on its standard output (read here), and removes what it made when it stops.
  *
  * <p>It stops when the program ends: a shutdown hook stops it at a normal exit or on SIGTERM / Ctrl-C, and the
- * server watches its standard input ({@code --stop-on-stdin-close}), whose other end only this program holds,
- * so it also stops when the program is killed outright. The command is {@code MSLITE_TRITON_SERVE_CMD} (a
- * command line, split at spaces) or {@code mslite-triton} on PATH; the admin key is the one the server prints.
+ * server stops once its standard input ends, whose other end only this program holds, so it also stops when the
+ * program is killed outright. Nothing of the start is on disk on this side: the child's error output is read
+ * here, its last lines kept to say why a start failed. The command: {@code MSLITE_TRITON_SERVE_CMD} (a command
+ * line, split at spaces), else {@code mslite-triton} on PATH, else in {@code .venv/bin} of the current folder or
+ * one above it (a checkout's virtual environment).
  */
 final class LocalServer {
     private static final Logger LOG = Logger.getLogger(LocalServer.class.getName());
     private static final long START_TIMEOUT_S = 300; // tritonserver's start on a loaded two-core machine, with room
     private static final long STOP_TIMEOUT_S = 60;
-    private static final String EXIT_TIMEOUT_S = "5"; // how long a stop waits for requests: none of ours are in flight
-    // the lines `mslite-triton serve` prints once it serves (server/mslite_server/cli.py)
-    private static final String HTTP_LINE = "HTTP ";
-    private static final String KEY_LINE = "ADMIN KEY ";
-    private static final String SERVING_LINE = "serving;";
+    // mslite_contract/own_server.py: how the command is found and started, the lines it prints once it serves
+    static final String SERVE_PROGRAM = "mslite-triton";
+    static final String CHECKOUT_VENV_BIN = ".venv/bin";
+    static final List<String> PRIVATE_ARGS = List.of("serve", "--private");
+    static final String HTTP_LINE = "HTTP ";
+    static final String KEY_LINE = "ADMIN KEY ";
+    static final String SERVING_LINE = "serving;";
     private static final String END_OF_OUTPUT = "\0"; // the reader thread's mark: the child closed its output
+    private static final int ERROR_LINES = 15; // of the child's error output, kept for a failed start's message
 
     private static LocalServer current; // guarded by LocalServer.class
 
     final String url;
     final String adminKey;
     private final Process process;
-    private final Path repository;
-    private final Path log;
 
-    private LocalServer(String url, String adminKey, Process process, Path repository, Path log) {
+    private LocalServer(String url, String adminKey, Process process) {
         this.url = url;
         this.adminKey = adminKey;
         this.process = process;
-        this.repository = repository;
-        this.log = log;
     }
 
     /** This program's server, started on first use (and again if it has died since). */
@@ -65,41 +70,63 @@ final class LocalServer {
         return current;
     }
 
-    private static LocalServer start() throws KServeHttp.ServerError {
-        String commandLine = Settings.get(Settings.SERVE_CMD_ENV);
-        List<String> base = Arrays.asList(
-                (commandLine == null ? Settings.DEFAULT_SERVE_CMD : commandLine).trim().split("\\s+"));
-        List<String> command = new ArrayList<>(base);
-        Path repository;
-        Path log;
-        try {
-            repository = Files.createTempDirectory("mslite-triton-repo-");
-            log = Files.createTempFile("mslite-triton-serve-", ".log");
-        } catch (IOException e) {
-            throw new KServeHttp.ServerError("kLiteError", "cannot start a server: " + e.getMessage());
+    /** The command that runs mslite-triton (the rule of mslite_contract/own_server.py), or null when none. */
+    static List<String> findServeCommand() {
+        String named = Settings.get(Settings.SERVE_CMD_ENV);
+        if (named != null && !named.isBlank()) {
+            return Arrays.asList(named.trim().split("\\s+"));
         }
-        command.addAll(List.of("serve", "--model-repository", repository.toString(), "--http-port", "0",
-                "--grpc-port", "0", "--metrics-port", "0", "--exit-timeout-s", EXIT_TIMEOUT_S,
-                "--stop-on-stdin-close"));
+        String path = System.getenv("PATH");
+        for (String dir : (path == null ? "" : path).split(":")) {
+            Path candidate = Paths.get(dir.isEmpty() ? "." : dir, SERVE_PROGRAM);
+            if (Files.isRegularFile(candidate) && Files.isExecutable(candidate)) {
+                return List.of(candidate.toString());
+            }
+        }
+        for (Path dir = Paths.get("").toAbsolutePath(); dir != null; dir = dir.getParent()) {
+            Path candidate = dir.resolve(CHECKOUT_VENV_BIN).resolve(SERVE_PROGRAM);
+            if (Files.isRegularFile(candidate) && Files.isExecutable(candidate)) {
+                return List.of(candidate.toString());
+            }
+        }
+        return null;
+    }
+
+    private static String notFound() {
+        return "'" + SERVE_PROGRAM + "', the command that starts a server, was not found (not on PATH, nor in "
+                + CHECKOUT_VENV_BIN + "/ of the current folder or one above it): install the mslite-triton package "
+                + "with its server extra, name its command in " + Settings.SERVE_CMD_ENV + " (e.g. "
+                + Settings.SERVE_CMD_ENV + "=/path/to/.venv/bin/" + SERVE_PROGRAM + "), or give a running server's "
+                + "URL in " + Settings.URL_ENV;
+    }
+
+    private static LocalServer start() throws KServeHttp.ServerError {
+        List<String> base = findServeCommand();
+        if (base == null) {
+            throw new KServeHttp.ServerError("kLiteError", "no server: " + Settings.URL_ENV + " is not set, and "
+                    + notFound());
+        }
+        List<String> command = new ArrayList<>(base);
+        command.addAll(PRIVATE_ARGS);
         Process process;
         try {
-            ProcessBuilder builder = new ProcessBuilder(command).redirectError(log.toFile());
+            ProcessBuilder builder = new ProcessBuilder(command);
             // The server makes its own key and prints it (read below): a key in the environment is another
             // server's, and `serve` would take it as its own without printing it.
             builder.environment().remove(Settings.ADMIN_KEY_ENV);
             process = builder.start();
         } catch (IOException e) {
-            remove(repository, log);
             throw new KServeHttp.ServerError("kLiteError", "no server: " + Settings.URL_ENV + " is not set, and '"
-                    + base.get(0) + "', the command that starts one, cannot be run (" + e.getMessage() + "). "
-                    + "Install mslite-triton with its server (pip install 'mslite-triton[server]') so that "
-                    + Settings.DEFAULT_SERVE_CMD + " is on PATH, or name the command in " + Settings.SERVE_CMD_ENV
-                    + ", or set " + Settings.URL_ENV + " to a running server's http://host:port");
+                    + base.get(0) + "' cannot be run (" + e.getMessage() + "); " + notFound());
         }
         BlockingQueue<String> lines = new LinkedBlockingQueue<>();
-        Thread reader = new Thread(() -> readLines(process, lines), "mslite-triton-serve-output");
+        Deque<String> errors = new ArrayDeque<>();
+        Thread reader = new Thread(() -> readLines(process.getInputStream(), lines), "mslite-triton-serve-output");
         reader.setDaemon(true);
         reader.start();
+        Thread errorReader = new Thread(() -> keepLast(process.getErrorStream(), errors), "mslite-triton-serve-errors");
+        errorReader.setDaemon(true);
+        errorReader.start();
         String url = null;
         String key = null;
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(START_TIMEOUT_S);
@@ -110,8 +137,11 @@ final class LocalServer {
                     String why = line == null ? "did not serve within " + START_TIMEOUT_S + " s"
                             : "exited before it served";
                     stop(process);
-                    String tail = tail(log);
-                    remove(repository, log);
+                    errorReader.join(TimeUnit.SECONDS.toMillis(5));
+                    String tail;
+                    synchronized (errors) {
+                        tail = String.join("\n", errors);
+                    }
                     throw new KServeHttp.ServerError("kLiteError", "the server started with '" + String.join(" ",
                             base) + " serve' " + why + ": " + tail);
                 }
@@ -126,23 +156,26 @@ final class LocalServer {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             stop(process);
-            remove(repository, log);
             throw new KServeHttp.ServerError("kLiteError", "interrupted while the server started");
         }
-        LocalServer server = new LocalServer(url, key, process, repository, log);
+        LocalServer server = new LocalServer(url, key, process);
         Runtime.getRuntime().addShutdownHook(new Thread(server::close, "mslite-triton-serve-stop"));
-        LOG.info("started a server at " + url + " (log: " + log + "); it stops when this program ends");
+        LOG.info("started a server at " + url + " (pid " + process.pid() + "); it stops when this program ends");
         return server;
     }
 
-    /** Stops the server and removes its repository and log (the shutdown hook). */
+    /** Stops the server (the shutdown hook); it removes what it made. */
     private void close() {
         stop(process);
-        remove(repository, log);
     }
 
     /** SIGTERM (the server lets requests in flight finish), then SIGKILL if it is still there. */
     private static void stop(Process process) {
+        try {
+            process.getOutputStream().close(); // the end of its input: it stops
+        } catch (IOException e) {
+            // it has gone already
+        }
         process.destroy();
         try {
             if (!process.waitFor(STOP_TIMEOUT_S, TimeUnit.SECONDS)) {
@@ -155,9 +188,8 @@ final class LocalServer {
     }
 
     /** Every line the child prints, then {@link #END_OF_OUTPUT}; keeps reading so the child never blocks. */
-    private static void readLines(Process process, BlockingQueue<String> lines) {
-        try (BufferedReader out = new BufferedReader(
-                new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8))) {
+    private static void readLines(InputStream stream, BlockingQueue<String> lines) {
+        try (BufferedReader out = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
             for (String line = out.readLine(); line != null; line = out.readLine()) {
                 lines.add(line);
             }
@@ -167,21 +199,19 @@ final class LocalServer {
         lines.add(END_OF_OUTPUT);
     }
 
-    private static String tail(Path log) {
-        try {
-            List<String> all = Files.readAllLines(log, StandardCharsets.UTF_8);
-            return String.join("\n", all.subList(Math.max(0, all.size() - 15), all.size())).trim();
+    /** The last {@link #ERROR_LINES} lines of the child's error output, read until it ends. */
+    private static void keepLast(InputStream stream, Deque<String> kept) {
+        try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
+            for (String line = in.readLine(); line != null; line = in.readLine()) {
+                synchronized (kept) {
+                    kept.addLast(line);
+                    if (kept.size() > ERROR_LINES) {
+                        kept.removeFirst();
+                    }
+                }
+            }
         } catch (IOException e) {
-            return "(no log)";
+            // the child went away
         }
-    }
-
-    private static void remove(Path repository, Path log) {
-        try (Stream<Path> walk = Files.walk(repository)) {
-            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-        } catch (IOException e) {
-            // already gone
-        }
-        log.toFile().delete();
     }
 }

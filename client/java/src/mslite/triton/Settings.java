@@ -9,9 +9,8 @@ final class Settings {
     static final String URL_ENV = "MSLITE_TRITON_URL";
     /** {@code 0}: never start a server; a build with no URL fails. */
     static final String AUTOSTART_ENV = "MSLITE_TRITON_AUTOSTART";
-    /** The command that runs mslite-triton, words split at spaces (unset: {@link #DEFAULT_SERVE_CMD} on PATH). */
+    /** The command that runs mslite-triton, words split at spaces (unset: {@link LocalServer#findServeCommand}). */
     static final String SERVE_CMD_ENV = "MSLITE_TRITON_SERVE_CMD";
-    static final String DEFAULT_SERVE_CMD = "mslite-triton";
     /** The admin key, sent on model control. */
     static final String ADMIN_KEY_ENV = "MSLITE_TRITON_KEY";
     /** Where the servers' key files live (default {@code ~/.mslite-triton/keys}). */
