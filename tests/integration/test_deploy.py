@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from mslite_contract import settings
-from mslite_server.cli import build_parser
+from mslite_server.cli import DEFAULT_EXIT_TIMEOUT_S, build_parser
 from mslite_server.ports import pick_ports
 from mslite_server.workspace import triton_dir
 from tests.support.repository import GEN, ROOT, add_model
@@ -295,8 +295,7 @@ def test_plain_kubernetes_manifest_structure(compose):
     (container,) = pod["spec"]["containers"]
     assert container["args"] == dockerfile_cmd()  # the image's options, stated
     assert build_parser().parse_args(["serve", *container["args"]]).http_port == 8000
-    exit_timeout = build_parser().parse_args(["serve"]).exit_timeout_s
-    assert pod["spec"]["terminationGracePeriodSeconds"] > exit_timeout  # a stop is never a kill
+    assert pod["spec"]["terminationGracePeriodSeconds"] > DEFAULT_EXIT_TIMEOUT_S  # a stop is never a kill
     (key_env,) = [e for e in container["env"] if e["name"] == settings.ADMIN_KEY_ENV]
     assert "secretKeyRef" in key_env["valueFrom"]
     assert not [a for a in container["args"] if "key" in a.lower()]  # the key by environment only

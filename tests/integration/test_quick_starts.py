@@ -2,7 +2,7 @@
 
 The commands are read from the docs at test time, so a change of the docs changes what runs: the README's Python
 quick start (its `make models`, its code saved as `quick_start.py` in the checkout's root, run with the venv's
-Python, with no URL and with `MSLITE_TRITON_URL` set) and the shell blocks of docs/clients.md's Java and C++
+Python, with no URL and with the URL variable set) and the shell blocks of docs/clients.md's Java and C++
 quick starts, each line run by bash in the clone's root as written. Two changes only, both here: the docs' server
 URL (`http://127.0.0.1:8000`) becomes the session server's HTTP URL, and the Python quick start's URL (it names
 none) is the session server's gRPC URL.
@@ -11,7 +11,7 @@ The clone is `git clone` of this checkout's HEAD plus its uncommitted changes to
 so what runs is the working tree's docs and code, without its ignored build outputs. It gets the venv that runs
 the tests as `.venv/`: a folder of symlinks to that venv's entries, with stamp files of its own named as the
 Makefile names them, so `make` finds the packages installed and installs nothing (and writes nothing into the
-shared venv). The commands run with a newcomer's environment: no `MSLITE_TRITON_*` variable but the key folder
+shared venv). The commands run with a newcomer's environment: no variable of ours but the key folder
 (the session server's key file is there) and no venv on `PATH`.
 """
 
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 DOC_URL = "http://127.0.0.1:8000"  # the server URL the docs' commands name
 RUN_TIMEOUT_S = 600  # a build or a run on 2 busy cores, a server start included
+OURS = {v.name for v in settings.VARIABLES}  # the environment variables this project reads
 
 
 # -- what the docs say ---------------------------------------------------------------------------------------------
@@ -153,11 +154,7 @@ def newcomer_env(home: Path, *, own_server: bool, **extra: str) -> dict[str, str
     """
     venv_bins = {Path(sys.prefix, "bin").resolve(), Path(sys.executable).parent.resolve()}
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() not in venv_bins]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not (k.startswith("MSLITE_TRITON_") and k != settings.KEY_DIR_ENV) and k != "VIRTUAL_ENV"
-    }
+    env = {k: v for k, v in os.environ.items() if not (k in OURS and k != settings.KEY_DIR_ENV) and k != "VIRTUAL_ENV"}
     env["PATH"] = os.pathsep.join(path)
     if own_server:
         (home / "tmp").mkdir(parents=True, exist_ok=True)
