@@ -126,6 +126,7 @@ def test_when_every_connection_has_a_call_in_flight_a_new_one_is_refused(gateway
         for h2 in busy:  # a message that stops half-way: a call in flight on each connection
             h2.open(1)
             assert h2.data(1, grpc_message(1000, 10), timeout_s=30)
+            assert h2.ping(timeout_s=60)  # the gateway has read the call: the connection counts as busy
         eventually(lambda: all(h2.wait_for(SETTINGS, 0, 0) for h2 in busy), "the busy connections' settings")
         answer = _http_infer(http_port)
         seen = [[(f.kind, f.flags, f.sid, f.payload[:60]) for f in h2.frames] for h2 in busy]

