@@ -29,6 +29,7 @@ from mslite_contract import own_server, protocol, settings
 from tests.support.eventually import eventually
 from tests.support.other_clients import (
     assert_fixed_answer,
+    folders_left,
     own_server_env,
     private_model,
     processes_mentioning,
@@ -542,7 +543,7 @@ def test_model_starts_a_server_of_its_own(builds, sample_files, ort_outputs, tmp
     assert_close(tmp_path / "out.bin", ort_outputs[1])
     assert processes_mentioning(str(tmp_path)) == []  # stopped before the program ended
     # the client's folder (model repository, log) and the server's workspace; other libraries' files may stay
-    assert [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite-triton")] == []
+    assert folders_left(tmp_path / "tmp") == []
     assert not list((tmp_path / "keys").glob("*.key"))  # the admin key files go with the server
 
 
@@ -599,7 +600,7 @@ def test_a_killed_program_takes_its_server_along(builds, sample_files, tmp_path)
         proc.wait(timeout=30)
         # `serve` stops tritonserver, the gateway and the workers first
         eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 120, 0.5)
-        left = lambda: [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite")]  # noqa: E731
+        left = lambda: folders_left(tmp_path / "tmp")  # noqa: E731
         eventually(lambda: not left(), "the server's temporary folders to go", 30, 0.5)
     finally:
         if proc.poll() is None:

@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 
 from mslite_contract import settings
 from tests.support.eventually import eventually
-from tests.support.other_clients import javac, own_server_env, processes_mentioning
+from tests.support.other_clients import folders_left, javac, own_server_env, processes_mentioning
 from tests.support.processes import command_lines_holding, descendants_of, environ_value, is_gone
 from tests.support.repository import unload
 
@@ -365,7 +365,7 @@ def test_the_server_stops_when_the_program_is_killed(programs, tmp_path):
         proc.wait(timeout=30)
         eventually(lambda: refused(port), f"the server on port {port} to end with its killed program", 120, 0.5)
         eventually(lambda: not processes_mentioning(str(tmp_path)), "the server's processes to end", 120, 0.5)
-        left = lambda: [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("mslite")]  # noqa: E731
+        left = lambda: folders_left(tmp_path / "tmp")  # noqa: E731
         eventually(lambda: not left(), "the server's temporary folders to go", 30, 0.5)
     finally:
         if proc.poll() is None:

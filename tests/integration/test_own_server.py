@@ -28,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 from mslite_contract import settings
 from mslite_contract.protocol import ADMIN_KEY_HEADER, GATEWAY_MODULE
 from tests.support.eventually import eventually
+from tests.support.other_clients import folders_left
 from tests.support.processes import command_lines_holding, descendants_of, is_gone
 from tests.support.repository import GEN
 
@@ -135,7 +136,7 @@ def _left_behind(program: Program, below: list[tuple[int, str]]) -> None:
     """Waits until the server and every process under it have ended, and its folders are gone."""
     for pid in [program.pid, *(p for p, _ in below)]:
         eventually(lambda pid=pid: is_gone(pid), f"process {pid} of the server to end", 120, 0.2)
-    left = lambda: [p.name for p in program.tmp.iterdir() if p.name.startswith("mslite")]  # noqa: E731
+    left = lambda: folders_left(program.tmp)  # noqa: E731
     eventually(lambda: not left(), "the server's temporary folders to go", 30, 0.2)
     assert not list(Path("/dev/shm").glob(f"mslite{program.pid}_*"))
 

@@ -207,3 +207,10 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def folders_left(tmp: Path) -> list[str]:
+    """Folders of ours left in `tmp` by a program and its own server, but the per-user build cache, which stays by
+    design (`settings.shared_cache_root`: the server's compiled shared-memory guard is kept there)."""
+    cache = Path(settings.shared_cache_root({})).name
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("mslite") and p.name != cache)
