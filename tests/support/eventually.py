@@ -27,14 +27,9 @@ def eventually(condition: Callable[[], T], what: str, timeout_s: float = 60.0, p
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            value = condition()
-        except AssertionError as e:
-            seen = str(e) or "an assertion without a message"
-        else:
-            if value:
-                return value
-            seen = repr(value)
+        value, seen = _look(condition)
+        if value:
+            return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last seen: {seen}")
         time.sleep(pause_s)
@@ -50,17 +45,21 @@ async def eventually_async(condition: Callable[[], T], what: str, timeout_s: flo
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
-        try:
-            value = condition()
-        except AssertionError as e:
-            seen = str(e) or "an assertion without a message"
-        else:
-            if value:
-                return value
-            seen = repr(value)
+        value, seen = _look(condition)
+        if value:
+            return value
         if loop.time() >= deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; last seen: {seen}")
         await asyncio.sleep(pause_s)
+
+
+def _look(condition: Callable[[], T]) -> tuple[T | None, str]:
+    """`condition()` once: its value, and what a failure would say it saw (its assertion's message, or the value)."""
+    try:
+        value = condition()
+    except AssertionError as e:
+        return None, str(e) or "an assertion without a message"
+    return value, repr(value)
 
 
 def throughout(condition: Callable[[], object], what: str, window_s: float, pause_s: float = 0.05) -> None:
